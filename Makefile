@@ -1,0 +1,78 @@
+# agentctl: `make demo` and `make test` set themselves up (a virtual
+# environment in .venv with the package and its test dependencies).
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib/agentctl
+MANDIR  ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
+DESTDIR ?=
+JOBS    ?= 2
+
+PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait
+STAMP    = $(VENV)/.stamp
+
+.PHONY: all venv demo test test-live bench install uninstall clean
+
+all: venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -n $(JOBS) tests
+
+test-live: $(STAMP)
+	PATH="$(CURDIR)/bin:$$PATH" sh tests/live/run.sh
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/bench.py
+
+# A private library directory with the dependencies, launchers in BINDIR,
+# man pages and completions in their conventional places.
+install:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
+		--target "$(DESTDIR)$(LIBDIR)" .
+	mkdir -p "$(DESTDIR)$(BINDIR)"
+	for p in $(PROGRAMS); do \
+		m=$${p#agent-}; \
+		printf '#!/usr/bin/env python3\nimport sys\nsys.path.insert(0, "%s")\nfrom agentctl.cli.%s import main\nsys.exit(main())\n' \
+			"$(LIBDIR)" "$$m" > "$(DESTDIR)$(BINDIR)/$$p"; \
+		chmod 755 "$(DESTDIR)$(BINDIR)/$$p"; \
+	done
+	for s in 1 5 7; do \
+		ls man/*.$$s >/dev/null 2>&1 || continue; \
+		mkdir -p "$(DESTDIR)$(MANDIR)/man$$s"; \
+		install -m 644 man/*.$$s "$(DESTDIR)$(MANDIR)/man$$s/"; \
+	done
+	if [ -d completions/bash ]; then \
+		mkdir -p "$(DESTDIR)$(DATADIR)/bash-completion/completions" \
+			"$(DESTDIR)$(DATADIR)/zsh/site-functions" \
+			"$(DESTDIR)$(DATADIR)/fish/vendor_completions.d"; \
+		install -m 644 completions/bash/* "$(DESTDIR)$(DATADIR)/bash-completion/completions/"; \
+		install -m 644 completions/zsh/* "$(DESTDIR)$(DATADIR)/zsh/site-functions/"; \
+		install -m 644 completions/fish/* "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/"; \
+	fi
+
+uninstall:
+	for p in $(PROGRAMS); do \
+		rm -f "$(DESTDIR)$(BINDIR)/$$p" \
+			"$(DESTDIR)$(DATADIR)/bash-completion/completions/$$p" \
+			"$(DESTDIR)$(DATADIR)/zsh/site-functions/_$$p" \
+			"$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/$$p.fish" \
+			"$(DESTDIR)$(MANDIR)/man1/$$p.1"; \
+	done
+	rm -f "$(DESTDIR)$(MANDIR)/man5/agentctl.5" "$(DESTDIR)$(MANDIR)/man7/agentctl.7"
+	rm -rf "$(DESTDIR)$(LIBDIR)"
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The programs: one small module each, translating arguments into library calls."""

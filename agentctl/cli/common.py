@@ -1,0 +1,131 @@
+"""What every program shares: the decorator that makes a program, the shared
+options, input rules, and the one place errors become `program: message`
+and an exit status."""
+
+import os
+import sqlite3
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def program(name, **kwargs):
+    """A click command with -h/--help, --version and --db."""
+    def decorate(fn):
+        fn = click.option("--db", "db_path", metavar="PATH",
+                          help="The database (default $AGENTCTL_DB, else "
+                               "$XDG_DATA_HOME/agentctl/agents.db).")(fn)
+        fn = click.version_option(__version__, "--version", prog_name=name,
+                                  message="%(prog)s (agentctl) %(version)s")(fn)
+        return click.command(name, context_settings=CONTEXT, **kwargs)(fn)
+    return decorate
+
+
+def output_options(fn):
+    """The output flags of every listing program (agentctl(7), OUTPUT)."""
+    for option in reversed((
+        click.option("--format", "fmt", default="table", metavar="FORMAT",
+                     type=click.Choice(["table", "tsv", "json", "jsonl"]),
+                     help="table (default), tsv, json or jsonl."),
+        click.option("-o", "columns", metavar="COLS",
+                     help="Comma-separated columns to show, in that order."),
+        click.option("-q", "--quiet", is_flag=True, help="Print ids only, one per line."),
+        click.option("-0", "--null", is_flag=True,
+                     help="End records with NUL instead of newline (implies -q "
+                          "unless the format is tsv or jsonl)."),
+        click.option("--no-headers", is_flag=True, help="Leave out the header line."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def connect(db_path):
+    from ..db import connect as open_db
+    return open_db(db_path)
+
+
+def actor(conn):
+    """The acting agent: $AGENT_ID ("self"), or None for the operator."""
+    ref = os.environ.get("AGENT_ID")
+    if not ref:
+        return None
+    from ..registry import resolve
+    try:
+        return resolve(conn, ref)
+    except NotFound:
+        raise NotFound(f"AGENT_ID={ref}: no such agent")
+
+
+def stdin_words(args, what="AGENT"):
+    """Arguments, else whitespace-separated words from stdin when it is not a
+    terminal (`agent-ps -q | agent-kill`)."""
+    if args:
+        return list(args)
+    if sys.stdin is None or sys.stdin.closed or sys.stdin.isatty():
+        raise UsageError(f"missing {what} (give it, or pipe ids on stdin)")
+    try:
+        words = sys.stdin.read().split()
+    except UnicodeDecodeError:
+        raise UsageError("stdin is not valid UTF-8")
+    if not words:
+        raise UsageError(f"missing {what}: nothing on stdin")
+    return words
+
+
+def read_body(text):
+    """A body from the argument, or from stdin for '-' (or no argument and a
+    pipe). Invalid UTF-8 is kept, as replacement characters."""
+    if text is not None and text != "-":
+        return text
+    if sys.stdin is None or sys.stdin.closed or (text is None and sys.stdin.isatty()):
+        return None
+    data = sys.stdin.buffer.read()
+    return data.decode("utf-8", errors="replace")
+
+
+def warn(name, message):
+    line = f"{name}: {message}\n"
+    sys.stderr.buffer.write(line.encode("utf-8", errors="backslashreplace"))
+    sys.stderr.flush()
+
+
+def run(command, argv=None):
+    """Run a click command as a program: never a traceback (unless
+    AGENTCTL_DEBUG=1), always a documented exit status."""
+    name = command.name
+    try:
+        status = command.main(args=argv, prog_name=name, standalone_mode=False)
+        sys.stdout.flush()
+        return status if isinstance(status, int) else 0
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.UsageError as e:
+        warn(name, f"{e.format_message()} (see {name} --help)")
+        return USAGE
+    except AgentctlError as e:
+        warn(name, str(e))
+        return e.code
+    except sqlite3.Error as e:
+        from ..db import fault
+        error = fault(e)
+        warn(name, str(error))
+        return error.code
+    except BrokenPipeError:
+        # The reader went away (agent-ps | head): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (KeyboardInterrupt, click.Abort):
+        warn(name, "interrupted")
+        return 130
+    except Exception as e:
+        if os.environ.get("AGENTCTL_DEBUG") == "1":
+            raise
+        warn(name, f"internal error: {e.__class__.__name__}: {e} "
+                   "(AGENTCTL_DEBUG=1 shows the details)")
+        return SOFTWARE
+

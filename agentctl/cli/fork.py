@@ -1,0 +1,43 @@
+"""agent-fork: create a child agent that inherits its parent's conversation."""
+
+import click
+
+from .common import actor, connect, program, read_body, run
+
+
+@program("agent-fork")
+@click.option("-p", "--parent", metavar="PARENT", help="Fork this agent (default self, else init).")
+@click.option("-n", "--name", metavar="NAME", help="The child's name, [a-z][a-z0-9._-]*.")
+@click.option("-r", "--role", default="agent", metavar="ROLE", show_default=True,
+              help="agent, task, worker, lead, architect or daemon.")
+@click.option("-m", "--model", metavar="MODEL", help="The child's model (default: the parent's).")
+@click.option("-s", "--system", metavar="SYSTEM",
+              help="The child's system prompt (default: the parent's).")
+@click.option("--at", "at", type=click.IntRange(min=0), metavar="MSG",
+              help="Fork point: a message id in the parent's history (default its latest).")
+@click.argument("prompt", required=False)
+def cli(db_path, parent, name, role, model, system, at, prompt):
+    """Create a child of PARENT and print its id.
+
+    With PROMPT (or - to read it from stdin) the prompt is the child's first
+    new message and the child has input pending; without one, parent and
+    child both wait for input.
+    """
+    from ..db import transaction
+    from ..registry import fork, get, resolve
+    from ..ids import INIT_ID
+    from ..errors import UsageError
+    body = read_body(prompt) if prompt is not None else None
+    if prompt is not None and (body is None or not body.strip()):
+        raise UsageError("empty prompt")
+    conn = connect(db_path)
+    with transaction(conn):
+        me = actor(conn)
+        source = resolve(conn, parent) if parent else (me or get(conn, INIT_ID))
+        child = fork(conn, source, name=name, role=role, model=model, system=system,
+                     at=at, prompt=body, actor=me["id"] if me else None)
+    click.echo(child)
+
+
+def main(argv=None):
+    return run(cli, argv)

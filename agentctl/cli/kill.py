@@ -1,0 +1,34 @@
+"""agent-kill: signal agents."""
+
+import click
+
+from .common import actor, connect, program, run, stdin_words, warn
+
+
+@program("agent-kill")
+@click.option("-s", "--signal", "sig", default="TERM", metavar="SIG", show_default=True,
+              help="TERM, KILL, STOP, CONT or HUP (also SIGTERM, 15, ...).")
+@click.option("--cascade", is_flag=True, help="Signal every descendant too.")
+@click.argument("agents", nargs=-1, metavar="AGENT...")
+def cli(db_path, sig, cascade, agents):
+    """Signal each AGENT; with no AGENT, read ids from stdin."""
+    from .. import signals
+    from ..errors import AgentctlError
+    from ..registry import resolve
+    sig = signals.parse(sig)
+    targets = stdin_words(agents)
+    conn = connect(db_path)
+    me = actor(conn)
+    status = 0
+    for ref in targets:
+        try:
+            signals.send(conn, resolve(conn, ref), sig, cascade=cascade,
+                         actor=me["id"] if me else None)
+        except AgentctlError as e:
+            warn("agent-kill", str(e))
+            status = status or e.code
+    return status
+
+
+def main(argv=None):
+    return run(cli, argv)

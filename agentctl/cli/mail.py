@@ -1,0 +1,128 @@
+"""agent-mail: check, list, read and filter a mailbox."""
+
+import sys
+import time
+
+import click
+
+from .common import actor, connect, output_options, program, run
+
+
+@program("agent-mail")
+@click.option("-c", "--check", is_flag=True, help="Print the unread count; exit 0 if any, 1 if none.")
+@click.option("-r", "--read", "read", is_flag=True,
+              help="Print the bodies and mark exactly those read.")
+@click.option("--peek", is_flag=True, help="With -r: print without marking read.")
+@click.option("-a", "--all", "everything", is_flag=True, help="Include mail already read.")
+@click.option("--from", "sender", metavar="SENDER",
+              help="Only mail from SENDER (- for the operator); the rest stays unread.")
+@click.option("--wait", "wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Block until matching unread mail arrives (exit 1 on timeout).")
+@output_options
+@click.argument("args", nargs=-1, metavar="[AGENT] [ID...]")
+def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quiet, null,
+        no_headers, args):
+    """List the unread mail of AGENT (default self): id, sender, age, first line.
+
+    Words of digits are mail ids: with -r, exactly those are read.
+    """
+    from .. import mail
+    from ..errors import NotFound, UsageError
+    from ..output import pick, render
+    from ..registry import resolve
+    ids = [int(a) for a in args if a.isdigit()]
+    refs = [a for a in args if not a.isdigit()]
+    if len(refs) > 1:
+        raise UsageError(f"one AGENT at a time (got {', '.join(refs)})")
+    if ids and not read:
+        raise UsageError("mail ids go with -r")
+    conn = connect(db_path)
+    owner = resolve(conn, refs[0]) if refs else actor(conn)
+    if owner is None and not ids:
+        raise UsageError("missing AGENT (and AGENT_ID is not set)")
+    owner_id = owner["id"] if owner else None
+    filtering = sender is not None
+    sender_id = None
+    if filtering and sender != "-":
+        sender_id = resolve(conn, sender)["id"]
+
+    def matching(unread_only=True):
+        return mail.select(conn, owner_id, ids=ids, sender=filtering, sender_id=sender_id,
+                           unread_only=unread_only)
+
+    if wait is not None:
+        arrived = mail.wait_for_change(conn, time.monotonic() + wait, lambda: bool(matching()))
+        if not arrived:
+            return 1
+    if check:
+        count = mail.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \
+            if not ids else len(matching())
+        click.echo(count)
+        return 0 if count else 1
+    rows = matching(unread_only=not (everything or (read and ids)))
+    if ids and len(rows) < len(set(ids)):
+        missing = sorted(set(ids) - {r["id"] for r in rows})
+        raise NotFound(f"no such mail{' for ' + owner['name'] if owner and owner['name'] else ''}: "
+                       f"{', '.join(map(str, missing))}")
+    if read:
+        _print_bodies(rows, fmt)
+        if not peek:
+            from ..db import transaction
+            with transaction(conn):
+                mail.mark_read(conn, [r["id"] for r in rows])
+        return 0
+    items = [_item(r) for r in rows]
+    chosen = pick(_columns(), columns, DEFAULT_ALL if everything else DEFAULT)
+    render(items, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+def _item(row):
+    from ..mail import first_line, sender_label
+    item = dict(row)
+    item["from_label"] = sender_label(row)
+    item["subject"] = first_line(row["body"])
+    item["age"] = int(time.time() - row["created_at"])
+    return item
+
+
+def _print_bodies(rows, fmt):
+    from ..mail import sender_label
+    from ..output import iso
+    if fmt in ("json", "jsonl"):
+        import json
+        objects = [{"id": r["id"], "from": r["sender_id"], "to": r["recipient_id"],
+                    "kind": r["kind"], "created": iso(r["created_at"]), "body": r["body"]}
+                   for r in rows]
+        text = json.dumps(objects, indent=2, ensure_ascii=False) + "\n" if fmt == "json" \
+            else "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objects)
+        sys.stdout.write(text)
+        return
+    for r in rows:
+        kind = "" if r["kind"] == "mail" else f" ({r['kind']})"
+        sys.stdout.write(f"--- mail {r['id']} from {sender_label(r)}{kind} "
+                         f"at {iso(r['created_at'])} ---\n{r['body']}\n")
+
+
+def _columns():
+    from ..output import Column, age, iso
+    return [
+        Column("id", "ID"),
+        Column("from", "FROM", human=lambda r: r["from_label"], machine=lambda r: r["sender_id"]),
+        Column("to", "TO", machine=lambda r: r["recipient_id"],
+               human=lambda r: r["recipient_name"] or r["recipient_id"][:8]),
+        Column("kind", "KIND"),
+        Column("age", "AGE", human=lambda r: age(r["age"])),
+        Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
+        Column("read", "READ", machine=lambda r: iso(r["read_at"]),
+               human=lambda r: "yes" if r["read_at"] else "no"),
+        Column("subject", "SUBJECT"),
+        Column("body", "BODY"),
+    ]
+
+
+DEFAULT = ["id", "from", "age", "subject"]
+DEFAULT_ALL = ["id", "from", "age", "read", "subject"]
+
+
+def main(argv=None):
+    return run(cli, argv)

@@ -1,0 +1,46 @@
+"""agent-ps: the process table."""
+
+import click
+
+from .common import connect, output_options, program, run
+
+
+@program("agent-ps")
+@click.option("-a", "--all", "everything", is_flag=True, help="Include dead agents (X).")
+@click.option("-f", "--forest", is_flag=True, help="A tree by lifecycle parent.")
+@click.option("--parent", metavar="AGENT", help="Only the children of AGENT.")
+@click.option("--status", metavar="STATS", help="Only these statuses, e.g. S or S,T or ZX.")
+@click.option("--role", metavar="ROLE", help="Only agents of this role.")
+@output_options
+def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, null,
+        no_headers):
+    """List agents: all that are not dead, or with -a every agent ever forked.
+
+    Columns: id name parent stat role msgs mail age (default), and model
+    created exit forked_from fork_msg with -o.
+    """
+    from .. import proctable
+    from ..errors import UsageError
+    from ..output import pick, render
+    from ..registry import resolve
+    statuses = None
+    if status:
+        statuses = [s for s in status.upper().replace(",", "") if s.strip()]
+        bad = [s for s in statuses if s not in "RSTZX"]
+        if bad:
+            raise UsageError(f"unknown status: {bad[0]} (R, S, T, Z or X)")
+    conn = connect(db_path)
+    parent_id = resolve(conn, parent)["id"] if parent else None
+    rows = proctable.rows(conn, everything=everything, statuses=statuses,
+                          parent=parent_id, role=role)
+    if forest:
+        rows = proctable.as_tree(rows)
+    chosen = pick(proctable.COLUMNS, columns, proctable.DEFAULT)
+    if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
+        from ..output import Column
+        chosen = chosen + [Column("depth", "DEPTH")]
+    render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+def main(argv=None):
+    return run(cli, argv)

@@ -1,0 +1,45 @@
+"""agent-replay: the context an agent's next turn will see."""
+
+import click
+
+from .common import connect, program, run
+
+
+@program("agent-replay")
+@click.option("--format", "fmt", default="text", metavar="FORMAT",
+              type=click.Choice(["text", "jsonl", "openai"]),
+              help="text (default), jsonl, or openai (the Chat Completions messages array).")
+@click.option("--ranges", is_flag=True,
+              help="Print the computed ranges (agent, after, through) instead.")
+@click.argument("agent")
+def cli(db_path, fmt, ranges, agent):
+    """Reconstruct AGENT's context: walk back to the latest clear or
+    compaction, then play the ranges forwards."""
+    import sys
+    from .. import context, history
+    from ..registry import resolve
+    conn = connect(db_path)
+    target = resolve(conn, agent)
+    if ranges:
+        for owner, after, through in history.ranges(conn, target):
+            click.echo(f"{owner}\t{after}\t{'-' if through is None else through}")
+        return
+    system, rows = context.build(conn, target)
+    if fmt == "openai":
+        import json
+        sys.stdout.write(json.dumps(context.as_openai(system, rows), indent=2,
+                                    ensure_ascii=False) + "\n")
+    elif fmt == "jsonl":
+        import json
+        sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                 for r in context.as_records(system, rows)))
+    else:
+        owners = {m["agent_id"] for m in rows}
+        names = {row[0]: row[1] for row in conn.execute(
+            f"SELECT id, name FROM agents WHERE id IN ({','.join('?' * len(owners))})",
+            list(owners))} if owners else {}
+        sys.stdout.write(context.as_text(system, rows, names))
+
+
+def main(argv=None):
+    return run(cli, argv)

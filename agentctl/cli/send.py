@@ -1,0 +1,105 @@
+"""agent-send: put mail in agents' mailboxes."""
+
+import sys
+
+import click
+
+from .common import actor, connect, program, read_body, run
+
+BATCH = 1000     # --jsonl lines per transaction
+
+
+@program("agent-send")
+@click.option("--from", "sender", metavar="AGENT", help="The sender (default self, else the operator).")
+@click.option("--jsonl", is_flag=True,
+              help='Read {"to": ..., "body": ..., "from": ...} lines from stdin.')
+@click.argument("args", nargs=-1, metavar="AGENT... [TEXT | -]")
+def cli(db_path, sender, jsonl, args):
+    """Deliver TEXT (or stdin, for - or no TEXT and a pipe) to each AGENT and
+    print the new mail ids."""
+    from ..db import transaction
+    from ..errors import UsageError
+    from ..mail import check_body, check_recipient, deliver
+    from ..registry import resolve
+    conn = connect(db_path)
+    if jsonl:
+        if args:
+            raise UsageError("--jsonl takes no arguments: everything comes from stdin")
+        return _bulk(conn, sender)
+    if not args:
+        raise UsageError("missing AGENT")
+    if len(args) == 1:
+        refs, body = args, read_body(None)
+    else:
+        refs, body = args[:-1], read_body(args[-1])
+    check_body(body)
+    with transaction(conn):
+        from_id = _sender(conn, sender)
+        recipients = [resolve(conn, ref) for ref in refs]
+        for recipient in recipients:
+            check_recipient(recipient)
+        ids = [deliver(conn, from_id, r, body) for r in recipients]
+    sys.stdout.write("".join(f"{i}\n" for i in ids))
+
+
+def _sender(conn, ref):
+    from ..registry import resolve
+    if ref is None:
+        me = actor(conn)
+        return me["id"] if me else None
+    return None if ref == "-" else resolve(conn, ref)["id"]
+
+
+def _bulk(conn, default_sender):
+    """One transaction per batch of lines: a bad line rolls its whole batch
+    back (nothing of it is half-delivered) and stops with its line number."""
+    import json
+    from ..db import transaction
+    from ..errors import AgentctlError, UsageError
+    from ..mail import check_body, check_recipient, deliver
+    from ..registry import resolve
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UsageError("--jsonl reads stdin, which is a terminal")
+    stream = sys.stdin.buffer
+    recipients, senders = {}, {}
+    number = 0
+    out = sys.stdout
+
+    def lookup(cache, ref, fn):
+        if ref not in cache:
+            cache[ref] = fn(ref)
+        return cache[ref]
+
+    default_id = _sender(conn, default_sender)
+    while True:
+        lines = [stream.readline() for _ in range(BATCH)]
+        lines = [line for line in lines if line]
+        if not lines:
+            return 0
+        ids = []
+        with transaction(conn):
+            for raw in lines:
+                number += 1
+                if not raw.strip():
+                    continue
+                try:
+                    item = json.loads(raw)
+                    if not isinstance(item, dict) or not isinstance(item.get("to"), str) \
+                            or not isinstance(item.get("body"), str):
+                        raise ValueError('want an object with string "to" and "body"')
+                    check_body(item["body"])
+                    to = lookup(recipients, item["to"], lambda r: resolve(conn, r))
+                    check_recipient(to)
+                    frm = item.get("from")
+                    from_id = default_id if frm is None else lookup(
+                        senders, frm, lambda r: None if r == "-" else resolve(conn, r)["id"])
+                    ids.append(deliver(conn, from_id, to, item["body"]))
+                except (ValueError, TypeError) as e:
+                    raise UsageError(f"line {number}: {e}")
+                except AgentctlError as e:
+                    raise type(e)(f"line {number}: {e}", e.code)
+        out.write("".join(f"{i}\n" for i in ids))
+
+
+def main(argv=None):
+    return run(cli, argv)

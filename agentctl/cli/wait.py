@@ -1,0 +1,66 @@
+"""agent-wait: wait for children to exit and collect their results."""
+
+import sys
+
+import click
+
+from .common import actor, connect, output_options, program, run
+
+
+@program("agent-wait")
+@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Give up after SECONDS (exit 1).")
+@click.option("--any", "any_one", is_flag=True, help="Return when the first one exits.")
+@output_options
+@click.argument("agents", nargs=-1, metavar="[AGENT...]")
+def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents):
+    """Wait for each AGENT (default: every child of self; ids from stdin when
+    piped) to exit; print id, status and result; reap them (Z -> X).
+
+    Exit 0 when all exited normally, 1 on timeout, 3 when one failed or was killed.
+    """
+    from .. import lifecycle
+    from ..ids import INIT_ID
+    from ..output import pick, render
+    from ..registry import resolve
+    refs = list(agents)
+    if not refs and sys.stdin is not None and not sys.stdin.closed and not sys.stdin.isatty():
+        refs = sys.stdin.read().split()
+    conn = connect(db_path)
+    me = actor(conn)
+    if refs:
+        ids = [resolve(conn, ref)["id"] for ref in refs]
+    else:
+        parent = me["id"] if me else INIT_ID
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM agents WHERE parent_id = ? AND status != 'X' ORDER BY created_at",
+            (parent,))]
+    collected, pending = lifecycle.wait(conn, ids, timeout=timeout, any_one=any_one,
+                                       actor=me["id"] if me else None)
+    render([dict(r) | {"how": lifecycle.how(r)} for r in collected],
+           pick(_columns(), columns, ["id", "name", "status", "result"]),
+           fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+    if pending and not (any_one and collected):
+        return 1
+    return 3 if any(lifecycle.how(r) != "exited" for r in collected) else 0
+
+
+def _columns():
+    from ..output import Column
+    from ..mail import first_line
+
+    def status(r):
+        return f"killed {r['exit_signal']}" if r["exit_signal"] else f"{r['how']} {r['exit_code']}"
+
+    return [
+        Column("id", "ID"),
+        Column("name", "NAME"),
+        Column("status", "STATUS", human=status, machine=lambda r: r["how"]),
+        Column("exit_code", "CODE"),
+        Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
+        Column("result", "RESULT", human=lambda r: first_line(r["result"] or "") or "-"),
+    ]
+
+
+def main(argv=None):
+    return run(cli, argv)

@@ -1,0 +1,64 @@
+"""The context a turn sends: system prompt + replay, in the forms agent-replay
+prints and agent-run sends (one code path, so they never disagree)."""
+
+from . import history
+from .ids import short
+
+HIDDEN = ("clear", "event")     # recorded, never sent to a model
+
+
+def build(conn, agent):
+    """(system_prompt, [message rows]) for `agent`."""
+    rows = [m for m in history.replay(conn, agent) if m["kind"] not in HIDDEN]
+    return agent["system_prompt"], rows
+
+
+def as_openai(system_prompt, rows):
+    """The messages array of the OpenAI Chat Completions API."""
+    out = []
+    if system_prompt:
+        out.append({"role": "system", "content": system_prompt})
+    for m in rows:
+        kind = m["kind"]
+        if kind == "tool_call":
+            if not out or out[-1]["role"] != "assistant":
+                out.append({"role": "assistant", "content": None})
+            out[-1].setdefault("tool_calls", []).append({
+                "id": m["tool_call_id"], "type": "function",
+                "function": {"name": m["tool_name"], "arguments": m["content"]}})
+        elif kind == "tool_result":
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"],
+                        "content": m["content"]})
+        elif kind == "compaction":
+            out.append({"role": "system", "content":
+                        "Summary of the earlier conversation:\n" + m["content"]})
+        elif kind in ("system", "user", "assistant"):
+            out.append({"role": kind, "content": m["content"]})
+    return out
+
+
+def as_records(system_prompt, rows):
+    """One dict per message, for jsonl; the system prompt first, with id null."""
+    out = []
+    if system_prompt:
+        out.append({"id": None, "agent_id": None, "kind": "system",
+                    "content": system_prompt, "tool_name": None,
+                    "tool_call_id": None, "turn_id": None, "created_at": None})
+    out.extend(dict(m) for m in rows)
+    return out
+
+
+def as_text(system_prompt, rows, names):
+    """For people: a header line per message, then its content."""
+    parts = []
+    if system_prompt:
+        parts.append(f"# system prompt\n{system_prompt}\n")
+    for m in rows:
+        owner = names.get(m["agent_id"]) or short(m["agent_id"])
+        head = f"#{m['id']} {m['kind']} @{owner}"
+        if m["tool_name"]:
+            head += f" {m['tool_name']}"
+        if m["tool_call_id"]:
+            head += f" [{m['tool_call_id']}]"
+        parts.append(f"{head}\n{m['content']}\n")
+    return "\n".join(parts)

@@ -1,0 +1,115 @@
+"""The one SQLite database every program shares: where it lives, how it is opened.
+
+Opening an up-to-date database costs one PRAGMA: the schema version lives in
+`PRAGMA user_version`, and the migrations (which need sqlite_utils) are
+imported only when the database is behind.
+"""
+
+import os
+import sqlite3
+from contextlib import contextmanager
+
+from .errors import DatabaseFault, TempFail
+
+# The number of migrations in agentctl.migrations; a test keeps them equal.
+SCHEMA_VERSION = 2
+
+DEFAULT_BUSY_SECONDS = 30.0
+
+
+def default_path():
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "agentctl", "agents.db")
+
+
+def resolve_path(path=None):
+    """--db, else $AGENTCTL_DB, else $XDG_DATA_HOME/agentctl/agents.db."""
+    return path or os.environ.get("AGENTCTL_DB") or default_path()
+
+
+def busy_seconds():
+    try:
+        return float(os.environ.get("AGENTCTL_BUSY_TIMEOUT", DEFAULT_BUSY_SECONDS))
+    except ValueError:
+        return DEFAULT_BUSY_SECONDS
+
+
+def _create_private(path):
+    """Create the directory (0700) and the file (0600) before SQLite does,
+    so the database is never readable by others, not even for a moment.
+    SQLite gives the -wal and -shm files the database file's mode."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError as e:
+        raise DatabaseFault(f"{path}: can't create the database: {e.strerror}")
+
+
+def connect(path=None):
+    """Open (creating and migrating when needed) the database at `path`."""
+    path = resolve_path(path)
+    if path != ":memory:":
+        _create_private(path)
+    try:
+        conn = sqlite3.connect(path, timeout=busy_seconds(), isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA foreign_keys=ON")
+        # WAL without an fsync per commit: a crash of the process loses
+        # nothing; a power cut may lose the latest commits, never integrity.
+        conn.execute("PRAGMA synchronous=NORMAL")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:
+            _migrate(conn)
+        elif version > SCHEMA_VERSION:
+            raise DatabaseFault(
+                f"{path}: written by a newer agentctl (schema {version}, "
+                f"this one knows {SCHEMA_VERSION}); upgrade agentctl")
+    except sqlite3.Error as e:
+        raise fault(e, path) from e
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _migrate(conn):
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
+    # One migrator at a time: the others wait here, then find nothing to do.
+    with transaction(conn):
+        if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
+        from .migrations import apply
+        apply(conn)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+@contextmanager
+def transaction(conn):
+    """A write transaction that takes the write lock up front (no deadlock on
+    upgrade from a read lock), waiting up to the busy timeout for it."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def fault(exc, path=None):
+    """Translate an sqlite3 error into an agentctl error with its exit status."""
+    text = str(exc)
+    where = f"{path}: " if path else ""
+    if "locked" in text or "busy" in text:
+        return TempFail(f"{where}database is locked (gave up after {busy_seconds():g}s)")
+    if "not a database" in text or "malformed" in text:
+        return DatabaseFault(f"{where}not an agentctl database ({text})")
+    if "readonly" in text or "read-only" in text:
+        return DatabaseFault(f"{where}database is read-only")
+    if "unable to open" in text:
+        return DatabaseFault(f"{where}can't open the database")
+    return DatabaseFault(f"{where}database error: {text}")

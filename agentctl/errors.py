@@ -1,0 +1,39 @@
+"""Errors that carry the exit status a script can branch on (see agentctl(7))."""
+
+NOTHING = 1      # no such agent, no mail, nothing to do, a timeout
+USAGE = 2        # bad arguments or input
+REFUSED = 3      # the agent can't do that now: stopped, exited, over budget, not allowed
+SOFTWARE = 70    # a bug
+DATABASE = 74    # the database can't be used: not a database, read-only, newer schema
+TEMPFAIL = 75    # try again later: claimed, locked, the model's API unreachable
+
+
+class AgentctlError(Exception):
+    """An error with a one-line message and an exit status."""
+
+    code = SOFTWARE
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class NotFound(AgentctlError):
+    code = NOTHING
+
+
+class UsageError(AgentctlError):
+    code = USAGE
+
+
+class Refused(AgentctlError):
+    code = REFUSED
+
+
+class DatabaseFault(AgentctlError):
+    code = DATABASE
+
+
+class TempFail(AgentctlError):
+    code = TEMPFAIL

@@ -1,0 +1,22 @@
+"""What the bin/ launchers call, so a checkout works with PATH=$PWD/bin:$PATH.
+
+A checkout's own virtual environment (made by `make`) holds the
+dependencies: when it exists and this is another Python, run under it."""
+
+import os
+import sys
+
+
+def launch(program):
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.join(top, ".venv")
+    if os.path.isdir(venv) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+        python = os.path.join(venv, "bin", "python3")
+        os.execv(python, [python, sys.argv[0]] + sys.argv[1:])
+    try:
+        import click  # noqa: F401
+    except ImportError:
+        sys.stderr.write(f"agent-{program}: click is not installed (run `make` in {top})\n")
+        return 70
+    from importlib import import_module
+    return import_module(f"agentctl.cli.{program}").main()

@@ -1,0 +1,46 @@
+"""Waiting for agents to exit and collecting them (reaping: Z -> X)."""
+
+import time
+
+from .db import transaction
+from .registry import get, record
+
+
+def exited(agent):
+    return agent["status"] in ("Z", "X")
+
+
+def how(agent):
+    """'exited', 'failed' or 'killed'."""
+    if agent["exit_signal"]:
+        return "killed"
+    return "exited" if agent["exit_code"] == 0 else "failed"
+
+
+def reap(conn, agent_id, actor=None):
+    """Collect a zombie: its exit status and result stay in the table."""
+    with transaction(conn):
+        changed = conn.execute("UPDATE agents SET status = 'X' WHERE id = ? AND status = 'Z'",
+                               (agent_id,)).rowcount
+        if changed:
+            record(conn, agent_id, "reap", None, actor)
+    return get(conn, agent_id)
+
+
+def wait(conn, ids, *, timeout=None, any_one=False, actor=None):
+    """Wait for the agents `ids` to exit, reap them, and return
+    (collected rows in exit order, ids still running)."""
+    from .mail import wait_for_change
+    deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
+    pending = list(dict.fromkeys(ids))
+    collected = []
+
+    def sweep():
+        for agent_id in list(pending):
+            if exited(get(conn, agent_id)):
+                pending.remove(agent_id)
+                collected.append(reap(conn, agent_id, actor))
+        return not pending or (any_one and collected)
+
+    wait_for_change(conn, deadline, sweep)
+    return collected, pending

@@ -1,0 +1,121 @@
+"""Mailboxes, Erlang-style with a pull model (agentctl(7), MAILBOXES).
+
+Mail is never deleted: reading sets read_at (and read_turn when a turn of
+agent-run consumed it). The operator at the shell has no agent: mail from
+the operator has sender_id NULL and shows '-' as its sender.
+"""
+
+import time
+
+from .errors import Refused, UsageError
+from .ids import INIT_ID
+from .registry import label
+
+MAX_BODY = 1024 * 1024      # bytes of UTF-8; larger belongs in a document
+MAIL_COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
+                "r.name AS recipient_name, m.kind, m.body, m.created_at, m.read_at, m.read_turn")
+
+
+def check_body(body):
+    if body is None or not body.strip():
+        raise UsageError("empty body")
+    size = len(body.encode("utf-8", errors="surrogateescape"))
+    if size > MAX_BODY:
+        raise UsageError(f"body too long: {size} bytes (at most {MAX_BODY})")
+
+
+def check_recipient(agent):
+    if agent["status"] in ("Z", "X"):
+        raise Refused(f"{label(agent)}: can't receive mail: it has exited")
+
+
+def deliver(conn, sender_id, recipient, body, kind="mail"):
+    """Insert one mail; the caller holds the transaction and has checked."""
+    return conn.execute(
+        "INSERT INTO mail (sender_id, recipient_id, kind, body, created_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (sender_id, recipient["id"], kind, body, time.time())).lastrowid
+
+
+def notify_exit(conn, agent, parent):
+    """The SIGCHLD of agentctl: the lifecycle parent is told who exited, how,
+    and with what result. The operator's agents (children of init) tell no one."""
+    if parent["id"] == INIT_ID:
+        return None
+    if agent["exit_signal"]:
+        how = f"was killed by {agent['exit_signal']}"
+    else:
+        how = "exited normally" if agent["exit_code"] == 0 else f"failed ({agent['exit_code']})"
+    body = f"{label(agent)} ({agent['id']}) {how}; exit status {agent['exit_code']}"
+    if agent["result"]:
+        body += f"\nresult:\n{agent['result']}"
+    return deliver(conn, agent["id"], parent, body, kind="exit")
+
+
+def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
+           unread_only=True, limit=None):
+    """Mail of a mailbox, oldest first. `sender` True filters on `sender_id`
+    (None meaning the operator)."""
+    where, params = [], []
+    if recipient_id is not None:
+        where.append("m.recipient_id = ?")
+        params.append(recipient_id)
+    if ids:
+        where.append(f"m.id IN ({','.join('?' * len(ids))})")
+        params += list(ids)
+    if sender:
+        where.append("m.sender_id IS ?")
+        params.append(sender_id)
+    if unread_only:
+        where.append("m.read_at IS NULL")
+    sql = (f"SELECT {MAIL_COLUMNS} FROM mail m LEFT JOIN agents s ON s.id = m.sender_id "
+           f"JOIN agents r ON r.id = m.recipient_id WHERE {' AND '.join(where) or '1'} "
+           "ORDER BY m.id")
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    return conn.execute(sql, params).fetchall()
+
+
+def count_unread(conn, recipient_id, *, sender=False, sender_id=None):
+    sql = "SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL"
+    params = [recipient_id]
+    if sender:
+        sql += " AND sender_id IS ?"
+        params.append(sender_id)
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def mark_read(conn, ids, turn=None):
+    now = time.time()
+    conn.executemany("UPDATE mail SET read_at = ?, read_turn = ? WHERE id = ? "
+                     "AND read_at IS NULL", [(now, turn, i) for i in ids])
+
+
+def sender_label(row):
+    if row["sender_id"] is None:
+        return "-"
+    return row["sender_name"] or row["sender_id"][:8]
+
+
+def first_line(body, width=60):
+    line = body.strip().split("\n", 1)[0]
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def wait_for_change(conn, deadline, check):
+    """Block until check() is true or the deadline passes, without burning CPU:
+    PRAGMA data_version changes only when another connection commits, so the
+    real query runs only then; the poll interval backs off to 0.5 s."""
+    delay = 0.01
+    version = None
+    while True:
+        current = conn.execute("PRAGMA data_version").fetchone()[0]
+        if current != version:
+            version = current
+            if check():
+                return True
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        time.sleep(min(delay, deadline - now))
+        delay = min(delay * 2, 0.5)

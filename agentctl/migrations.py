@@ -1,0 +1,100 @@
+"""The schema, as named, append-only migrations (sqlite-utils Migrations).
+
+The schema is a public interface, documented in agentctl(5). A migration that
+has been released is never edited: change the schema by appending one, and
+raise db.SCHEMA_VERSION to the new count.
+"""
+
+import time
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from .ids import INIT_ID
+
+MIGRATIONS = Migrations("agentctl")
+
+
+def _run(db, script):
+    # Statement by statement: executescript() would commit the caller's transaction.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+@MIGRATIONS(name="0001_agents_messages_events")
+def agents_messages_events(db):
+    _run(db, """
+    CREATE TABLE agents (
+        id            TEXT PRIMARY KEY,
+        name          TEXT,
+        parent_id     TEXT REFERENCES agents(id),
+        forked_from   TEXT REFERENCES agents(id),
+        fork_msg_id   INTEGER,
+        role          TEXT NOT NULL DEFAULT 'agent',
+        status        TEXT NOT NULL DEFAULT 'S',
+        model         TEXT,
+        system_prompt TEXT,
+        created_at    REAL NOT NULL,
+        exited_at     REAL,
+        exit_code     INTEGER,
+        exit_signal   TEXT,
+        result        TEXT,
+        pending_signal TEXT
+    );
+    CREATE UNIQUE INDEX agents_name_taken ON agents(name) WHERE status != 'X';
+    CREATE INDEX agents_parent ON agents(parent_id);
+    CREATE INDEX agents_status ON agents(status);
+    CREATE INDEX agents_name ON agents(name);
+    CREATE TABLE messages (
+        id           INTEGER PRIMARY KEY,
+        agent_id     TEXT NOT NULL REFERENCES agents(id),
+        kind         TEXT NOT NULL,
+        content      TEXT NOT NULL DEFAULT '',
+        tool_name    TEXT,
+        tool_call_id TEXT,
+        turn_id      INTEGER,
+        created_at   REAL NOT NULL
+    );
+    CREATE INDEX messages_agent ON messages(agent_id, id);
+    CREATE INDEX messages_boundary ON messages(agent_id, id)
+        WHERE kind IN ('clear', 'compaction');
+    CREATE TABLE events (
+        id         INTEGER PRIMARY KEY,
+        agent_id   TEXT NOT NULL REFERENCES agents(id),
+        kind       TEXT NOT NULL,
+        detail     TEXT,
+        actor_id   TEXT REFERENCES agents(id),
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX events_agent ON events(agent_id, id)
+    """)
+    # init: the root of every tree, like PID 1, with the nil UUID as its id.
+    db.execute("INSERT INTO agents (id, name, role, status, created_at) "
+               "VALUES (?, 'init', 'kernel', 'S', ?)", [INIT_ID, time.time()])
+
+
+@MIGRATIONS(name="0002_mail")
+def mail(db):
+    _run(db, """
+    CREATE TABLE mail (
+        id           INTEGER PRIMARY KEY,
+        sender_id    TEXT REFERENCES agents(id),
+        recipient_id TEXT NOT NULL REFERENCES agents(id),
+        kind         TEXT NOT NULL DEFAULT 'mail',
+        body         TEXT NOT NULL,
+        created_at   REAL NOT NULL,
+        read_at      REAL,
+        read_turn    INTEGER
+    );
+    CREATE INDEX mail_unread ON mail(recipient_id, id) WHERE read_at IS NULL;
+    CREATE INDEX mail_recipient ON mail(recipient_id, id)
+    """)
+
+
+def apply(conn):
+    MIGRATIONS.apply(Database(conn, execute_plugins=False))
+
+
+def count():
+    return len(MIGRATIONS._migrations)

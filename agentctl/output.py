@@ -1,0 +1,98 @@
+"""One rendering path for every listing program (agentctl(7), OUTPUT).
+
+A listing is rows (dicts) and columns. The table is for people and may
+change; tsv, json and jsonl are for programs: keys are the lower-case column
+names and, once released, keep their meaning. -q prints ids, -0 ends records
+with NUL.
+"""
+
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import UsageError
+
+FORMATS = ("table", "tsv", "json", "jsonl")
+
+
+@dataclass
+class Column:
+    key: str
+    header: str
+    human: Callable = None      # row -> str for the table; default: the value
+    machine: Callable = None    # row -> JSON value; default: row[key]
+
+    def value(self, row):
+        return self.machine(row) if self.machine else row.get(self.key)
+
+    def text(self, row):
+        if self.human:
+            return self.human(row)
+        value = self.value(row)
+        return "-" if value is None else str(value)
+
+
+def pick(columns, spec, default):
+    """Columns named by -o (comma-separated, any case), else the default ones."""
+    by_key = {c.key: c for c in columns}
+    keys = [k.strip().lower() for k in spec.split(",") if k.strip()] if spec else default
+    unknown = [k for k in keys if k not in by_key]
+    if unknown:
+        raise UsageError(f"unknown column: {unknown[0]} (one of {', '.join(by_key)})")
+    return [by_key[k] for k in keys]
+
+
+def _tsv_field(value):
+    if value is None:
+        return ""
+    text = str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=False,
+           out=None):
+    out = out or sys.stdout
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format: {fmt} (one of {', '.join(FORMATS)})")
+    end = "\0" if null else "\n"
+    if quiet or (null and fmt in ("table", "json")):
+        out.write("".join(f"{row['id']}{end}" for row in rows))
+        return
+    if fmt == "tsv":
+        lines = [] if no_headers else ["\t".join(c.key for c in columns)]
+        lines += ["\t".join(_tsv_field(c.value(row)) for c in columns) for row in rows]
+        out.write("".join(line + end for line in lines))
+        return
+    if fmt in ("json", "jsonl"):
+        import json
+        objects = [{c.key: c.value(row) for c in columns} for row in rows]
+        if fmt == "json":
+            out.write(json.dumps(objects, indent=2, ensure_ascii=False) + "\n")
+        else:
+            out.write("".join(json.dumps(o, ensure_ascii=False) + end for o in objects))
+        return
+    if not rows:
+        return
+    from tabulate import tabulate
+    table = [[c.text(row) for c in columns] for row in rows]
+    headers = () if no_headers else [c.header for c in columns]
+    # preserve_whitespace: the -f tree indents names
+    out.write(tabulate(table, headers=headers, tablefmt="plain", disable_numparse=True,
+                       preserve_whitespace=True) + "\n")
+
+
+def age(seconds):
+    """A ps-style age: 45s, 12m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def iso(timestamp):
+    if timestamp is None:
+        return None
+    import datetime
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).isoformat(
+        timespec="seconds").replace("+00:00", "Z")

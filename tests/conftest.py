@@ -1,0 +1,86 @@
+"""Every test gets its own database and a clean environment: no test touches
+a real one, and nothing reaches the network."""
+
+import io
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import import_module
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "bin")
+PROGRAMS = ("fork", "kill", "ps", "send", "mail", "replay", "run", "wait")
+CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+         "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "AGENTCTL_DEBUG", "NO_COLOR")
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    db = tmp_path / "agents.db"
+    monkeypatch.setenv("AGENTCTL_DB", str(db))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    for name in CLEAN:
+        monkeypatch.delenv(name, raising=False)
+    return db
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self):
+        return self.out.splitlines()
+
+
+def agent(program, *args, stdin=b"", capsys=None):
+    """Run a program in-process, as its console script would: returns
+    (exit status, stdout, stderr)."""
+    module = import_module(f"agentctl.cli.{program}")
+    old_in, old_out, old_err = sys.stdin, sys.stdout, sys.stderr
+    out, err = io.BytesIO(), io.BytesIO()
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin if isinstance(stdin, bytes)
+                                            else stdin.encode()), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
+    wrappers = (sys.stdin, sys.stdout, sys.stderr)
+    try:
+        code = module.main([str(a) for a in args])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdin, sys.stdout, sys.stderr = old_in, old_out, old_err
+        for wrapper in wrappers:
+            wrapper.detach()     # else closing the wrapper closes the buffer
+    return Result(code, out.getvalue().decode("utf-8", "replace"),
+                  err.getvalue().decode("utf-8", "replace"))
+
+
+def shell(script, env=None, timeout=120, stdin=subprocess.DEVNULL):
+    """Run a shell script with the checkout's bin/ first on PATH."""
+    full = dict(os.environ)
+    full["PATH"] = BIN + os.pathsep + os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    full.update(env or {})
+    proc = subprocess.run(["bash", "-c", script], env=full, stdin=stdin, timeout=timeout,
+                          capture_output=True, text=True)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def conn(home):
+    from agentctl.db import connect
+    c = connect(str(home))
+    yield c
+    c.close()
+
+
+def fork(*args, stdin=b""):
+    """agent-fork that must succeed; returns the child's id."""
+    result = agent("fork", *args, stdin=stdin)
+    assert result.code == 0, result.err
+    return result.out.strip()

@@ -1,0 +1,150 @@
+"""The database: where it lives, how it is opened, migrated and refused."""
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from agentctl import db, migrations
+from agentctl.errors import DatabaseFault
+
+from .conftest import ROOT, agent
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_path_from_flag_env_then_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_DB", "/from/env.db")
+    assert db.resolve_path("/from/flag.db") == "/from/flag.db"
+    assert db.resolve_path() == "/from/env.db"
+    monkeypatch.delenv("AGENTCTL_DB")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert db.resolve_path() == str(tmp_path / "data" / "agentctl" / "agents.db")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert db.resolve_path() == str(tmp_path / ".local/share/agentctl/agents.db")
+
+
+def test_created_private_with_wal_and_shm_private_too(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTCTL_DB")
+    result = agent("fork", "-n", "a")
+    assert result.code == 0
+    path = tmp_path / "xdg" / "agentctl" / "agents.db"
+    assert mode(path.parent) == 0o700 and mode(path) == 0o600
+    conn = db.connect(str(path))
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO events (agent_id, kind, created_at) VALUES ('AAAAAAAAAAAAAAAAAAAAAA', 'x', 0)")
+    conn.execute("COMMIT")
+    for suffix in ("-wal", "-shm"):
+        assert mode(str(path) + suffix) == 0o600
+    conn.close()
+
+
+def test_db_flag_wins(tmp_path):
+    other = tmp_path / "other.db"
+    assert agent("fork", "--db", other, "-n", "x").code == 0
+    assert agent("ps", "--db", other, "-q").lines[1:] != []
+    assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
+
+
+def test_pragmas(conn):
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+
+
+def test_migrations_named_recorded_and_counted(conn):
+    names = [r[0] for r in conn.execute(
+        "SELECT name FROM _sqlite_migrations WHERE migration_set = 'agentctl' ORDER BY id")]
+    assert names == [m.name for m in migrations.MIGRATIONS._migrations]
+    assert migrations.count() == db.SCHEMA_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+    assert [tuple(r) for r in conn.execute("SELECT name, role FROM agents")] == [("init", "kernel")]
+
+
+def test_up_to_date_open_does_not_import_sqlite_utils(home):
+    db.connect(str(home)).close()
+    code = ("import sys; from agentctl.db import connect; connect(sys.argv[1]); "
+            "print('sqlite_utils' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(home)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.stdout == "False\n", out.stderr
+
+
+def test_newer_schema_is_refused(home):
+    db.connect(str(home)).close()
+    raw = sqlite3.connect(home)
+    raw.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
+    raw.close()
+    result = agent("ps")
+    assert result.code == 74
+    assert result.err == (f"agent-ps: {home}: written by a newer agentctl (schema "
+                          f"{db.SCHEMA_VERSION + 1}, this one knows {db.SCHEMA_VERSION}); "
+                          "upgrade agentctl\n")
+
+
+def test_not_a_database(home):
+    home.write_bytes(b"this is not sqlite, just some text\n" * 200)
+    result = agent("ps")
+    assert result.code == 74
+    assert result.err.startswith(f"agent-ps: {home}: not an agentctl database")
+    assert result.err.count("\n") == 1
+    assert home.read_bytes().startswith(b"this is not sqlite")
+
+
+def test_read_only_database(home):
+    if os.geteuid() == 0:
+        # root writes through file modes; a read-only mount is what refuses root
+        uri_home = f"file:{home}?mode=ro"
+        db.connect(str(home)).close()
+        with pytest.raises(DatabaseFault, match="read-only"):
+            conn = sqlite3.connect(uri_home, uri=True, isolation_level=None)
+            try:
+                conn.execute("INSERT INTO events (agent_id, kind, created_at) "
+                             "VALUES ('AAAAAAAAAAAAAAAAAAAAAA', 'x', 0)")
+            except sqlite3.Error as e:
+                raise db.fault(e)
+        return
+    db.connect(str(home)).close()
+    os.chmod(home, 0o400)
+    result = agent("fork", "-n", "x")
+    assert result.code == 74 and "read-only" in result.err
+
+
+def test_directory_that_cant_be_made(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = agent("ps", "--db", blocker / "sub" / "agents.db")
+    assert result.code == 74
+    assert result.err == (f"agent-ps: {blocker}/sub/agents.db: can't create the database: "
+                          "Not a directory\n")
+
+
+def test_locked_longer_than_busy_timeout_is_tempfail(home, monkeypatch):
+    db.connect(str(home)).close()
+    holder = sqlite3.connect(home, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", "0.2")
+    try:
+        result = agent("fork", "-n", "x")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.code == 75
+    assert result.err == f"agent-fork: database is locked (gave up after 0.2s)\n"
+    assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
+
+
+def test_first_open_by_many_processes_at_once(home):
+    code = "import sys; from agentctl.db import connect; connect(sys.argv[1]).close()"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(home)], cwd=ROOT,
+                              stderr=subprocess.PIPE) for _ in range(8)]
+    assert [p.wait() for p in procs] == [0] * 8, [p.stderr.read() for p in procs]
+    conn = db.connect(str(home))
+    assert conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == db.SCHEMA_VERSION

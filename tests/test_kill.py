@@ -1,0 +1,128 @@
+"""agent-kill: signals, cascade, zombies, reparenting, events."""
+
+from agentctl import registry
+from agentctl.ids import INIT_ID
+
+from .conftest import agent, fork
+
+
+def status(conn, ref):
+    return registry.resolve(conn, ref)["status"]
+
+
+def events(conn, agent_id, kind):
+    return [tuple(r) for r in conn.execute(
+        "SELECT detail, actor_id FROM events WHERE agent_id = ? AND kind = ? ORDER BY id",
+        (agent_id, kind))]
+
+
+def test_term_makes_a_zombie_of_an_operators_agent(conn):
+    a = fork("-n", "a")
+    result = agent("kill", "a")
+    assert (result.code, result.out, result.err) == (0, "", "")
+    row = registry.get(conn, a)
+    assert (row["status"], row["exit_code"], row["exit_signal"]) == ("Z", 143, "TERM")
+    assert events(conn, a, "signal") == [("TERM", None)]
+
+
+def test_child_of_a_dead_parent_dies_without_zombie(conn):
+    fork("-n", "p")
+    c = fork("-p", "p", "-n", "c")
+    agent("kill", "-s", "KILL", "p")
+    agent("wait", "p")
+    agent("kill", "c")
+    # c was reparented to init when p exited, so it is init's zombie now
+    assert registry.get(conn, c)["parent_id"] == INIT_ID
+    assert status(conn, "c") == "Z"
+
+
+def test_exit_notifies_the_lifecycle_parent(conn):
+    fork("-n", "lead")
+    w = fork("-p", "lead", "-n", "w")
+    agent("kill", "w")
+    assert status(conn, "w") == "Z"
+    mail = conn.execute("SELECT sender_id, kind, body FROM mail WHERE recipient_id = "
+                        "(SELECT id FROM agents WHERE name = 'lead')").fetchall()
+    assert [tuple(m)[:2] for m in mail] == [(w, "exit")]
+    assert mail[0]["body"] == f"w ({w}) was killed by TERM; exit status 143"
+    # children of init notify no one
+    assert conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ?", (INIT_ID,)).fetchone()[0] == 0
+
+
+def test_cascade_kills_the_whole_tree_and_only_the_top_is_a_zombie(conn):
+    top = fork("-n", "top")
+    chain = [top]
+    for _ in range(300):                      # no depth cap
+        chain.append(fork("-p", chain[-1]))
+    side = fork("-p", "top")
+    assert agent("kill", "--cascade", "top").code == 0
+    assert status(conn, "top") == "Z"
+    assert {registry.get(conn, i)["status"] for i in chain[1:] + [side]} == {"X"}
+    # nobody was told but init's collector (the operator): no mail to the dead
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+
+
+def test_orphans_go_to_the_nearest_live_ancestor(conn):
+    g = fork("-n", "g")
+    p = fork("-p", "g", "-n", "p")
+    c1 = fork("-p", "p")
+    c2 = fork("-p", "p")
+    agent("kill", "p")
+    for c in (c1, c2):
+        assert registry.get(conn, c)["parent_id"] == g
+        assert events(conn, c, "reparent") == [(f"{p} {g}", None)]
+    # the history parent never changes
+    assert registry.get(conn, c1)["forked_from"] == p
+
+
+def test_stop_and_cont(conn):
+    fork("-n", "a")
+    assert agent("kill", "-s", "STOP", "a").code == 0
+    assert status(conn, "a") == "T"
+    assert agent("kill", "-s", "sigcont", "a").code == 0
+    assert status(conn, "a") == "S"
+    assert agent("kill", "-s", "19", "a").code == 0
+    assert status(conn, "a") == "T"
+
+
+def test_hup_records_a_clear_and_replay_skips_what_came_before(conn):
+    fork("-n", "a", "old context")
+    assert agent("kill", "-s", "HUP", "a").code == 0
+    assert agent("replay", "a").out == ""
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM messages ORDER BY id")]
+    assert kinds == ["user", "clear"]
+
+
+def test_init_cant_be_killed_but_cascade_reaches_its_children(conn):
+    a = fork("-n", "a")
+    result = agent("kill", "init")
+    assert (result.code, result.err) == (3, "agent-kill: init can't be killed\n")
+    assert agent("kill", "-s", "STOP", "init").code == 3
+    result = agent("kill", "--cascade", "init")
+    assert result.code == 3
+    assert result.err == "agent-kill: init can't be killed (its 1 descendants were signalled)\n"
+    assert status(conn, "init") == "S" and registry.get(conn, a)["status"] == "Z"
+
+
+def test_errors_and_stdin():
+    a = fork("-n", "a")
+    b = fork("-n", "b")
+    result = agent("kill", "-s", "BOGUS", "a")
+    assert (result.code, result.err) == (2, "agent-kill: unknown signal: BOGUS (one of HUP, KILL, TERM, CONT, STOP)\n")
+    result = agent("kill", "nobody", "a")
+    assert (result.code, result.err) == (1, "agent-kill: no such agent: nobody\n")
+    result = agent("kill", "a")
+    assert (result.code, result.err) == (3, "agent-kill: a: already exited\n")
+    result = agent("kill", stdin=f"{b}\n")
+    assert result.code == 0
+    assert agent("kill").err == "agent-kill: missing AGENT: nothing on stdin\n"
+    assert agent("kill").code == 2
+    assert a != b
+
+
+def test_actor_is_recorded(conn, monkeypatch):
+    boss = fork("-n", "boss")
+    w = fork("-p", "boss")
+    monkeypatch.setenv("AGENT_ID", boss)
+    agent("kill", "-s", "STOP", w)
+    assert events(conn, w, "signal") == [("STOP", boss)]

@@ -1,0 +1,68 @@
+"""agent-ps: columns, the tree, formats, filters."""
+
+import json
+import re
+
+from .conftest import agent, fork
+
+
+def setup_tree():
+    lead = fork("-n", "lead", "-r", "lead", "plan")
+    w1 = fork("-p", "lead", "-n", "w1", "-r", "worker", "job")
+    w2 = fork("-p", "w1", "-n", "w2", "-r", "worker")
+    return lead, w1, w2
+
+
+def test_table_lists_the_living_with_default_columns():
+    setup_tree()
+    lines = agent("ps").lines
+    assert lines[0].split() == ["ID", "NAME", "PARENT", "STAT", "ROLE", "MSGS", "MAIL", "AGE"]
+    assert [line.split()[1:6] for line in lines[1:]] == [
+        ["init", "-", "S", "kernel", "0"],
+        ["lead", "init", "S", "lead", "1"],
+        ["w1", "lead", "S", "worker", "1"],
+        ["w2", "w1", "S", "worker", "0"]]
+
+
+def test_forest_indents_by_depth():
+    setup_tree()
+    names = [re.match(r"\S+  ( *(?:\\_ )?\S+)", line).group(1)
+             for line in agent("ps", "-f").lines[1:]]
+    assert names == ["init", "\\_ lead", "    \\_ w1", "        \\_ w2"]
+
+
+def test_all_includes_the_dead():
+    lead, w1, w2 = setup_tree()
+    agent("kill", "--cascade", "w1")
+    agent("wait", "w1")
+    assert agent("ps", "-q").lines[1:] == [lead]
+    assert agent("ps", "-a", "-q").lines[1:] == [lead, w1, w2]
+
+
+def test_machine_formats():
+    lead, w1, w2 = setup_tree()
+    rows = json.loads(agent("ps", "--format", "json", "--role", "worker").out)
+    assert [r["id"] for r in rows] == [w1, w2]
+    assert set(rows[0]) == {"id", "name", "parent", "stat", "role", "msgs", "mail", "age"}
+    assert rows[0]["parent"] == lead and rows[0]["msgs"] == 1
+    lines = agent("ps", "--format", "jsonl", "--parent", "lead").lines
+    assert [json.loads(line)["id"] for line in lines] == [w1]
+    tsv = agent("ps", "--format", "tsv", "-o", "id,name,stat").lines
+    assert tsv[0] == "id\tname\tstat" and tsv[-1] == f"{w2}\tw2\tS"
+    assert agent("ps", "--format", "tsv", "--no-headers", "-o", "name").lines[-1] == "w2"
+    assert agent("ps", "-q", "--role", "worker").out == f"{w1}\n{w2}\n"
+    assert agent("ps", "-0", "--role", "worker").out == f"{w1}\0{w2}\0"
+    tree = json.loads(agent("ps", "-f", "--format", "json", "-o", "name").out)
+    assert tree == [{"name": "init", "depth": 0}, {"name": "lead", "depth": 1},
+                    {"name": "w1", "depth": 2}, {"name": "w2", "depth": 3}]
+
+
+def test_filters_and_errors():
+    setup_tree()
+    agent("kill", "-s", "STOP", "w2")
+    assert [line.split()[1] for line in agent("ps", "--status", "T").lines[1:]] == ["w2"]
+    assert agent("ps", "--status", "Q").err == "agent-ps: unknown status: Q (R, S, T, Z or X)\n"
+    result = agent("ps", "-o", "id,bogus")
+    assert result.code == 2 and result.err.startswith("agent-ps: unknown column: bogus (one of id,")
+    assert agent("ps", "--format", "xml").code == 2
+    assert agent("ps", "--parent", "nobody").code == 1

@@ -1,0 +1,173 @@
+"""Delta history and replay: the worked examples of the design, and a property
+test against a naive model that copies whole histories."""
+
+import json
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from agentctl import context, history, registry
+from agentctl.db import connect, transaction
+from agentctl.ids import INIT_ID
+
+from .conftest import agent, fork
+
+
+def append(conn, agent_id, kind="user", content="m"):
+    with transaction(conn):
+        return history.append(conn, agent_id, kind, content)
+
+
+def ranges(conn, agent_id):
+    return history.ranges(conn, registry.get(conn, agent_id))
+
+
+def ids(conn, agent_id):
+    return [m["id"] for m in history.replay(conn, registry.get(conn, agent_id))]
+
+
+def test_example_fork_without_clear(conn):
+    # root --- m1 --- m2 --- m3 --- m4 --- m5 ; child forked at m3: m6, m7
+    root = fork("-n", "root")
+    for _ in range(5):
+        append(conn, root)
+    child = fork("-p", "root", "--at", "3")
+    append(conn, child)
+    append(conn, child)
+    assert ranges(conn, child) == [(root, 0, 3), (child, 0, None)]
+    assert ids(conn, child) == [1, 2, 3, 6, 7]
+    result = agent("replay", "--ranges", child)
+    assert result.lines == [f"{root}\t0\t3", f"{child}\t0\t-"]
+
+
+def test_example_fork_with_clear_in_parent(conn):
+    # root --- m1 --- clear(m2) --- m3 --- m4 ; child forked at m4: m5, m6
+    root = fork("-n", "root")
+    append(conn, root)
+    append(conn, root, "clear")
+    append(conn, root)
+    append(conn, root)
+    child = fork("-p", "root")
+    append(conn, child)
+    append(conn, child)
+    assert ranges(conn, child) == [(root, 2, 4), (child, 0, None)]
+    assert ids(conn, child) == [3, 4, 5, 6]
+
+
+def test_compaction_starts_the_context_and_is_part_of_it(conn):
+    a = fork("-n", "a")
+    append(conn, a)
+    summary = append(conn, a, "compaction", "summary")
+    append(conn, a)
+    assert ids(conn, a) == [summary, summary + 1]
+
+
+def test_fork_point_in_an_inherited_message_bounds_every_ancestor(conn):
+    gp = fork("-n", "gp")
+    m1, m2 = append(conn, gp), append(conn, gp)
+    parent = fork("-p", "gp")              # forked at m2
+    append(conn, gp)                       # gp goes on: not the parent's
+    own = append(conn, parent)
+    child = fork("-p", parent, "--at", str(m1))
+    assert ids(conn, parent) == [m1, m2, own]
+    assert ids(conn, child) == [m1]
+
+
+def test_fork_at_a_message_outside_the_parents_history_is_refused(conn):
+    a = fork("-n", "a")
+    b = fork("-n", "b")
+    theirs = append(conn, b)
+    result = agent("fork", "-p", a, "--at", theirs)
+    assert result.code == 2
+    assert result.err == f"agent-fork: message {theirs} is not in the history of a\n"
+
+
+def test_replay_formats(conn):
+    a = fork("-n", "a", "-s", "Be brief.", "hello")
+    with transaction(conn):
+        history.append(conn, a, "assistant", "")
+        history.append(conn, a, "tool_call", '{"x": 1}', tool_name="ps", tool_call_id="c1")
+        history.append(conn, a, "tool_result", "ok", tool_name="ps", tool_call_id="c1")
+        history.append(conn, a, "assistant", "done")
+    openai = json.loads(agent("replay", "--format", "openai", "a").out)
+    assert openai == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ps", "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": "done"},
+    ]
+    records = [json.loads(line) for line in agent("replay", "--format", "jsonl", "a").lines]
+    assert [r["kind"] for r in records] == ["system", "user", "assistant", "tool_call",
+                                           "tool_result", "assistant"]
+    assert records[0]["id"] is None and records[1]["id"] == 1
+    text = agent("replay", "a").out
+    assert text.startswith("# system prompt\nBe brief.\n\n#1 user @a\nhello\n")
+    assert "#3 tool_call @a ps [c1]\n{\"x\": 1}\n" in text
+
+
+def test_replay_of_unknown_agent(conn):
+    result = agent("replay", "nobody")
+    assert (result.code, result.err) == (1, "agent-replay: no such agent: nobody\n")
+
+
+def test_each_range_is_one_indexed_query(conn):
+    a = fork("-n", "a")
+    append(conn, a)
+    plans = []
+    for owner, after, through in history.ranges(conn, registry.get(conn, a)):
+        sql = ("SELECT * FROM messages WHERE agent_id = ? AND id > ? AND id <= ? ORDER BY id")
+        plans += [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql,
+                                                 (owner, after, through or 0))]
+    assert plans and all("USING INDEX messages_agent" in p or "USING PRIMARY KEY" in p
+                         for p in plans), plans
+
+
+# -- property: replay equals a naive model that copies full histories -------
+
+operations = st.lists(st.tuples(
+    st.sampled_from(["say", "say", "say", "clear", "compact", "fork", "fork_at"]),
+    st.integers(min_value=0, max_value=10 ** 6),
+    st.integers(min_value=0, max_value=10 ** 6)), min_size=1, max_size=60)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations)
+def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
+    conn = connect(str(tmp_path_factory.mktemp("prop") / "p.db"))
+    init = registry.get(conn, INIT_ID)
+    agents = []
+    model = {}          # agent id -> the full list of message ids in its context
+    with transaction(conn):
+        first = registry.fork(conn, init)
+    agents.append(first)
+    model[first] = []
+    for op, pick, point in ops:
+        target = agents[pick % len(agents)]
+        with transaction(conn):
+            if op == "say":
+                mid = history.append(conn, target, "user", "x")
+                model[target] = model[target] + [mid]
+            elif op == "clear":
+                history.append(conn, target, "clear")
+                model[target] = []
+            elif op == "compact":
+                mid = history.append(conn, target, "compaction", "s")
+                model[target] = [mid]
+            elif op == "fork":
+                child = registry.fork(conn, registry.get(conn, target))
+                agents.append(child)
+                model[child] = list(model[target])
+            else:
+                seen = model[target]
+                if not seen:
+                    continue
+                at = seen[point % len(seen)]
+                child = registry.fork(conn, registry.get(conn, target), at=at)
+                agents.append(child)
+                model[child] = [m for m in seen if m <= at]
+    for agent_id in agents:
+        got = [m["id"] for m in history.replay(conn, registry.get(conn, agent_id))]
+        assert got == model[agent_id]
+        assert context.build(conn, registry.get(conn, agent_id))[1] is not None
+    conn.close()
