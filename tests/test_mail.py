@@ -1,0 +1,152 @@
+"""agent-send and agent-mail: delivery, reading, selective receive, waiting."""
+
+import json
+import threading
+import time
+
+from agentctl.mail import MAX_BODY
+
+from .conftest import agent, fork, shell
+
+
+def unread(conn, name):
+    return conn.execute("SELECT count(*) FROM mail m JOIN agents a ON a.id = m.recipient_id "
+                        "WHERE a.name = ? AND m.read_at IS NULL", (name,)).fetchone()[0]
+
+
+def test_send_prints_ids_and_mail_lists_unread(conn):
+    fork("-n", "box")
+    assert agent("send", "box", "hello there\nsecond line").out == "1\n"
+    assert agent("send", "box", "-", stdin="from stdin").out == "2\n"
+    assert agent("send", "box", stdin="no dash, a pipe").out == "3\n"
+    lines = agent("mail", "box").lines
+    assert lines[0].split() == ["ID", "FROM", "AGE", "SUBJECT"]
+    assert [line.split(None, 3)[3] for line in lines[1:]] == ["hello there", "from stdin", "no dash, a pipe"]
+    assert [line.split()[1] for line in lines[1:]] == ["-", "-", "-"]
+
+
+def test_send_to_several_and_from(conn, monkeypatch):
+    a, b = fork("-n", "a"), fork("-n", "b")
+    assert agent("send", "--from", "a", "b", "init", "hi").out == "1\n2\n"
+    rows = json.loads(agent("mail", "b", "--format", "json", "-o", "id,from,to,kind,subject").out)
+    assert rows == [{"id": 1, "from": a, "to": b, "kind": "mail", "subject": "hi"}]
+    monkeypatch.setenv("AGENT_ID", "b")
+    agent("send", "a", "from self")
+    assert json.loads(agent("mail", "a", "--format", "jsonl", "-o", "from").out) == {"from": b}
+
+
+def test_send_refusals(conn):
+    fork("-n", "a")
+    assert (agent("send", "nobody", "x").code, agent("send", "nobody", "x").err) == \
+        (1, "agent-send: no such agent: nobody\n")
+    assert agent("send", "a", "   ").err == "agent-send: empty body\n"
+    assert agent("send", "a", "").code == 2
+    big = "x" * (MAX_BODY + 1)
+    result = agent("send", "a", "-", stdin=big)
+    assert (result.code, result.err) == (2, f"agent-send: body too long: {MAX_BODY + 1} bytes (at most {MAX_BODY})\n")
+    agent("kill", "a")
+    result = agent("send", "a", "x")
+    assert (result.code, result.err) == (3, "agent-send: a: can't receive mail: it has exited\n")
+    assert agent("send").code == 2
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+
+
+def test_check_counts_and_exit_status(conn):
+    fork("-n", "a")
+    result = agent("mail", "-c", "a")
+    assert (result.code, result.out) == (1, "0\n")
+    agent("send", "a", "x")
+    result = agent("mail", "-c", "a")
+    assert (result.code, result.out) == (0, "1\n")
+
+
+def test_read_marks_exactly_those_and_peek_marks_none(conn):
+    fork("-n", "a")
+    for text in ("one", "two", "three"):
+        agent("send", "a", text)
+    assert agent("mail", "-r", "--peek", "a").out.count("--- mail") == 3
+    assert unread(conn, "a") == 3
+    out = agent("mail", "-r", "a", "2").out
+    assert out.startswith("--- mail 2 from - at ") and out.endswith(" ---\ntwo\n")
+    assert [line.split()[0] for line in agent("mail", "a").lines[1:]] == ["1", "3"]
+    agent("mail", "-r", "a")
+    assert unread(conn, "a") == 0
+    assert agent("mail", "a").out == ""                  # never listed as unread again
+    assert len(agent("mail", "-a", "a").lines) == 4
+    result = agent("mail", "-r", "a", "99")
+    assert (result.code, result.err) == (1, "agent-mail: no such mail for a: 99\n")
+
+
+def test_selective_receive_leaves_the_rest_unread(conn):
+    fork("-n", "a")
+    fork("-n", "w")
+    agent("send", "a", "from operator")
+    agent("send", "--from", "w", "a", "from w")
+    result = agent("mail", "-r", "--from", "w", "a")
+    assert "from w" in result.out and "from operator" not in result.out
+    assert agent("mail", "-q", "a").out == "1\n"
+    assert agent("mail", "-c", "--from", "w", "a").code == 1
+    assert agent("mail", "-c", "--from", "-", "a").out == "1\n"
+
+
+def test_mail_usage_errors(conn):
+    assert agent("mail").err == "agent-mail: missing AGENT (and AGENT_ID is not set)\n"
+    assert agent("mail", "3").code == 2
+    assert agent("mail", "nobody").code == 1
+    assert agent("mail", "--wait", "-1", "init").code == 2
+
+
+def test_wait_blocks_until_mail_arrives(conn):
+    fork("-n", "a")
+    assert agent("mail", "--wait", "0.3", "-c", "a").code == 1
+    timer = threading.Timer(0.4, lambda: shell("agent-send a late"))
+    started = time.monotonic()
+    timer.start()
+    result = agent("mail", "--wait", "10", "-c", "a")
+    elapsed = time.monotonic() - started
+    timer.join()
+    assert result.code == 0 and result.out == "1\n"
+    assert 0.3 < elapsed < 5
+
+
+def test_wait_does_not_burn_cpu(conn):
+    fork("-n", "a")
+    result = shell("/usr/bin/time -f '%U %S' agent-mail --wait 2 -c a")
+    user, system = map(float, result.err.split()[-2:])
+    assert result.code == 1
+    assert user + system < 0.5
+
+
+def test_bulk_jsonl(conn):
+    fork("-n", "a")
+    fork("-n", "b")
+    lines = "".join(json.dumps({"to": to, "body": f"n{i}"}) + "\n"
+                    for i, to in enumerate(["a", "b"] * 1500))
+    result = agent("send", "--jsonl", stdin=lines + json.dumps({"to": "a", "body": "x", "from": "b"}) + "\n")
+    assert result.code == 0 and len(result.lines) == 3001
+    assert unread(conn, "a") == 1501 and unread(conn, "b") == 1500
+
+
+def test_bulk_bad_line_delivers_nothing_of_its_batch(conn):
+    fork("-n", "a")
+    good = json.dumps({"to": "a", "body": "ok"}) + "\n"
+    for bad, message in [("{not json\n", "line 3: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+                         (json.dumps({"to": "a"}) + "\n", 'line 3: want an object with string "to" and "body"'),
+                         (json.dumps({"to": "zz", "body": "x"}) + "\n", "line 3: no such agent: zz"),
+                         (json.dumps({"to": "a", "body": " "}) + "\n", "line 3: empty body")]:
+        result = agent("send", "--jsonl", stdin=good * 2 + bad + good)
+        assert result.err == f"agent-send: {message}\n"
+        assert result.code in (1, 2) and result.out == ""
+        assert unread(conn, "a") == 0
+
+
+def test_eight_processes_two_hundred_mails_each(conn):
+    fork("-n", "target")
+    script = ("seq 8 | xargs -P 8 -I{} sh -c "
+              "'for i in $(seq 200); do agent-send target \"m {} $i\" >/dev/null || exit 1; done'")
+    result = shell(script, timeout=300)
+    assert result.code == 0, result.err
+    assert "locked" not in result.err and result.err == ""
+    assert unread(conn, "target") == 1600
+    bodies = {r[0] for r in conn.execute("SELECT body FROM mail")}
+    assert len(bodies) == 1600
