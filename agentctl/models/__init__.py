@@ -1,0 +1,33 @@
+"""Models: turn a conversation into one reply.
+
+    get_model("openai:gpt-4o-mini").complete(messages, tools, on_text=None) -> Reply
+
+Messages and tools are always in OpenAI Chat Completions form; each provider converts. Provider
+modules are imported only by get_model, so importing this package costs no network library.
+"""
+
+from ..errors import UsageError
+from .base import Model, ModelError, Reply, ToolCall
+
+__all__ = ["Model", "ModelError", "Reply", "ToolCall", "get_model"]
+
+EXPECTED = "expected openai:NAME, anthropic:NAME, echo or scripted:FILE"
+
+
+def get_model(spec):
+    """The Model named by `spec`; UsageError for a name no provider answers to."""
+    if spec == "echo":
+        from .offline import EchoModel
+        return EchoModel()
+    provider, colon, rest = (spec or "").partition(":")
+    if colon and rest.strip() == rest and rest:
+        if provider == "openai":
+            from .openai import OpenAIModel
+            return OpenAIModel(rest)
+        if provider == "anthropic":
+            from .anthropic import AnthropicModel
+            return AnthropicModel(rest)
+        if provider == "scripted":
+            from .offline import ScriptedModel
+            return ScriptedModel(rest)
+    raise UsageError(f"unknown model: {spec} ({EXPECTED})")

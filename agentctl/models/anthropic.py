@@ -1,0 +1,235 @@
+"""anthropic:MODEL — the Messages API at ANTHROPIC_BASE_URL.
+
+The conversation arrives in OpenAI form and is converted here: system messages become the top-level
+system string, tool calls become tool_use blocks, tool results become tool_result blocks in a user
+message, and neighbouring messages of one role are merged, since the API wants roles to alternate.
+"""
+
+import json
+
+from ..errors import AgentctlError
+from .base import Model, ModelError, Reply, ToolCall, Transient, load_json, make_usage
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
+                "max_tokens": "length", "refusal": "content_filter"}
+# Error types that a stream may report after a 200 and that are worth another try.
+TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+class AnthropicModel(Model):
+    provider = "anthropic"
+
+    def __init__(self, model):
+        self.model = model
+        self.name = f"anthropic:{model}"
+        self._client = None
+
+    def check(self):
+        self._endpoint()
+
+    def _endpoint(self):
+        # Imported here, not at the top: requests costs more start-up time than get_model should.
+        from . import http
+        url = http.base_url("ANTHROPIC_BASE_URL", DEFAULT_BASE_URL)
+        key = http.api_key("ANTHROPIC_API_KEY", url, self.name)
+        max_tokens = http.env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)
+        return url + "/v1/messages", key, max_tokens
+
+    def complete(self, messages, tools, on_text=None):
+        from . import http
+        if self._client is None:
+            self._client = http.Client(self.provider)
+        url, key, max_tokens = self._endpoint()
+        headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
+        if key:
+            headers["x-api-key"] = key
+        body = request_body(self.model, messages, tools, max_tokens, stream=on_text is not None)
+
+        def read(response):
+            return http.read_reply(response, on_text,
+                                   lambda obj: parse_message(obj, messages),
+                                   lambda events: read_stream(events, messages, on_text))
+
+        return self._client.post(url, headers, body, read, secret=key)
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+def request_body(model, messages, tools, max_tokens, stream):
+    system, turns = convert_messages(messages)
+    body = {"model": model, "max_tokens": max_tokens, "messages": turns}
+    if system:
+        body["system"] = system
+    if tools:
+        body["tools"] = [convert_tool(t) for t in tools]
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def convert_tool(tool):
+    function = tool.get("function", tool)
+    return {"name": function["name"], "description": function.get("description") or "",
+            "input_schema": function.get("parameters") or {"type": "object", "properties": {}}}
+
+
+def convert_messages(messages):
+    """(system, messages) in Messages API form from OpenAI chat messages."""
+    system, turns = [], []
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content") or ""
+        if role in ("system", "developer"):
+            if content:
+                system.append(content)
+            continue
+        role, blocks = convert_message(role, message, content)
+        if not blocks:          # the API rejects empty messages and empty text blocks
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        # tool_result blocks must open the user message that answers the tool_use blocks.
+        turn["content"].sort(key=lambda block: block["type"] != "tool_result")
+    return "\n\n".join(system), turns
+
+
+def convert_message(role, message, content):
+    text = [{"type": "text", "text": content}] if content else []
+    if role == "user":
+        return "user", text
+    if role == "assistant":
+        return "assistant", text + [tool_use_block(c) for c in message.get("tool_calls") or ()]
+    if role == "tool":
+        block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id") or ""}
+        if content:
+            block["content"] = content
+        return "user", [block]
+    raise AgentctlError(f"anthropic: message with unknown role {role!r}")
+
+
+def tool_use_block(call):
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        arguments = None
+    # The API wants an object; a call the model botched (the caller has answered it with an
+    # error) is replayed with empty input rather than failing the whole request.
+    if not isinstance(arguments, dict):
+        arguments = {}
+    return {"type": "tool_use", "id": call.get("id") or "", "name": function.get("name") or "",
+            "input": arguments}
+
+
+# -- the reply -----------------------------------------------------------------------------------
+
+def stop_reason(raw, tool_calls):
+    if not raw:
+        return "tool_calls" if tool_calls else "stop"
+    return STOP_REASONS.get(raw, raw)
+
+
+def input_tokens(usage):
+    # Cached prompt tokens are counted apart by the API; the model read them all the same.
+    if not isinstance(usage.get("input_tokens"), int):
+        return None
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(usage[k] for k in keys if isinstance(usage.get(k), int))
+
+
+def parse_message(body, messages):
+    """The Reply in a plain (non-streamed) message object."""
+    content = body.get("content") if isinstance(body, dict) else None
+    if not isinstance(content, list):
+        raise Transient("malformed response (no content list)")
+    text = "".join(b.get("text") or "" for b in content if b.get("type") == "text")
+    calls = [ToolCall(b.get("id") or "", b.get("name") or "",
+                      json.dumps(b.get("input") or {}, ensure_ascii=False))
+             for b in content if b.get("type") == "tool_use"]
+    usage = body.get("usage") or {}
+    usage = make_usage(messages, text, calls, input_tokens(usage), usage.get("output_tokens"))
+    return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls))
+
+
+class StreamState:
+    """Accumulates Messages API stream events into a Reply."""
+
+    def __init__(self, on_text):
+        self.on_text = on_text
+        self.blocks = {}        # index -> content block, tool_use input gathered as JSON text
+        self.usage = {}
+        self.stop = None
+        self.done = False
+
+    def feed(self, event):
+        kind = event.get("type") if isinstance(event, dict) else None
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler:             # unknown events are skipped: the API may add new ones
+            handler(event)
+
+    def _on_message_start(self, event):
+        self.usage.update((event.get("message") or {}).get("usage") or {})
+
+    def _on_content_block_start(self, event):
+        block = dict(event.get("content_block") or {})
+        if block.get("type") == "tool_use":
+            block["json"] = []
+        self.blocks[event.get("index", len(self.blocks))] = block
+        if block.get("type") == "text" and block.get("text"):
+            self.on_text(block["text"])
+
+    def _on_content_block_delta(self, event):
+        block = self.blocks.setdefault(event.get("index", 0), {"type": "text", "text": ""})
+        delta = event.get("delta") or {}
+        if delta.get("type") == "text_delta" and delta.get("text"):
+            block["text"] = (block.get("text") or "") + delta["text"]
+            self.on_text(delta["text"])
+        elif delta.get("type") == "input_json_delta":
+            block.setdefault("json", []).append(delta.get("partial_json") or "")
+
+    def _on_message_delta(self, event):
+        self.stop = (event.get("delta") or {}).get("stop_reason") or self.stop
+        # Counts here are cumulative, so they replace those of message_start.
+        self.usage.update(event.get("usage") or {})
+
+    def _on_message_stop(self, event):
+        self.done = True
+
+    def _on_error(self, event):
+        error = event.get("error") or {}
+        kind, message = error.get("type") or "error", str(error.get("message") or "")
+        line = f"{kind}: {message.splitlines()[0][:200] if message else 'no message'}"
+        if kind in TRANSIENT_ERRORS:
+            raise Transient(line)
+        raise ModelError(f"model API error: anthropic: {line}")
+
+    def reply(self, messages):
+        blocks = [b for _, b in sorted(self.blocks.items())]
+        text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
+        calls = [ToolCall(b.get("id") or "", b.get("name") or "", tool_arguments(b))
+                 for b in blocks if b.get("type") == "tool_use"]
+        usage = make_usage(messages, text, calls, input_tokens(self.usage),
+                           self.usage.get("output_tokens"))
+        return Reply(text, calls, usage, stop_reason(self.stop, calls))
+
+
+def tool_arguments(block):
+    # A tool without parameters may get no input_json_delta at all: its input is the start's {}.
+    text = "".join(block.get("json") or ())
+    return text if text else json.dumps(block.get("input") or {})
+
+
+def read_stream(events, messages, on_text):
+    state = StreamState(on_text)
+    for _event, data in events:
+        if not state.done:      # read on to the end, so the connection can be reused
+            state.feed(load_json(data))
+    # message_stop is the end mark; a clean end after message_delta's stop_reason lost nothing.
+    if not (state.done or state.stop):
+        raise Transient("stream cut off before message_stop")
+    return state.reply(messages)

@@ -1,0 +1,103 @@
+"""What every model shares: the reply types, the error for a refused request, usage estimates.
+
+Kept free of requests and json: `import agentctl.models` must stay cheap, since the programs run in
+shell loops and most invocations never talk to a model.
+"""
+
+from dataclasses import dataclass, field
+
+from ..errors import AgentctlError
+
+UNAVAILABLE = 69    # EX_UNAVAILABLE: the API refused the request, and retrying won't change that
+
+
+class ModelError(AgentctlError):
+    """The model's API refused the request for good (400, 401, 404...): don't retry blindly."""
+
+    code = UNAVAILABLE
+
+
+class Transient(Exception):
+    """A fault worth another try (a cut stream, a malformed body, an overload notice).
+
+    Raised by the reply parsers and consumed by the retry loop; it never reaches a caller of
+    complete(): the loop turns a persistent one into TempFail.
+    """
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str      # the JSON text as the model wrote it; may be invalid, the caller validates
+
+
+@dataclass
+class Reply:
+    text: str
+    tool_calls: list = field(default_factory=list)
+    usage: dict = field(default_factory=dict)
+    stop_reason: str = "stop"
+
+
+class Model:
+    """A conversation in, one reply out. Subclasses: the API providers and the offline models."""
+
+    name = ""
+
+    def complete(self, messages, tools, on_text=None):
+        """Return the model's Reply to `messages` (OpenAI chat form), offering `tools` (OpenAI form).
+
+        With on_text, the reply is streamed and on_text(chunk) is called for each piece of text.
+        """
+        raise NotImplementedError
+
+    def check(self):
+        """Raise UsageError now when complete() is bound to fail for want of configuration.
+
+        Optional for callers: complete() checks again (the environment is read at call time).
+        """
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def estimate_tokens(chars):
+    # The usual rule of thumb for English text and code: about four characters a token.
+    return -(-chars // 4)
+
+
+def message_chars(messages):
+    total = 0
+    for message in messages:
+        total += len(message.get("content") or "")
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += len(function.get("name") or "") + len(function.get("arguments") or "")
+    return total
+
+
+def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None):
+    """The usage dict of a Reply: the API's counts where it gave them, estimates otherwise."""
+    estimated = False
+    if not isinstance(input_tokens, int):
+        input_tokens = estimate_tokens(message_chars(messages))
+        estimated = True
+    if not isinstance(output_tokens, int):
+        out_chars = len(text) + sum(len(c.name) + len(c.arguments) for c in tool_calls)
+        output_tokens = estimate_tokens(out_chars)
+        estimated = True
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "estimated": estimated}
+
+
+def load_json(data):
+    """Parse an API body or stream event; a malformed one is worth another try."""
+    import json     # here, not at the top: this module must stay cheap to import
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise Transient("malformed response (not JSON)") from None
+
+
+def default_stop(tool_calls):
+    return "tool_calls" if tool_calls else "stop"

@@ -1,0 +1,174 @@
+"""openai:MODEL — the Chat Completions API, spoken by OpenAI and by most local servers
+(vLLM, llama.cpp's llama-server, Ollama, LM Studio) at OPENAI_BASE_URL.
+"""
+
+import json
+import secrets
+
+from .base import Model, Reply, ToolCall, Transient, load_json, make_usage
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# What a request message may carry; anything else the caller keeps for itself stays home.
+MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same thing
+
+
+class OpenAIModel(Model):
+    provider = "openai"
+
+    def __init__(self, model):
+        self.model = model
+        self.name = f"openai:{model}"
+        self._client = None
+
+    def check(self):
+        self._endpoint()
+
+    def _endpoint(self):
+        # Imported here, not at the top: requests costs more start-up time than get_model should.
+        from . import http
+        url = http.base_url("OPENAI_BASE_URL", DEFAULT_BASE_URL)
+        key = http.api_key("OPENAI_API_KEY", url, self.name)
+        return url + "/chat/completions", key
+
+    def complete(self, messages, tools, on_text=None):
+        from . import http
+        if self._client is None:
+            self._client = http.Client(self.provider)
+        url, key = self._endpoint()
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        body = request_body(self.model, messages, tools, stream=on_text is not None)
+
+        def read(response):
+            return http.read_reply(response, on_text,
+                                   lambda obj: parse_completion(obj, messages),
+                                   lambda events: read_stream(events, messages, on_text))
+
+        return self._client.post(url, headers, body, read, secret=key)
+
+
+def request_body(model, messages, tools, stream):
+    body = {"model": model, "messages": [clean_message(m) for m in messages]}
+    if tools:       # some compatible servers reject an empty list
+        body["tools"] = tools
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def clean_message(message):
+    return {k: message[k] for k in MESSAGE_KEYS if k in message}
+
+
+def arguments_text(arguments):
+    # The standard says a string; a few compatible servers send the object itself.
+    if isinstance(arguments, str):
+        return arguments
+    return "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+
+
+def fresh_call_id():
+    # For servers that omit ids: the caller needs one to answer the call, unique in the history.
+    return "call_" + secrets.token_hex(12)
+
+
+def stop_reason(raw, tool_calls):
+    if not raw:
+        return "tool_calls" if tool_calls else "stop"
+    return STOP_REASONS.get(raw, raw)
+
+
+def usage_counts(usage):
+    usage = usage if isinstance(usage, dict) else {}
+    return usage.get("prompt_tokens"), usage.get("completion_tokens")
+
+
+def parse_completion(body, messages):
+    """The Reply in a plain (non-streamed) chat.completion object."""
+    try:
+        choice = body["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise Transient("malformed response (no choices[0].message)") from None
+    text = message.get("content") or ""
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        calls.append(ToolCall(call.get("id") or fresh_call_id(), function.get("name") or "",
+                              arguments_text(function.get("arguments"))))
+    usage = make_usage(messages, text, calls, *usage_counts(body.get("usage")))
+    return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls))
+
+
+class StreamState:
+    """Accumulates chat.completion.chunk objects into a Reply."""
+
+    def __init__(self, on_text):
+        self.on_text = on_text
+        self.text = []
+        self.calls = {}         # index -> {"id", "name", "arguments"}
+        self.usage = None
+        self.finish = None
+        self.done = False
+
+    def feed(self, chunk):
+        if not isinstance(chunk, dict):
+            raise Transient("malformed stream (a chunk is not an object)")
+        if chunk.get("error"):
+            # Errors inside a 200 stream come from the server's side of the generation.
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise Transient(f"error in stream: {str(message).splitlines()[0][:200]}")
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) == 0:
+                self._feed_choice(choice)
+
+    def _feed_choice(self, choice):
+        delta = choice.get("delta") or {}
+        text = delta.get("content")
+        if text:
+            self.text.append(text)
+            self.on_text(text)
+        for position, piece in enumerate(delta.get("tool_calls") or ()):
+            self._feed_call(piece, position)
+        if choice.get("finish_reason"):
+            self.finish = choice["finish_reason"]
+
+    def _feed_call(self, piece, position):
+        call = self.calls.setdefault(piece.get("index", position),
+                                     {"id": "", "name": "", "arguments": ""})
+        if piece.get("id"):
+            call["id"] = piece["id"]
+        function = piece.get("function") or {}
+        name = function.get("name")
+        # The name normally comes whole in the first piece; some servers repeat it in every one.
+        if name and name != call["name"]:
+            call["name"] += name
+        call["arguments"] += arguments_text(function.get("arguments"))
+
+    def reply(self, messages):
+        text = "".join(self.text)
+        calls = [ToolCall(c["id"] or fresh_call_id(), c["name"], c["arguments"])
+                 for _, c in sorted(self.calls.items())]
+        usage = make_usage(messages, text, calls, *usage_counts(self.usage))
+        return Reply(text, calls, usage, stop_reason(self.finish, calls))
+
+
+def read_stream(events, messages, on_text):
+    state = StreamState(on_text)
+    for _event, data in events:
+        if data.strip() == "[DONE]":
+            state.done = True
+        elif not state.done:    # read on to the end, so the connection can be reused
+            state.feed(load_json(data))
+    # [DONE] is the end mark, but a stream that ends cleanly after its finish_reason has lost
+    # nothing, and a lenient reader copes with compatible servers that skip the mark.
+    # Anything less is a cut stream, to be retried.
+    if not (state.done or state.finish):
+        raise Transient("stream cut off before [DONE]")
+    return state.reply(messages)

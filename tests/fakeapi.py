@@ -1,0 +1,332 @@
+"""A fake model API on 127.0.0.1 that speaks both wire formats, for the model tests.
+
+    POST /v1/chat/completions   OpenAI Chat Completions, plain JSON or an SSE stream ending in [DONE]
+    POST /v1/messages           Anthropic Messages, plain JSON or the event stream
+
+It records every request (path, headers, parsed body) and answers from a queue of behaviours:
+
+    fakeapi.reply("text", tool_calls=[("name", '{"raw": "json"}')], usage=(11, 7))
+    fakeapi.reply("text", cut_after=3)       # drop the connection after 3 stream events
+    fakeapi.reply("text", malformed=True)    # a body (or one stream event) that isn't JSON
+    fakeapi.reply("text", delay=1.0)         # answer only after the client has timed out
+    fakeapi.error(429, "slow down", retry_after=1)
+
+Test modules import the fixture: `from tests.fakeapi import fakeapi`.
+"""
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+OPENAI_KEY = "sk-test-openai-S3CRET-9f8e7d"
+ANTHROPIC_KEY = "sk-ant-test-S3CRET-1a2b3c"
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 429: "rate_limit_error", 500: "api_error",
+               503: "api_error", 529: "overloaded_error"}
+
+
+def split(text, pieces):
+    """text in `pieces` roughly equal parts (fewer if text is short), none empty."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // pieces))
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+class FakeAPI:
+    def __init__(self):
+        self.requests = []
+        self.queue = deque()
+        self.sockets = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.fake = self
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, **faults):
+        """Queue a reply. tool_calls: (name, arguments) pairs or (id, name, arguments) triples.
+
+        faults: cut_after=N events (clean=True ends the stream neatly but without its end mark),
+        malformed=True, delay=seconds before answering, stall_after=N events + stall=seconds,
+        error_event="overloaded_error" sent after cut_after events (Anthropic streams),
+        ignore_stream=True answers a stream request with a plain JSON body.
+        """
+        calls = []
+        for i, call in enumerate(tool_calls):
+            call_id, name, arguments = call if len(call) == 3 else (None, *call)
+            calls.append({"id": call_id, "name": name, "arguments": arguments, "index": i})
+        self.queue.append(dict(faults, text=text, calls=calls, usage=usage, pieces=pieces))
+        return self
+
+    def error(self, status, message="fake error", retry_after=None, times=1):
+        for _ in range(times):
+            self.queue.append({"status": status, "message": message, "retry_after": retry_after})
+        return self
+
+    @property
+    def last(self):
+        return self.requests[-1]
+
+    def close(self):
+        self.server.shutdown()
+        for sock in self.sockets:       # wake handler threads parked on keep-alive connections
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.server.server_close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10
+
+    def log_message(self, *args):
+        pass
+
+    def setup(self):
+        super().setup()
+        self.server.fake.sockets.append(self.connection)
+
+    def do_POST(self):
+        fake = self.server.fake
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.loads(raw)
+        fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
+                                                            self.headers.items()}, "body": body})
+        flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
+        behaviour = fake.queue.popleft() if fake.queue else {
+            "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
+        try:
+            if flavour is None:
+                self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+            elif "status" in behaviour:
+                self.send_error_reply(flavour, behaviour)
+            else:
+                time.sleep(behaviour.get("delay", 0))
+                if body.get("stream") and not behaviour.get("ignore_stream"):
+                    self.send_stream(flavour, behaviour, body)
+                else:
+                    self.send_plain(flavour, behaviour, body)
+        except OSError:         # the client gave up on us (a timeout test): nothing to do
+            self.close_connection = True
+
+    # -- plain responses ----------------------------------------------------------------------
+
+    def send_json(self, status, obj, headers=(), raw=None, cut=False):
+        data = raw if raw is not None else json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data[:len(data) // 2] if cut else data)
+        self.wfile.flush()
+        if cut:
+            self.drop()
+
+    def send_error_reply(self, flavour, behaviour):
+        status, message = behaviour["status"], behaviour["message"]
+        if flavour == "openai":
+            obj = {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"),
+                             "param": None, "code": None}}
+        else:
+            obj = {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"),
+                                              "message": message}}
+        retry_after = behaviour.get("retry_after")
+        headers = [("Retry-After", str(retry_after))] if retry_after is not None else []
+        self.send_json(status, obj, headers)
+
+    def send_plain(self, flavour, behaviour, body):
+        if behaviour.get("malformed"):
+            return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
+        render = openai_plain if flavour == "openai" else anthropic_plain
+        self.send_json(200, render(behaviour, body.get("model")),
+                       cut=behaviour.get("cut_after") is not None)
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def send_stream(self, flavour, behaviour, body):
+        if flavour == "openai":
+            include_usage = (body.get("stream_options") or {}).get("include_usage")
+            events = [f"data: {json.dumps(c)}\n\n" for c in
+                      openai_chunks(behaviour, body.get("model"), include_usage)]
+            events.append("data: [DONE]\n\n")
+        else:
+            events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in
+                      anthropic_events(behaviour, body.get("model"))]
+        if behaviour.get("malformed"):
+            events.insert(1, "data: {\"choices\": [{\"delta\": {\"content\": \"Hel\n\n")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        cut_after = behaviour.get("cut_after")
+        for number, event in enumerate(events):
+            if number == behaviour.get("stall_after"):
+                time.sleep(behaviour.get("stall", 0))
+            if number == cut_after:
+                return self.end_early(behaviour)
+            self.write_chunk(event.encode())
+        self.write_chunk(b"")
+
+    def end_early(self, behaviour):
+        if behaviour.get("error_event"):
+            error = {"type": "error", "error": {"type": behaviour["error_event"],
+                                                "message": "Overloaded"}}
+            self.write_chunk(f"event: error\ndata: {json.dumps(error)}\n\n".encode())
+        if behaviour.get("clean") or behaviour.get("error_event"):
+            self.write_chunk(b"")
+        else:
+            self.drop()
+
+    def write_chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def drop(self):
+        """Close the socket in the middle of a response, as a dying proxy would."""
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+
+
+# -- OpenAI wire format -----------------------------------------------------------------------
+
+def openai_usage(usage):
+    return {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1]}
+
+
+def openai_plain(b, model):
+    message = {"role": "assistant", "content": b["text"] or None, "refusal": None}
+    if b["calls"]:
+        message["tool_calls"] = [{"id": c["id"] or f"call_fake{c['index']}", "type": "function",
+                                  "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                 for c in b["calls"]]
+    obj = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,
+           "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                        "finish_reason": "tool_calls" if b["calls"] else "stop"}]}
+    if b["usage"]:
+        obj["usage"] = openai_usage(b["usage"])
+    return obj
+
+
+def openai_chunks(b, model, include_usage):
+    def chunk(delta, finish=None):
+        obj = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1700000000,
+               "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                            "finish_reason": finish}]}
+        if include_usage:
+            obj["usage"] = None
+        return obj
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in split(b["text"], b["pieces"])]
+    for c in b["calls"]:
+        head = {"index": c["index"], "id": c["id"] or f"call_fake{c['index']}", "type": "function",
+                "function": {"name": c["name"], "arguments": ""}}
+        chunks.append(chunk({"tool_calls": [head]}))
+        chunks += [chunk({"tool_calls": [{"index": c["index"], "function": {"arguments": piece}}]})
+                   for piece in split(c["arguments"], b["pieces"])]
+    chunks.append(chunk({}, "tool_calls" if b["calls"] else "stop"))
+    if include_usage and b["usage"]:
+        chunks.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                       "created": 1700000000, "model": model, "choices": [],
+                       "usage": openai_usage(b["usage"])})
+    return chunks
+
+
+# -- Anthropic wire format --------------------------------------------------------------------
+
+def anthropic_plain(b, model):
+    content = [{"type": "text", "text": b["text"]}] if b["text"] else []
+    content += [{"type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}",
+                 "name": c["name"], "input": json.loads(c["arguments"] or "{}")}
+                for c in b["calls"]]
+    obj = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+           "content": content, "stop_reason": "tool_use" if b["calls"] else "end_turn",
+           "stop_sequence": None}
+    if b["usage"]:
+        obj["usage"] = {"input_tokens": b["usage"][0], "output_tokens": b["usage"][1]}
+    return obj
+
+
+def anthropic_events(b, model):
+    usage = b["usage"]
+    start_usage = {"input_tokens": usage[0], "output_tokens": 1} if usage else {}
+    events = [{"type": "message_start", "message": {
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": start_usage}}]
+    index = 0
+    if b["text"]:
+        events.append({"type": "content_block_start", "index": 0,
+                       "content_block": {"type": "text", "text": ""}})
+        events.append({"type": "ping"})
+        events += [{"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": piece}}
+                   for piece in split(b["text"], b["pieces"])]
+        events.append({"type": "content_block_stop", "index": 0})
+        index = 1
+    for c in b["calls"]:
+        events.append({"type": "content_block_start", "index": index, "content_block": {
+            "type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}", "name": c["name"],
+            "input": {}}})
+        events += [{"type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece}}
+                   for piece in split(c["arguments"], b["pieces"])]
+        events.append({"type": "content_block_stop", "index": index})
+        index += 1
+    delta = {"type": "message_delta", "delta": {
+        "stop_reason": "tool_use" if b["calls"] else "end_turn", "stop_sequence": None}}
+    if usage:
+        delta["usage"] = {"output_tokens": usage[1]}
+    events += [delta, {"type": "message_stop"}]
+    return events
+
+
+@pytest.fixture
+def fakeapi(monkeypatch):
+    """A running FakeAPI, with the environment pointing both providers at it."""
+    api = FakeAPI()
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                 "all_proxy", "AGENTCTL_MAX_TOKENS", "AGENTCTL_RETRY_TRIES"):
+        monkeypatch.delenv(name, raising=False)
+    settings = {"OPENAI_BASE_URL": api.url + "/v1", "ANTHROPIC_BASE_URL": api.url,
+                "OPENAI_API_KEY": OPENAI_KEY, "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+                "NO_PROXY": "127.0.0.1,localhost", "AGENTCTL_RETRY_BACKOFF": "0.01",
+                "AGENTCTL_RETRY_SECONDS": "10", "AGENTCTL_HTTP_TIMEOUT": "0.5"}
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    yield api
+    api.close()
+
+
+# -- helpers for the test modules -------------------------------------------------------------
+
+MODELS = ("openai:gpt-test", "anthropic:claude-test")
+HELLO = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."})
+
+
+def ask(spec, stream=False, messages=HELLO, tools=()):
+    """get_model(spec).complete(...): (reply, the text chunks given to on_text)."""
+    from agentctl.models import get_model
+    chunks = []
+    reply = get_model(spec).complete([dict(m) for m in messages], list(tools),
+                                     on_text=chunks.append if stream else None)
+    return reply, chunks
+
+
+def assert_no_secret(exc):
+    text = f"{exc} {exc!r}"
+    assert OPENAI_KEY not in text and ANTHROPIC_KEY not in text

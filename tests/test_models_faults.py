@@ -1,0 +1,234 @@
+"""Faults of the model APIs, for both providers, plain and streamed: retried within the budget,
+then TempFail (75); refusals are ModelError (69). Run against the fake API in tests/fakeapi.py."""
+
+import socket
+import time
+
+import pytest
+
+from agentctl.errors import TempFail, UsageError
+from agentctl.models import ModelError
+from tests.fakeapi import MODELS, ask, assert_no_secret, fakeapi  # noqa: F401 (fixture)
+
+both = pytest.mark.parametrize("spec", MODELS)
+streamed = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+
+
+def timed(function, *args, **kwargs):
+    start = time.monotonic()
+    result = function(*args, **kwargs)
+    return result, time.monotonic() - start
+
+
+@both
+@streamed
+def test_429_waits_for_retry_after_then_succeeds(fakeapi, spec, stream):
+    fakeapi.error(429, "rate limited", retry_after=1).reply("hello after the wait")
+    (reply, _), elapsed = timed(ask, spec, stream)
+    assert reply.text == "hello after the wait"
+    assert 0.9 <= elapsed < 3
+    assert len(fakeapi.requests) == 2
+
+
+@both
+@streamed
+@pytest.mark.parametrize("status", [500, 503, 529])
+def test_server_error_then_success(fakeapi, spec, stream, status):
+    fakeapi.error(status, "oops").reply("fine now")
+    reply, _ = ask(spec, stream)
+    assert reply.text == "fine now"
+    assert len(fakeapi.requests) == 2
+
+
+@both
+@streamed
+def test_timeout_then_success(fakeapi, spec, stream):
+    # The client's read timeout is 0.5 s (fixture); the first answer comes after 1 s.
+    fakeapi.reply("too late", delay=1.0).reply("in time")
+    (reply, _), elapsed = timed(ask, spec, stream)
+    assert reply.text == "in time"
+    assert 0.4 < elapsed < 2
+
+
+@both
+def test_stream_stalled_midway_then_success(fakeapi, spec):
+    fakeapi.reply("stalls in the middle", stall_after=3, stall=1.0).reply("flows")
+    reply, _ = ask(spec, stream=True)
+    assert reply.text == "flows"
+
+
+@both
+@streamed
+def test_cut_connection_then_success(fakeapi, spec, stream):
+    # Streamed: dropped after 5 events (some text sent); plain: dropped after half the body.
+    fakeapi.reply("Hello there, this will be cut", cut_after=5).reply("Hello again")
+    reply, chunks = ask(spec, stream)
+    assert reply.text == "Hello again"
+    assert len(fakeapi.requests) == 2
+    if stream:
+        # What was streamed before the cut was streamed; the retry streams again from the start.
+        assert "".join(chunks).endswith("Hello again")
+        assert len("".join(chunks)) > len("Hello again")
+
+
+@both
+def test_stream_ended_without_end_mark_is_retried(fakeapi, spec):
+    fakeapi.reply("Hello there, unfinished", cut_after=3, clean=True).reply("complete")
+    reply, _ = ask(spec, stream=True)
+    assert reply.text == "complete"
+    assert len(fakeapi.requests) == 2
+
+
+@both
+@streamed
+def test_malformed_json_then_success(fakeapi, spec, stream):
+    fakeapi.reply("garbled", malformed=True).reply("clean")
+    reply, _ = ask(spec, stream)
+    assert reply.text == "clean"
+    assert len(fakeapi.requests) == 2
+
+
+@both
+@streamed
+def test_persistent_500_gives_tempfail_in_bounded_time(fakeapi, spec, stream):
+    fakeapi.error(500, "down", times=10)
+    start = time.monotonic()
+    with pytest.raises(TempFail) as caught:
+        ask(spec, stream)
+    assert time.monotonic() - start < 2
+    provider = spec.split(":")[0]
+    assert str(caught.value) == f"model API unavailable: {provider}: HTTP 500 after 4 tries"
+    assert caught.value.code == 75
+    assert len(fakeapi.requests) == 4
+    assert_no_secret(caught.value)
+
+
+@both
+def test_persistent_malformed_gives_tempfail(fakeapi, spec):
+    for _ in range(4):
+        fakeapi.reply("x", malformed=True)
+    with pytest.raises(TempFail, match=r"malformed response \(not JSON\) after 4 tries"):
+        ask(spec)
+
+
+@both
+def test_tries_are_shared_between_http_and_stream_retries(fakeapi, spec):
+    # Two HTTP 500s retried inside urllib3, then two cut streams retried by our loop: 4 tries.
+    fakeapi.error(500, times=2).reply("cut", cut_after=2).reply("cut", cut_after=2)
+    fakeapi.reply("never reached")
+    with pytest.raises(TempFail, match="after 4 tries"):
+        ask(spec, stream=True)
+    assert len(fakeapi.requests) == 4
+
+
+def test_retry_tries_setting(fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_RETRY_TRIES", "1")
+    fakeapi.error(503, times=2)
+    with pytest.raises(TempFail, match="HTTP 503 after 1 try$"):
+        ask("openai:gpt-test")
+    assert len(fakeapi.requests) == 1
+
+
+@both
+def test_retry_after_beyond_budget_gives_up_at_once(fakeapi, spec):
+    fakeapi.error(429, "slow down", retry_after=120).reply("never")
+    start = time.monotonic()
+    with pytest.raises(TempFail) as caught:
+        ask(spec)
+    assert time.monotonic() - start < 1
+    assert "HTTP 429 after 1 try" in str(caught.value)
+    assert "120 s" in str(caught.value)
+    assert len(fakeapi.requests) == 1
+
+
+def test_time_budget_bounds_the_retries(fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_RETRY_TRIES", "50")
+    monkeypatch.setenv("AGENTCTL_RETRY_SECONDS", "0.5")
+    monkeypatch.setenv("AGENTCTL_RETRY_BACKOFF", "0.1")
+    fakeapi.error(500, times=50)
+    start = time.monotonic()
+    with pytest.raises(TempFail, match=r"HTTP 500 after \d+ tries \(retry time"):
+        ask("anthropic:claude-test")
+    assert time.monotonic() - start < 0.8
+    assert 2 <= len(fakeapi.requests) < 10
+
+
+def test_budget_also_bounds_stream_retries(fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_RETRY_TRIES", "50")
+    monkeypatch.setenv("AGENTCTL_RETRY_SECONDS", "0.5")
+    monkeypatch.setenv("AGENTCTL_RETRY_BACKOFF", "0.1")
+    for _ in range(50):
+        fakeapi.reply("cut short", cut_after=2)
+    start = time.monotonic()
+    with pytest.raises(TempFail, match="cut off after"):
+        ask("openai:gpt-test", stream=True)
+    assert time.monotonic() - start < 0.8
+
+
+@both
+def test_unreachable_server_gives_tempfail(fakeapi, monkeypatch, spec):
+    with socket.socket() as sock:       # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    with pytest.raises(TempFail) as caught:
+        ask(spec)
+    assert f"cannot connect to 127.0.0.1:{port} after 4 tries" in str(caught.value)
+    assert_no_secret(caught.value)
+
+
+@both
+@streamed
+def test_401_is_a_model_error_without_the_key(fakeapi, spec, stream):
+    from tests.fakeapi import ANTHROPIC_KEY, OPENAI_KEY
+    key = OPENAI_KEY if spec.startswith("openai") else ANTHROPIC_KEY
+    fakeapi.error(401, f"Incorrect API key provided: {key}")
+    with pytest.raises(ModelError) as caught:
+        ask(spec, stream)
+    provider = spec.split(":")[0]
+    assert str(caught.value) == (f"model API error: {provider}: HTTP 401: "
+                                 "Incorrect API key provided: ***")
+    assert caught.value.code == 69
+    assert len(fakeapi.requests) == 1
+
+
+@both
+def test_api_error_message_is_one_line_of_at_most_200_chars(fakeapi, spec):
+    fakeapi.error(404, "model not found: " + "x" * 300 + "\nsecond line")
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    message = str(caught.value).split("HTTP 404: ", 1)[1]
+    assert message.startswith("model not found: xxx")
+    assert len(message) <= 200
+    assert "\n" not in str(caught.value)
+
+
+@both
+def test_400_is_not_retried(fakeapi, spec):
+    fakeapi.error(400, "bad request").reply("never")
+    with pytest.raises(ModelError, match="HTTP 400: bad request"):
+        ask(spec)
+    assert len(fakeapi.requests) == 1
+
+
+@pytest.mark.parametrize("variable", ["AGENTCTL_RETRY_SECONDS", "AGENTCTL_HTTP_TIMEOUT",
+                                      "AGENTCTL_RETRY_BACKOFF", "AGENTCTL_RETRY_TRIES"])
+def test_bad_setting_is_a_usage_error(fakeapi, monkeypatch, variable):
+    monkeypatch.setenv(variable, "soon")
+    with pytest.raises(UsageError, match=f"{variable} must be a (whole )?number"):
+        ask("openai:gpt-test")
+
+
+@both
+def test_server_ignoring_stream_gets_its_text_streamed_in_one_piece(fakeapi, spec):
+    fakeapi.reply("all at once", ignore_stream=True)
+    reply, chunks = ask(spec, stream=True)
+    assert reply.text == "all at once"
+    assert chunks == ["all at once"]
+
+
+def test_unparsable_retry_after_falls_back_to_backoff(fakeapi):
+    fakeapi.error(503, retry_after="in a moment").reply("back")
+    reply, _ = ask("openai:gpt-test")
+    assert reply.text == "back"

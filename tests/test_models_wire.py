@@ -1,0 +1,100 @@
+"""Properties of the wire-level pieces, without a server: SSE parsing survives any chunking,
+streamed tool arguments reassemble exactly, and converted conversations alternate roles."""
+
+import json
+
+from hypothesis import given, settings, strategies as st
+
+from agentctl.models.anthropic import convert_messages
+from agentctl.models.http import iter_sse
+from agentctl.models.openai import read_stream
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+def chunked(data, cuts):
+    """data split at the given offsets: the pieces a network might deliver."""
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    return [data[a:b] for a, b in zip([0] + points, points + [len(data)])]
+
+
+def encode(events, newline):
+    out = []
+    for name, data in events:
+        lines = ([f"event: {name}"] if name else []) + [f"data: {line}" for line in data.split("\n")]
+        out.append(newline.join(lines) + newline * 2)
+    return "".join(out).encode()
+
+
+events_strategy = st.lists(st.tuples(st.sampled_from(["", "message_start", "ping"]),
+                                     texts.filter(lambda t: "\r" not in t)), max_size=6)
+
+
+@given(events_strategy, st.sampled_from(["\n", "\r\n"]), st.lists(st.integers(0, 10_000)))
+def test_sse_events_survive_any_chunking(events, newline, cuts):
+    data = encode(events, newline)
+    parsed = list(iter_sse(chunked(data, cuts)))
+    assert parsed == [(name or "message", text) for name, text in events]
+
+
+def test_sse_comments_fields_and_unterminated_event():
+    data = (b": keep-alive\n\nid: 7\nretry: 100\nevent: x\ndata:no space\ndata:  two spaces\n\n"
+            b"data: cut before its blank line")
+    assert list(iter_sse([data])) == [("x", "no space\n two spaces")]
+
+
+def openai_sse(text, calls, cuts):
+    chunks = [{"choices": [{"index": 0, "delta": {"content": piece}}]}
+              for piece in chunked(text, cuts) if piece]
+    for index, (name, arguments) in enumerate(calls):
+        chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": index, "id": f"id{index}", "type": "function",
+             "function": {"name": name, "arguments": ""}}]}}]})
+        chunks += [{"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": index, "function": {"arguments": piece}}]}}]}
+            for piece in chunked(arguments, cuts) if piece]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return body.encode()
+
+
+@settings(max_examples=60)
+@given(texts, st.lists(st.tuples(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), texts),
+                       max_size=3),
+       st.lists(st.integers(0, 200), max_size=8), st.lists(st.integers(0, 10_000), max_size=8))
+def test_openai_stream_reassembles_text_and_arguments_exactly(text, calls, cuts, net_cuts):
+    seen = []
+    body = openai_sse(text, calls, cuts)
+    reply = read_stream(iter_sse(chunked(body, net_cuts)), [], seen.append)
+    assert reply.text == text == "".join(seen)
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == calls
+    assert [c.id for c in reply.tool_calls] == [f"id{i}" for i in range(len(calls))]
+
+
+roles = st.sampled_from(["system", "user", "assistant", "tool"])
+
+
+@st.composite
+def messages(draw):
+    out = []
+    for role in draw(st.lists(roles, max_size=12)):
+        message = {"role": role, "content": draw(st.sampled_from(["", "text", None]))}
+        if role == "assistant" and draw(st.booleans()):
+            message["tool_calls"] = [{"id": "t", "type": "function",
+                                      "function": {"name": "f", "arguments": '{"a": 1}'}}]
+        if role == "tool":
+            message["tool_call_id"] = "t"
+        out.append(message)
+    return out
+
+
+@given(messages())
+def test_converted_conversation_alternates_without_empty_parts(conversation):
+    system, turns = convert_messages(conversation)
+    assert all(a["role"] != b["role"] for a, b in zip(turns, turns[1:]))
+    for turn in turns:
+        assert turn["content"], "no empty messages"
+        assert all(b.get("text", "x") for b in turn["content"]), "no empty text blocks"
+        kinds = [b["type"] for b in turn["content"]]
+        assert kinds == sorted(kinds, key=lambda k: k != "tool_result")
+    assert "\n\n\n" not in system
