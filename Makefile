@@ -19,6 +19,10 @@ STAMP    = $(VENV)/.stamp
 all: venv
 
 $(STAMP): pyproject.toml
+	@# the man page tests render with a real roff formatter
+	command -v groff >/dev/null || command -v mandoc >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq groff-base; } || \
+		echo "make: install groff (or mandoc) for the man page tests" >&2
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)

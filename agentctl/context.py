@@ -13,6 +13,25 @@ def build(conn, agent):
     return agent["system_prompt"], rows
 
 
+UNANSWERED = "(no result in this branch: the conversation forked before this call finished)"
+
+
+def _answer_open_calls(out):
+    """The APIs reject a tool call without its result. A child forked in a
+    step with several calls inherits calls that were answered only in its
+    parent: give each an explicit placeholder result."""
+    for index in range(len(out) - 1, -1, -1):
+        if out[index]["role"] == "assistant":
+            answered = {m["tool_call_id"] for m in out[index + 1:] if m["role"] == "tool"}
+            for call in out[index].get("tool_calls", ()):
+                if call["id"] not in answered:
+                    out.append({"role": "tool", "tool_call_id": call["id"],
+                                "content": UNANSWERED})
+            return
+        if out[index]["role"] != "tool":
+            return
+
+
 def as_openai(system_prompt, rows):
     """The messages array of the OpenAI Chat Completions API."""
     out = []
@@ -20,6 +39,8 @@ def as_openai(system_prompt, rows):
         out.append({"role": "system", "content": system_prompt})
     for m in rows:
         kind = m["kind"]
+        if kind not in ("tool_call", "tool_result"):
+            _answer_open_calls(out)
         if kind == "tool_call":
             if not out or out[-1]["role"] != "assistant":
                 out.append({"role": "assistant", "content": None})

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from .errors import DatabaseFault, TempFail
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DEFAULT_BUSY_SECONDS = 30.0
 

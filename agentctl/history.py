@@ -73,10 +73,10 @@ def read_range(conn, agent_id, after, through):
     if through is None:
         return conn.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE agent_id = ? AND id > ? "
-            "ORDER BY id", (agent_id, after)).fetchall()
+            "AND void = 0 ORDER BY id", (agent_id, after)).fetchall()
     return conn.execute(
         f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE agent_id = ? AND id > ? "
-        "AND id <= ? ORDER BY id", (agent_id, after, through)).fetchall()
+        "AND id <= ? AND void = 0 ORDER BY id", (agent_id, after, through)).fetchall()
 
 
 def replay(conn, agent):

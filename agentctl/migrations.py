@@ -92,6 +92,41 @@ def mail(db):
     """)
 
 
+@MIGRATIONS(name="0003_turns")
+def turns(db):
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN lease_owner TEXT;
+    ALTER TABLE agents ADD COLUMN lease_until REAL;
+    ALTER TABLE agents ADD COLUMN wake_at REAL;
+    ALTER TABLE agents ADD COLUMN retry_at REAL;
+    ALTER TABLE agents ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN tokens_in INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN tokens_out INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN hup_pending INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN void INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX messages_unanswered ON messages(agent_id)
+        WHERE kind = 'user' AND turn_id IS NULL;
+    CREATE INDEX messages_turn ON messages(turn_id) WHERE turn_id IS NOT NULL;
+    CREATE INDEX agents_wake ON agents(wake_at) WHERE wake_at IS NOT NULL;
+    CREATE TABLE turns (
+        id            INTEGER PRIMARY KEY,
+        agent_id      TEXT NOT NULL REFERENCES agents(id),
+        status        TEXT NOT NULL DEFAULT 'running',
+        model         TEXT,
+        started_at    REAL NOT NULL,
+        ended_at      REAL,
+        first_msg_id  INTEGER,
+        steps         INTEGER NOT NULL DEFAULT 0,
+        input_tokens  INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        mail_read     INTEGER NOT NULL DEFAULT 0,
+        error         TEXT
+    );
+    CREATE INDEX turns_agent ON turns(agent_id, id);
+    CREATE INDEX turns_open ON turns(agent_id) WHERE status = 'running'
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

@@ -18,7 +18,9 @@ LIVE = ("R", "S", "T")
 STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped",
                 "Z": "a zombie (exited)", "X": "dead"}
 AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, model, "
-                 "system_prompt, created_at, exited_at, exit_code, exit_signal, result")
+                 "system_prompt, created_at, exited_at, exit_code, exit_signal, result, "
+                 "pending_signal, lease_owner, lease_until, wake_at, retry_at, failures, "
+                 "tokens_in, tokens_out, hup_pending")
 
 
 def label(agent):

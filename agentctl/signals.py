@@ -12,6 +12,7 @@ from .ids import INIT_ID
 
 NUMBERS = {"HUP": 1, "KILL": 9, "TERM": 15, "CONT": 18, "STOP": 19}
 NAMES = tuple(NUMBERS)
+RANK = {"STOP": 1, "TERM": 2, "KILL": 3}
 
 
 def parse(text):
@@ -30,20 +31,25 @@ def send(conn, target, sig, *, cascade=False, actor=None):
     """Signal `target` (and with `cascade` every live descendant) in one
     transaction. Returns how many agents got it."""
     with transaction(conn):
-        target = registry.get(conn, target["id"])
-        victims = [target] + ([d for d in registry.descendants(conn, target["id"])
-                               if registry.is_live(d)] if cascade else [])
-        refusal = _refusal(target, sig)
-        if refusal and not cascade:
-            raise Refused(refusal)
-        if refusal:
-            victims = victims[1:]
-        dying = {v["id"] for v in victims} if sig in ("TERM", "KILL") else set()
-        for victim in victims:
-            _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying)
+        count, refusal = apply(conn, registry.get(conn, target["id"]), sig,
+                               cascade=cascade, actor=actor)
     if refusal:
-        raise Refused(refusal + f" (its {len(victims)} descendants were signalled)")
-    return len(victims)
+        raise Refused(refusal + (f" (its descendants were signalled: {count})" if cascade else ""))
+    return count
+
+
+def apply(conn, target, sig, *, cascade=False, actor=None):
+    """Deliver within the caller's transaction: (how many got it, why the
+    target itself was refused or None)."""
+    victims = [target] + ([d for d in registry.descendants(conn, target["id"])
+                           if registry.is_live(d)] if cascade else [])
+    refusal = _refusal(target, sig)
+    if refusal:
+        victims = victims[1:] if cascade else []
+    dying = {v["id"] for v in victims} if sig in ("TERM", "KILL") else set()
+    for victim in victims:
+        _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying)
+    return len(victims), refusal
 
 
 def _refusal(agent, sig):
@@ -55,10 +61,27 @@ def _refusal(agent, sig):
 
 
 def _deliver(conn, agent, sig, actor, dying):
+    from . import turns
     registry.record(conn, agent["id"], "signal", sig, actor)
+    in_turn = agent["status"] == "R" and turns.lease_is_live(agent)
+    if not in_turn and sig in ("TERM", "KILL"):
+        # No runner to honour it (none, stopped, or crashed): a turn left
+        # open is ended here and never replayed.
+        turn = turns.open_turn(conn, agent["id"])
+        if turn is not None:
+            turns.void(conn, turn, "killed", f"killed by {sig} outside a run")
+    if agent["status"] == "R" and not in_turn:
+        turns.release(conn, agent["id"])
+        agent = registry.get(conn, agent["id"])
     if agent["status"] == "R" and sig in ("TERM", "KILL", "STOP"):
-        conn.execute("UPDATE agents SET pending_signal = ? WHERE id = ?",
-                     (sig, agent["id"]))
+        # KILL outranks TERM, which outranks STOP: a later, weaker signal
+        # never cancels a stronger one still pending.
+        if RANK[sig] > RANK.get(agent["pending_signal"], 0):
+            conn.execute("UPDATE agents SET pending_signal = ? WHERE id = ?",
+                         (sig, agent["id"]))
+    elif agent["status"] == "R" and sig == "HUP":
+        # The clear goes after the running turn: it must not cut the turn's own input.
+        conn.execute("UPDATE agents SET hup_pending = 1 WHERE id = ?", (agent["id"],))
     elif sig in ("TERM", "KILL"):
         registry.exit_agent(conn, agent, code=128 + NUMBERS[sig], signal=sig,
                             actor=actor, dying=dying)
@@ -66,7 +89,9 @@ def _deliver(conn, agent, sig, actor, dying):
         conn.execute("UPDATE agents SET status = 'T' WHERE id = ? AND status = 'S'",
                      (agent["id"],))
     elif sig == "CONT":
-        conn.execute("UPDATE agents SET status = 'S', pending_signal = NULL "
-                     "WHERE id = ? AND status = 'T'", (agent["id"],))
+        conn.execute("UPDATE agents SET status = 'S' WHERE id = ? AND status = 'T'",
+                     (agent["id"],))
+        conn.execute("UPDATE agents SET pending_signal = NULL WHERE id = ? "
+                     "AND pending_signal = 'STOP'", (agent["id"],))
     elif sig == "HUP":
         history.append(conn, agent["id"], "clear", "HUP")

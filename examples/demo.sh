@@ -1,44 +1,45 @@
 #!/bin/sh
-# The tour: a fork tree, the process table, replay across a clear, mail,
-# and a cascade kill. Offline; uses the default database ($AGENTCTL_DB or
-# ~/.local/share/agentctl/agents.db), and cleans up the agents it made.
+# The tour, offline, on the default database ($AGENTCTL_DB, else
+# ~/.local/share/agentctl/agents.db): a lead agent forks two workers through
+# its tools, cron-style runs execute them, the lead collects their results;
+# then replay across a clear, mail, and a cascade kill. The model is the
+# scripted one (examples/models/fanout.jsonl): no key, no network.
 set -e
+here=$(cd "$(dirname "$0")" && pwd)
+model="scripted:$here/models/fanout.jsonl"
 say() { printf '\n$ %s\n' "$*"; }
 
-# A previous, interrupted demo may have left its agents behind.
+# Agents left by an interrupted earlier demo.
 agent-kill --cascade demo-lead >/dev/null 2>&1 || true
 agent-wait demo-lead >/dev/null 2>&1 || true
 
-say 'lead=$(agent-fork -n demo-lead -r lead -s "You coordinate research." "Plan a survey of SQLite WAL internals")'
-lead=$(agent-fork -n demo-lead -r lead -s "You coordinate research." "Plan a survey of SQLite WAL internals")
-echo "$lead"
-say 'agent-fork -p demo-lead -n demo-w1 -r worker "Read about checkpoints"'
-agent-fork -p demo-lead -n demo-w1 -r worker "Read about checkpoints"
-say 'agent-fork -p demo-lead -n demo-w2 -r worker "Read about the wal-index"'
-agent-fork -p demo-lead -n demo-w2 -r worker "Read about the wal-index"
-
-say 'agent-ps -f                         # the process table as a tree'
+say "agent-fork -n demo-lead -r lead -m scripted:examples/models/fanout.jsonl -s 'You coordinate research.' 'Plan a survey of SQLite WAL internals'"
+agent-fork -n demo-lead -r lead -m "$model" -s "You coordinate research." "Plan a survey of SQLite WAL internals"
+say 'agent-run demo-lead                 # one turn: the lead forks two workers'
+agent-run demo-lead
+say 'agent-ps -f                         # the tree; each worker has its prompt pending'
 agent-ps -f
-say 'agent-replay demo-w1               # the lead'"'"'s prompt is inherited, not copied'
-agent-replay demo-w1
-say 'agent-replay --ranges demo-w1      # walk backwards, play forwards'
-agent-replay --ranges demo-w1
+say 'agent-run --all -j 2                # one turn for every agent with pending input'
+agent-run --all -j 2
+say 'agent-ps -f                         # the workers (tasks) exited: zombies; the lead has mail'
+agent-ps -f
+say 'agent-run demo-lead                 # the lead reads both exit notices in ONE model call'
+agent-run demo-lead
+say 'agent-replay --ranges w-checkpoints  # walk backwards, play forwards'
+agent-replay --ranges w-checkpoints
 
-say 'agent-kill -s HUP demo-lead        # a clear: later turns see nothing before it'
+say 'agent-kill -s HUP demo-lead         # a clear: later turns see nothing before it'
 agent-kill -s HUP demo-lead
-say 'agent-fork -p demo-lead -n demo-w3 "Start afresh"'
-agent-fork -p demo-lead -n demo-w3 "Start afresh"
-say 'agent-replay demo-w3               # skips the lead'"'"'s history before the clear'
-agent-replay demo-w3
+say 'agent-send demo-lead "Plan the next chapter"; agent-replay demo-lead'
+agent-send demo-lead "Plan the next chapter" >/dev/null
+agent-replay demo-lead
+say 'agent-mail -a demo-lead'
+agent-mail -a demo-lead
 
-say 'agent-send demo-lead "w1 is slow, check on it"'
-agent-send demo-lead "w1 is slow, check on it"
-say 'agent-mail -c demo-lead && agent-mail demo-lead'
-agent-mail -c demo-lead && agent-mail demo-lead
-
-say 'agent-kill --cascade demo-lead     # the lead and every descendant'
+say 'agent-fork -p demo-lead -n demo-idle; agent-kill --cascade demo-lead'
+agent-fork -p demo-lead -n demo-idle >/dev/null
 agent-kill --cascade demo-lead
-say 'agent-ps -a -f -o id,name,parent,stat,exit | grep demo-'
-agent-ps -a -f -o id,name,parent,stat,exit | grep demo-
-say 'agent-wait demo-lead               # collect the zombie (exit 3: it was killed)'
+say 'agent-ps -a -f -o id,name,parent,stat,exit_code | grep -e demo- -e w-'
+agent-ps -a -f -o id,name,parent,stat,exit_code | grep -e demo- -e w-
+say 'agent-wait demo-lead                # collect it (exit 3: it was killed)'
 agent-wait demo-lead || echo "(agent-wait exited $?)"

@@ -100,7 +100,7 @@ def test_init_cant_be_killed_but_cascade_reaches_its_children(conn):
     assert agent("kill", "-s", "STOP", "init").code == 3
     result = agent("kill", "--cascade", "init")
     assert result.code == 3
-    assert result.err == "agent-kill: init can't be killed (its 1 descendants were signalled)\n"
+    assert result.err == "agent-kill: init can't be killed (its descendants were signalled: 1)\n"
     assert status(conn, "init") == "S" and registry.get(conn, a)["status"] == "Z"
 
 

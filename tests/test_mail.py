@@ -150,3 +150,23 @@ def test_eight_processes_two_hundred_mails_each(conn):
     assert unread(conn, "target") == 1600
     bodies = {r[0] for r in conn.execute("SELECT body FROM mail")}
     assert len(bodies) == 1600
+
+
+def test_check_with_wait_prints_zero_on_timeout(conn):
+    fork("-n", "a")
+    result = agent("mail", "-c", "--wait", "0.1", "a")
+    assert (result.code, result.out) == (1, "0\n")
+
+
+def test_send_without_text_on_a_terminal_says_what_is_missing(conn, monkeypatch):
+    import io
+    fork("-n", "a")
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    from agentctl.cli import send
+    import sys
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    from agentctl.cli.common import run
+    assert run(send.cli, ["a"]) == 2

@@ -44,6 +44,30 @@ def output_options(fn):
     return fn
 
 
+def complete_agents(ctx, param, incomplete):
+    """Shell completion: names and ids of agents not yet dead."""
+    from click.shell_completion import CompletionItem
+    try:
+        from ..db import connect as open_db
+        conn = open_db(ctx.params.get("db_path"))
+        rows = conn.execute("SELECT id, name, role FROM agents WHERE status != 'X' "
+                            "ORDER BY created_at").fetchall()
+    except Exception:
+        return []
+    items = []
+    for agent_id, name, role in rows:
+        for word in (name, agent_id):
+            if word and word.startswith(incomplete):
+                items.append(CompletionItem(word, help=f"{role} {agent_id[:8]}"))
+    return items
+
+
+def complete_words(words):
+    def complete(ctx, param, incomplete):
+        return [w for w in words if w.startswith(incomplete.upper() if words[0].isupper() else incomplete)]
+    return complete
+
+
 def connect(db_path):
     from ..db import connect as open_db
     return open_db(db_path)
@@ -105,7 +129,7 @@ def run(command, argv=None):
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.UsageError as e:
-        warn(name, f"{e.format_message()} (see {name} --help)")
+        warn(name, f"{e.format_message().rstrip('.')} (see {name} --help)")
         return USAGE
     except AgentctlError as e:
         warn(name, str(e))

@@ -2,13 +2,14 @@
 
 import click
 
-from .common import actor, connect, program, read_body, run
+from .common import actor, complete_agents, complete_words, connect, program, read_body, run
 
 
 @program("agent-fork")
-@click.option("-p", "--parent", metavar="PARENT", help="Fork this agent (default self, else init).")
+@click.option("-p", "--parent", metavar="PARENT", shell_complete=complete_agents, help="Fork this agent (default self, else init).")
 @click.option("-n", "--name", metavar="NAME", help="The child's name, [a-z][a-z0-9._-]*.")
 @click.option("-r", "--role", default="agent", metavar="ROLE", show_default=True,
+              shell_complete=complete_words(["agent", "task", "worker", "lead", "architect", "daemon"]),
               help="agent, task, worker, lead, architect or daemon.")
 @click.option("-m", "--model", metavar="MODEL", help="The child's model (default: the parent's).")
 @click.option("-s", "--system", metavar="SYSTEM",

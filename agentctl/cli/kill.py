@@ -2,14 +2,15 @@
 
 import click
 
-from .common import actor, connect, program, run, stdin_words, warn
+from .common import actor, complete_agents, complete_words, connect, program, run, stdin_words, warn
 
 
 @program("agent-kill")
 @click.option("-s", "--signal", "sig", default="TERM", metavar="SIG", show_default=True,
+              shell_complete=complete_words(["TERM", "KILL", "STOP", "CONT", "HUP"]),
               help="TERM, KILL, STOP, CONT or HUP (also SIGTERM, 15, ...).")
 @click.option("--cascade", is_flag=True, help="Signal every descendant too.")
-@click.argument("agents", nargs=-1, metavar="AGENT...")
+@click.argument("agents", nargs=-1, metavar="AGENT...", shell_complete=complete_agents)
 def cli(db_path, sig, cascade, agents):
     """Signal each AGENT; with no AGENT, read ids from stdin."""
     from .. import signals

@@ -5,7 +5,7 @@ import time
 
 import click
 
-from .common import actor, connect, output_options, program, run
+from .common import actor, complete_agents, connect, output_options, program, run
 
 
 @program("agent-mail")
@@ -14,12 +14,12 @@ from .common import actor, connect, output_options, program, run
               help="Print the bodies and mark exactly those read.")
 @click.option("--peek", is_flag=True, help="With -r: print without marking read.")
 @click.option("-a", "--all", "everything", is_flag=True, help="Include mail already read.")
-@click.option("--from", "sender", metavar="SENDER",
+@click.option("--from", "sender", metavar="SENDER", shell_complete=complete_agents,
               help="Only mail from SENDER (- for the operator); the rest stays unread.")
 @click.option("--wait", "wait", type=click.FloatRange(min=0), metavar="SECONDS",
               help="Block until matching unread mail arrives (exit 1 on timeout).")
 @output_options
-@click.argument("args", nargs=-1, metavar="[AGENT] [ID...]")
+@click.argument("args", nargs=-1, metavar="[AGENT] [ID...]", shell_complete=complete_agents)
 def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quiet, null,
         no_headers, args):
     """List the unread mail of AGENT (default self): id, sender, age, first line.
@@ -53,6 +53,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
     if wait is not None:
         arrived = mail.wait_for_change(conn, time.monotonic() + wait, lambda: bool(matching()))
         if not arrived:
+            if check:
+                click.echo(0)
             return 1
     if check:
         count = mail.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \

@@ -2,15 +2,16 @@
 
 import click
 
-from .common import connect, output_options, program, run
+from .common import complete_agents, complete_words, connect, output_options, program, run
 
 
 @program("agent-ps")
 @click.option("-a", "--all", "everything", is_flag=True, help="Include dead agents (X).")
 @click.option("-f", "--forest", is_flag=True, help="A tree by lifecycle parent.")
-@click.option("--parent", metavar="AGENT", help="Only the children of AGENT.")
+@click.option("--parent", metavar="AGENT", shell_complete=complete_agents, help="Only the children of AGENT.")
 @click.option("--status", metavar="STATS", help="Only these statuses, e.g. S or S,T or ZX.")
-@click.option("--role", metavar="ROLE", help="Only agents of this role.")
+@click.option("--role", metavar="ROLE",
+              shell_complete=complete_words(["agent", "task", "worker", "lead", "architect", "daemon", "kernel"]), help="Only agents of this role.")
 @output_options
 def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, null,
         no_headers):

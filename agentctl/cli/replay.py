@@ -2,7 +2,7 @@
 
 import click
 
-from .common import connect, program, run
+from .common import complete_agents, connect, program, run
 
 
 @program("agent-replay")
@@ -11,7 +11,7 @@ from .common import connect, program, run
               help="text (default), jsonl, or openai (the Chat Completions messages array).")
 @click.option("--ranges", is_flag=True,
               help="Print the computed ranges (agent, after, through) instead.")
-@click.argument("agent")
+@click.argument("agent", shell_complete=complete_agents)
 def cli(db_path, fmt, ranges, agent):
     """Reconstruct AGENT's context: walk back to the latest clear or
     compaction, then play the ranges forwards."""

@@ -4,16 +4,16 @@ import sys
 
 import click
 
-from .common import actor, connect, program, read_body, run
+from .common import actor, complete_agents, connect, program, read_body, run
 
 BATCH = 1000     # --jsonl lines per transaction
 
 
 @program("agent-send")
-@click.option("--from", "sender", metavar="AGENT", help="The sender (default self, else the operator).")
+@click.option("--from", "sender", metavar="AGENT", shell_complete=complete_agents, help="The sender (default self, else the operator).")
 @click.option("--jsonl", is_flag=True,
               help='Read {"to": ..., "body": ..., "from": ...} lines from stdin.')
-@click.argument("args", nargs=-1, metavar="AGENT... [TEXT | -]")
+@click.argument("args", nargs=-1, metavar="AGENT... [TEXT | -]", shell_complete=complete_agents)
 def cli(db_path, sender, jsonl, args):
     """Deliver TEXT (or stdin, for - or no TEXT and a pipe) to each AGENT and
     print the new mail ids."""
@@ -30,6 +30,8 @@ def cli(db_path, sender, jsonl, args):
         raise UsageError("missing AGENT")
     if len(args) == 1:
         refs, body = args, read_body(None)
+        if body is None:
+            raise UsageError("missing TEXT (give it, or - to read it from stdin)")
     else:
         refs, body = args[:-1], read_body(args[-1])
     check_body(body)

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from .common import actor, connect, output_options, program, run
+from .common import actor, complete_agents, connect, output_options, program, run
 
 
 @program("agent-wait")
@@ -12,7 +12,7 @@ from .common import actor, connect, output_options, program, run
               help="Give up after SECONDS (exit 1).")
 @click.option("--any", "any_one", is_flag=True, help="Return when the first one exits.")
 @output_options
-@click.argument("agents", nargs=-1, metavar="[AGENT...]")
+@click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=complete_agents)
 def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents):
     """Wait for each AGENT (default: every child of self; ids from stdin when
     piped) to exit; print id, status and result; reap them (Z -> X).

@@ -1,0 +1,101 @@
+"""agent-run: execute one turn of one agent, then exit."""
+
+import sys
+
+import click
+
+from .common import complete_agents, connect, program, run as run_program, warn
+
+
+@program("agent-run")
+@click.option("--all", "everything", is_flag=True,
+              help="One turn for every agent with pending input or a due timer.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="With --all: how many turns run at once.")
+@click.option("-m", "--model", metavar="MODEL", help="The model for this turn (overrides the agent's).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=20, show_default=True,
+              help="At most this many model calls in the turn.")
+@click.option("--json", "as_json", is_flag=True, help="Print the turn record as JSON instead.")
+@click.argument("agent", required=False, shell_complete=complete_agents)
+def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
+    """Run one turn of AGENT (default self): take all its pending input at
+    once, call the model, run its tool calls, persist, release. Prints the
+    turn's final assistant text."""
+    import os
+    from ..errors import UsageError
+    if everything:
+        if agent:
+            raise UsageError("--all takes no AGENT")
+        return _all(db_path, jobs, model, max_steps, as_json)
+    if jobs != 1:
+        raise UsageError("-j goes with --all")
+    agent = agent or os.environ.get("AGENT_ID")
+    if not agent:
+        raise UsageError("missing AGENT (and AGENT_ID is not set)")
+    from .. import runner
+    conn = connect(db_path)
+    stream = sys.stdout.isatty() and not as_json
+    streamed = []
+
+    def on_text(chunk):
+        streamed.append(chunk)
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+
+    outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
+                         on_text=on_text if stream else None)
+    if as_json:
+        import json
+        click.echo(json.dumps(outcome.record(), ensure_ascii=False))
+    elif streamed:
+        click.echo("")
+    elif outcome.text:
+        click.echo(outcome.text)
+    return 3 if outcome.status == "killed" else 0
+
+
+def _all(db_path, jobs, model, max_steps, as_json):
+    """Each turn in its own process (as cron would run it): a crash or a hung
+    model call of one agent can't take the others down."""
+    import os
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+    from .. import turns
+    conn = connect(db_path)
+    ids = turns.runnable(conn)
+    conn.close()
+    if not ids:
+        warn("agent-run", "nothing to do")
+        return 1
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (top, os.environ.get("PYTHONPATH")) if p))
+    base = [sys.executable, "-c", "import sys; from agentctl.cli.run import main; sys.exit(main())"]
+    extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
+        + ["--max-steps", str(max_steps), "--json"]
+
+    def one(agent_id):
+        proc = subprocess.run(base + extra + [agent_id], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+        return agent_id, proc
+
+    codes = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for agent_id, proc in pool.map(one, ids):
+            codes[agent_id] = proc.returncode
+            if proc.stderr:
+                sys.stderr.write(proc.stderr)
+            if as_json and proc.stdout:
+                sys.stdout.write(proc.stdout)
+    ok = sum(1 for c in codes.values() if c == 0)
+    busy = sum(1 for c in codes.values() if c == 75)
+    idle = sum(1 for c in codes.values() if c == 1)
+    failed = len(codes) - ok - busy - idle
+    warn("agent-run", f"{len(codes)} agents: {ok} ran, {idle} had nothing to do, "
+                      f"{busy} busy or temporarily failing, {failed} failed")
+    bad = [c for c in codes.values() if c not in (0, 1)]
+    return bad[0] if bad else 0
+
+
+def main(argv=None):
+    return run_program(cli, argv)

@@ -1,0 +1,225 @@
+"""The tools a turn offers its model: the programs' operations, through the
+same library functions (agentctl(7), TOOLS).
+
+An agent may signal, wait on and list only its own descendants, and read
+only its own mailbox. A bad call (unknown tool, arguments that are not JSON
+or don't fit the schema, a refused operation) becomes an error result the
+model sees, never a crash. Each call's effect and its result are written in
+one transaction, so a crash leaves either both or neither.
+"""
+
+import json
+import time
+
+from . import history, lifecycle, mail, registry, signals
+from .db import transaction
+from .errors import AgentctlError
+from .ids import ROLES
+
+
+def _schema(properties, required=()):
+    return {"type": "object", "properties": properties, "required": list(required),
+            "additionalProperties": False}
+
+
+SPECS = {
+    "fork": ("Fork yourself: a child that inherits this conversation up to now. Returns the "
+             "child's id. With a prompt the child starts working on it; without one it waits "
+             "for mail.",
+             _schema({"prompt": {"type": "string"}, "name": {"type": "string"},
+                      "role": {"type": "string", "enum": list(ROLES)}})),
+    "send": ("Send mail to an agent (id or name). Returns the mail id.",
+             _schema({"to": {"type": "string"}, "body": {"type": "string"}}, ["to", "body"])),
+    "check_mail": ("Count your unread mail. Unread mail is delivered to you as an inbox "
+                   "message before your next step.", _schema({})),
+    "read_mail": ("Have your unread mail delivered now, as an inbox message after this step.",
+                  _schema({})),
+    "kill": ("Signal one of your descendants: TERM (default), KILL, STOP, CONT or HUP.",
+             _schema({"agent": {"type": "string"},
+                      "signal": {"type": "string", "enum": list(signals.NAMES)},
+                      "cascade": {"type": "boolean"}}, ["agent"])),
+    "wait": ("Wait (at most timeout seconds, up to 60) for descendants to exit and collect "
+             "their results. Default: all your children.",
+             _schema({"agents": {"type": "array", "items": {"type": "string"}},
+                      "timeout": {"type": "number", "minimum": 0, "maximum": 60}})),
+    "ps": ("List your descendants: id, name, status, role.", _schema({})),
+    "sleep": ("End this turn and sleep: wake after `seconds`, or at `until` (ISO 8601).",
+              _schema({"seconds": {"type": "number", "minimum": 0},
+                       "until": {"type": "string"}})),
+    "exit": ("Finish: exit with this result, which your parent collects.",
+             _schema({"result": {"type": "string"}}, ["result"])),
+}
+
+ENDS_TURN = ("sleep", "exit")
+
+
+def specs():
+    """The tools in OpenAI form."""
+    return [{"type": "function", "function": {"name": name, "description": description,
+                                              "parameters": parameters}}
+            for name, (description, parameters) in SPECS.items()]
+
+
+class ToolError(Exception):
+    pass
+
+
+_TYPES = {"string": str, "boolean": bool, "number": (int, float), "array": list}
+
+
+def validate(name, raw):
+    """Parse and check a call's arguments against its schema."""
+    if name not in SPECS:
+        raise ToolError(f"unknown tool: {name} (tools: {', '.join(SPECS)})")
+    try:
+        args = json.loads(raw) if raw and raw.strip() else {}
+    except ValueError as e:
+        raise ToolError(f"arguments are not valid JSON: {e}")
+    schema = SPECS[name][1]
+    if not isinstance(args, dict):
+        raise ToolError("arguments must be a JSON object")
+    for key in schema["required"]:
+        if key not in args:
+            raise ToolError(f"missing argument: {key}")
+    for key, value in args.items():
+        rule = schema["properties"].get(key)
+        if rule is None:
+            raise ToolError(f"unknown argument: {key}")
+        kind = _TYPES[rule["type"]]
+        if not isinstance(value, kind) or (rule["type"] == "number" and isinstance(value, bool)):
+            raise ToolError(f"{key} must be a {rule['type']}")
+        if "enum" in rule and value not in rule["enum"]:
+            raise ToolError(f"{key} must be one of {', '.join(rule['enum'])}")
+        if "minimum" in rule and value < rule["minimum"] or \
+                "maximum" in rule and value > rule["maximum"]:
+            raise ToolError(f"{key} out of range")
+        if rule["type"] == "array" and not all(isinstance(v, str) for v in value):
+            raise ToolError(f"{key} must be a list of strings")
+    return args
+
+
+def execute(conn, agent_id, turn_id, call):
+    """Run one tool call and record its result; returns the result text."""
+    try:
+        args = validate(call["tool_name"], call["content"])
+    except ToolError as e:
+        return _record(conn, agent_id, turn_id, call, f"error: {e}")
+    if call["tool_name"] == "wait":        # blocks: outside any transaction
+        try:
+            text = _wait(conn, agent_id, args)
+        except (ToolError, AgentctlError) as e:
+            text = f"error: {e}"
+        return _record(conn, agent_id, turn_id, call, text)
+    try:
+        with transaction(conn):
+            text = HANDLERS[call["tool_name"]](conn, agent_id, args, call)
+            history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
+                           tool_call_id=call["tool_call_id"], turn_id=turn_id)
+        return text
+    except (ToolError, AgentctlError) as e:
+        return _record(conn, agent_id, turn_id, call, f"error: {e}")
+
+
+def _record(conn, agent_id, turn_id, call, text):
+    with transaction(conn):
+        history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
+                       tool_call_id=call["tool_call_id"], turn_id=turn_id)
+    return text
+
+
+def _descendant(conn, agent_id, ref):
+    target = registry.resolve(conn, ref)
+    if target["id"] not in {d["id"] for d in registry.descendants(conn, agent_id)}:
+        raise ToolError(f"{ref} is not one of your descendants")
+    return target
+
+
+def _fork(conn, agent_id, args, call):
+    me = registry.get(conn, agent_id)
+    child = registry.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
+                          actor=agent_id)
+    # As fork(2) returns 0 in the child, the child sees this call answered for itself.
+    history.append(conn, child, "tool_result",
+                   f"You are the child ({child}), forked from {registry.label(me)} ({agent_id}).",
+                   tool_name="fork", tool_call_id=call["tool_call_id"])
+    if args.get("prompt"):
+        history.append(conn, child, "user", args["prompt"])
+    return child
+
+
+def _send(conn, agent_id, args, call):
+    to = registry.resolve(conn, args["to"])
+    mail.check_body(args["body"])
+    mail.check_recipient(to)
+    return f"sent: mail {mail.deliver(conn, agent_id, to, args['body'])}"
+
+
+def _check_mail(conn, agent_id, args, call):
+    return f"{mail.count_unread(conn, agent_id)} unread"
+
+
+def _read_mail(conn, agent_id, args, call):
+    count = mail.count_unread(conn, agent_id)
+    return f"{count} unread; delivered as an inbox message after this step" if count \
+        else "no unread mail"
+
+
+def _kill(conn, agent_id, args, call):
+    target = _descendant(conn, agent_id, args["agent"])
+    sig = args.get("signal", "TERM")
+    count, refusal = signals.apply(conn, target, sig, cascade=args.get("cascade", False),
+                                   actor=agent_id)
+    if refusal:
+        raise ToolError(refusal)
+    return f"sent {sig} to {count} agent(s)"
+
+
+def _wait(conn, agent_id, args):
+    refs = args.get("agents")
+    if refs:
+        ids = [_descendant(conn, agent_id, ref)["id"] for ref in refs]
+    else:
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM agents WHERE parent_id = ? AND status != 'X'", (agent_id,))]
+    if not ids:
+        return "no children to wait for"
+    collected, pending = lifecycle.wait(conn, ids, timeout=args.get("timeout", 0),
+                                        actor=agent_id)
+    lines = [f"{r['id']} {registry.label(r)} {lifecycle.how(r)} {r['exit_code']}"
+             + (f": {r['result']}" if r["result"] else "") for r in collected]
+    lines += [f"{i} still running" for i in pending]
+    return "\n".join(lines)
+
+
+def _ps(conn, agent_id, args, call):
+    rows = registry.descendants(conn, agent_id)
+    if not rows:
+        return "no descendants"
+    return "\n".join(f"{r['id']} {registry.label(r)} {r['status']} {r['role']}" for r in rows)
+
+
+def _sleep(conn, agent_id, args, call):
+    if "until" in args:
+        import datetime
+        try:
+            when = datetime.datetime.fromisoformat(args["until"].replace("Z", "+00:00"))
+        except ValueError:
+            raise ToolError("until must be an ISO 8601 time")
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        wake = when.timestamp()
+    elif "seconds" in args:
+        wake = time.time() + args["seconds"]
+    else:
+        raise ToolError("give seconds or until")
+    conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
+    from .output import iso
+    return f"sleeping until {iso(wake)}"
+
+
+def _exit(conn, agent_id, args, call):
+    return "exiting after this step"
+
+
+HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
+            "kill": _kill, "ps": _ps, "sleep": _sleep, "exit": _exit}

@@ -1,0 +1,236 @@
+"""Turns: the lease that makes one agent-run the only runner of an agent, the
+intake of pending input, and how a turn ends (agentctl(7), TURNS).
+
+A turn is a row in `turns`. Its messages carry its id, and every step is
+written as it happens, so a turn interrupted by a crash, a temporary fault
+or STOP is resumed by the next agent-run from exactly where it stopped.
+A killed or failed turn is voided: its messages stay in the table but are
+never replayed, and the mail it had taken is unread again.
+"""
+
+import os
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+from . import history, registry
+from .db import transaction
+from .errors import NotFound, Refused, TempFail
+from .ids import INIT_ID
+
+LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
+BACKOFF_MAX = 3600.0
+
+
+def lease_seconds():
+    try:
+        return float(os.environ.get("AGENTCTL_LEASE", LEASE_SECONDS))
+    except ValueError:
+        return LEASE_SECONDS
+
+
+def owner_token():
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lease_is_live(agent, now=None):
+    """A lease holds while it has not expired and, when its owner ran on this
+    host, that process still exists (a crash frees it at once)."""
+    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or time.time()):
+        return False
+    host, _, pid = agent["lease_owner"].rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+    return True
+
+
+def open_turn(conn, agent_id):
+    return conn.execute("SELECT * FROM turns WHERE agent_id = ? AND status = 'running' "
+                        "ORDER BY id DESC LIMIT 1", (agent_id,)).fetchone()
+
+
+def has_pending_input(conn, agent, now=None):
+    now = now or time.time()
+    agent_id = agent["id"]
+    return bool(
+        conn.execute("SELECT 1 FROM mail WHERE recipient_id = ? AND read_at IS NULL LIMIT 1",
+                     (agent_id,)).fetchone()
+        or conn.execute("SELECT 1 FROM messages WHERE agent_id = ? AND kind = 'user' "
+                        "AND turn_id IS NULL LIMIT 1", (agent_id,)).fetchone()
+        or (agent["wake_at"] is not None and agent["wake_at"] <= now)
+        or open_turn(conn, agent_id))
+
+
+def claim(conn, ref):
+    """Take the agent for one turn: status R and a lease. Exit 75 when another
+    run holds it; 3 when it is stopped or has exited."""
+    with transaction(conn):
+        agent = registry.resolve(conn, ref)
+        if agent["id"] == INIT_ID:
+            raise Refused("init doesn't run turns")
+        if agent["status"] == "R" and lease_is_live(agent):
+            raise TempFail(f"{registry.label(agent)}: claimed by another agent-run "
+                           f"({agent['lease_owner']})")
+        if agent["status"] == "T":
+            raise Refused(f"{registry.label(agent)}: stopped (agent-kill -s CONT to resume)")
+        if agent["status"] in ("Z", "X"):
+            raise Refused(f"{registry.label(agent)}: has exited")
+        conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ? "
+                     "WHERE id = ?", (owner_token(), time.time() + lease_seconds(), agent["id"]))
+        return registry.get(conn, agent["id"])
+
+
+def renew(conn, agent_id):
+    conn.execute("UPDATE agents SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                 (time.time() + lease_seconds(), agent_id, owner_token()))
+
+
+@contextmanager
+def heartbeat(conn, agent_id):
+    """Keep the lease alive while a model call is in flight, however long it
+    takes: a thread renews it every third of its length on its own connection."""
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    stop = threading.Event()
+
+    def beat():
+        from .db import connect
+        other = None
+        while not stop.wait(lease_seconds() / 3):
+            try:
+                other = other or connect(path)
+                with transaction(other):
+                    renew(other, agent_id)
+            except Exception:       # the next beat, or the step's own renewal, tries again
+                pass
+        if other is not None:
+            other.close()
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def release(conn, agent_id, status="S"):
+    conn.execute("UPDATE agents SET status = ?, lease_owner = NULL, lease_until = NULL "
+                 "WHERE id = ? AND status = 'R'", (status, agent_id))
+
+
+def inbox_text(mails, label="INBOX"):
+    """All pending mail as one user message: who sent what, when. Mail is
+    always presented as mail from its sender, whatever its text says."""
+    from .mail import sender_label
+    from .output import age, iso
+    now = time.time()
+    lines = [f"[{label} - {len(mails)} new]", ""]
+    for n, m in enumerate(mails, 1):
+        who = "the operator" if m["sender_id"] is None else \
+            f"{sender_label(m)} ({m['sender_id']})"
+        what = "exit notification" if m["kind"] == "exit" else "mail"
+        lines.append(f"{n}. {what} {m['id']} from {who} at {iso(m['created_at'])} "
+                     f"({age(now - m['created_at'])} ago):")
+        lines.extend("   " + line for line in m["body"].split("\n"))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def take_mail(conn, agent_id, turn_id, label):
+    """Move every unread mail into the turn as one user message."""
+    from .mail import mark_read, select
+    mails = select(conn, agent_id)
+    if not mails:
+        return 0
+    history.append(conn, agent_id, "user", inbox_text(mails, label), turn_id=turn_id)
+    mark_read(conn, [m["id"] for m in mails], turn=turn_id)
+    conn.execute("UPDATE turns SET mail_read = mail_read + ? WHERE id = ?", (len(mails), turn_id))
+    return len(mails)
+
+
+def start(conn, agent, model_name):
+    """Resume the agent's open turn, or open one with ALL pending input: the
+    unanswered prompt, every unread mail (one inbox message), a due timer.
+    Returns the turn row; NotFound when there is nothing to do."""
+    with transaction(conn):
+        turn = open_turn(conn, agent["id"])
+        if turn is not None:
+            return turn
+        now = time.time()
+        prompts = conn.execute("SELECT id FROM messages WHERE agent_id = ? AND kind = 'user' "
+                               "AND turn_id IS NULL", (agent["id"],)).fetchall()
+        due = agent["wake_at"] is not None and agent["wake_at"] <= now
+        unread = conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND "
+                              "read_at IS NULL", (agent["id"],)).fetchone()[0]
+        if not (prompts or due or unread):
+            release(conn, agent["id"])
+            raise NotFound(f"{registry.label(agent)}: no pending input")
+        turn_id = conn.execute("INSERT INTO turns (agent_id, model, started_at) VALUES (?, ?, ?)",
+                               (agent["id"], model_name, now)).lastrowid
+        conn.executemany("UPDATE messages SET turn_id = ? WHERE id = ?",
+                         [(turn_id, p[0]) for p in prompts])
+        first = history.latest(conn, agent) + 1
+        if due:
+            from .output import iso
+            history.append(conn, agent["id"], "user",
+                           f"[TIMER] You asked to be woken at {iso(agent['wake_at'])}.",
+                           turn_id=turn_id)
+            conn.execute("UPDATE agents SET wake_at = NULL WHERE id = ?", (agent["id"],))
+        take_mail(conn, agent["id"], turn_id, "INBOX")
+        conn.execute("UPDATE turns SET first_msg_id = ? WHERE id = ?", (first, turn_id))
+        return conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
+
+
+def record_step(conn, turn_id, agent_id, usage):
+    conn.execute("UPDATE turns SET steps = steps + 1, input_tokens = input_tokens + ?, "
+                 "output_tokens = output_tokens + ? WHERE id = ?",
+                 (usage.get("input_tokens", 0), usage.get("output_tokens", 0), turn_id))
+    conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? "
+                 "WHERE id = ?", (usage.get("input_tokens", 0), usage.get("output_tokens", 0),
+                                  agent_id))
+    renew(conn, agent_id)
+
+
+def finish(conn, turn_id, status="done", error=None):
+    conn.execute("UPDATE turns SET status = ?, ended_at = ?, error = ? WHERE id = ?",
+                 (status, time.time(), error, turn_id))
+
+
+def void(conn, turn, status, error=None):
+    """End a turn as if it never ran: its messages are never replayed, the
+    prompts it took are pending again, the mail it took is unread again."""
+    first = turn["first_msg_id"] or 0
+    conn.execute("UPDATE messages SET turn_id = NULL WHERE turn_id = ? AND id < ?",
+                 (turn["id"], first))
+    conn.execute("UPDATE messages SET void = 1 WHERE turn_id = ?", (turn["id"],))
+    conn.execute("UPDATE mail SET read_at = NULL, read_turn = NULL WHERE read_turn = ?",
+                 (turn["id"],))
+    finish(conn, turn["id"], status, error)
+
+
+def back_off(conn, agent_id):
+    """After a failed turn: `agent-run --all` leaves the agent alone for a
+    while, doubling from 30 s up to an hour."""
+    row = conn.execute("SELECT failures FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    delay = min(30.0 * 2 ** row[0], BACKOFF_MAX)
+    conn.execute("UPDATE agents SET failures = failures + 1, retry_at = ? WHERE id = ?",
+                 (time.time() + delay, agent_id))
+
+
+def runnable(conn, now=None):
+    """Ids of the agents `agent-run --all` should run: sleeping (or holding a
+    dead lease), with pending input or a due timer, not backing off."""
+    now = now or time.time()
+    rows = conn.execute(
+        f"SELECT {registry.AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') AND role != 'kernel' ORDER BY created_at").fetchall()
+    return [r["id"] for r in rows
+            if (r["status"] == "S" or not lease_is_live(r, now))
+            and (r["retry_at"] is None or r["retry_at"] <= now)
+            and has_pending_input(conn, r, now)]

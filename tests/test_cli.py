@@ -1,0 +1,77 @@
+"""What every program shares: --help, --version, one-line errors, exit
+codes, no tracebacks, cheap start-up."""
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import BIN, PROGRAMS, ROOT, agent, shell
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_and_version(program):
+    for flag in ("-h", "--help"):
+        result = agent(program, flag)
+        assert result.code == 0 and result.out.startswith(f"Usage: agent-{program} ")
+        assert "--db PATH" in result.out and "--version" in result.out
+    result = agent(program, "--version")
+    assert (result.code, result.out) == (0, f"agent-{program} (agentctl) 0.1.0\n")
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_unknown_option_is_one_line_and_exit_2(program):
+    result = agent(program, "--no-such-option")
+    assert result.code == 2
+    assert result.err == (f"agent-{program}: No such option '--no-such-option' "
+                          f"(see agent-{program} --help)\n")
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_launchers_run_from_a_checkout(program):
+    result = shell(f"agent-{program} --version")
+    assert result.out == f"agent-{program} (agentctl) 0.1.0\n"
+
+
+def test_a_bug_is_exit_70_with_one_line_and_details_on_demand(monkeypatch):
+    from agentctl import registry
+
+    def broken(*args, **kwargs):
+        raise KeyError("boom")
+    monkeypatch.setattr(registry, "fork", broken)
+    result = agent("fork", "-n", "x")
+    assert result.code == 70
+    assert result.err == ("agent-fork: internal error: KeyError: 'boom' "
+                          "(AGENTCTL_DEBUG=1 shows the details)\n")
+    monkeypatch.setenv("AGENTCTL_DEBUG", "1")
+    with pytest.raises(KeyError):
+        agent("fork", "-n", "x")
+
+
+def test_broken_pipe_is_quiet():
+    result = shell("for i in $(seq 50); do agent-fork >/dev/null; done; agent-ps | head -1")
+    assert result.code == 0 and result.err == ""
+
+
+def test_invalid_utf8_and_nul_free_arguments_never_crash():
+    result = shell("agent-fork -n $'\\xff\\xfe' ; echo rc=$?")
+    assert "rc=2" in result.out and "Traceback" not in result.err
+    result = shell("printf 'caf\\xe9\\n' | agent-send init - ; echo rc=$?")
+    assert "rc=0" in result.out
+
+
+@pytest.mark.parametrize("program", ["fork", "kill", "send", "mail", "ps", "replay", "wait"])
+def test_start_up_imports_nothing_heavy(program, home):
+    agent("fork", "-n", "x")
+    args = {"fork": ["-n", "y"], "kill": ["-s", "STOP", "x"], "send": ["x", "hi"],
+            "mail": ["-c", "x"], "ps": [], "replay": ["x"], "wait": ["--timeout", "0", "x"]}[program]
+    code = (f"import sys; sys.argv = ['agent-{program}'] + {args!r}\n"
+            f"from agentctl.cli.{program} import main\n"
+            "try:\n    main()\nfinally:\n"
+            "    heavy = [m for m in ('sqlite_utils', 'requests', 'json', 'agentctl.models')"
+            " if m in sys.modules]\n"
+            "    print(' '.join(heavy), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    heavy = set(proc.stderr.split())
+    allowed = {"json"} if program in ("replay", "ps") else set()
+    assert heavy <= allowed, proc.stderr

@@ -1,0 +1,46 @@
+"""make install / make uninstall into a DESTDIR."""
+
+import os
+import subprocess
+import sys
+
+from .conftest import PROGRAMS, ROOT
+
+
+def files_under(top):
+    return sorted(os.path.relpath(os.path.join(d, f), top)
+                  for d, _, names in os.walk(top) for f in names)
+
+
+def test_install_and_uninstall(tmp_path):
+    dest = tmp_path / "dest"
+    make = ["make", "-C", ROOT, f"DESTDIR={dest}", "PREFIX=/usr/local", f"PYTHON={sys.executable}"]
+    result = subprocess.run(make + ["install"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    installed = files_under(dest)
+    for p in PROGRAMS:
+        assert f"usr/local/bin/agent-{p}" in installed
+        assert f"usr/local/share/man/man1/agent-{p}.1" in installed
+        assert f"usr/local/share/bash-completion/completions/agent-{p}" in installed
+        assert f"usr/local/share/zsh/site-functions/_agent-{p}" in installed
+        assert f"usr/local/share/fish/vendor_completions.d/agent-{p}.fish" in installed
+    assert "usr/local/share/man/man5/agentctl.5" in installed
+    assert "usr/local/share/man/man7/agentctl.7" in installed
+    # The installed program runs from its library directory (relocated by hand here,
+    # as DESTDIR is not where it will live).
+    launcher = (dest / "usr/local/bin/agent-ps").read_text()
+    assert '"/usr/local/lib/agentctl"' in launcher
+    env = dict(os.environ, AGENTCTL_DB=str(tmp_path / "x.db"),
+               PYTHONPATH=str(dest / "usr/local/lib/agentctl"))
+    out = subprocess.run([sys.executable, str(dest / "usr/local/bin/agent-ps"), "--version"],
+                         env=env, capture_output=True, text=True, cwd=str(tmp_path))
+    assert out.stdout == "agent-ps (agentctl) 0.1.0\n", out.stderr
+    import shutil
+    viewer = ["man", "-l"] if shutil.which("man") else ["groff", "-man", "-Tutf8"]
+    page = subprocess.run(viewer + [str(dest / "usr/local/share/man/man1/agent-ps.1")],
+                          env=dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="80"),
+                          capture_output=True, text=True)
+    assert "agent-ps" in page.stdout and "SYNOPSIS" in page.stdout
+    result = subprocess.run(make + ["uninstall"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert files_under(dest) == []

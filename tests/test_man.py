@@ -1,0 +1,190 @@
+"""The man pages: they render without a warning, every program has one with
+the sections a reader expects, and every option of every program is in its
+page's OPTIONS section (so an option added to the code without its page
+fails here)."""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+from importlib import import_module
+
+import click
+import pytest
+
+from .conftest import PROGRAMS, ROOT
+
+MAN = os.path.join(ROOT, "man")
+PAGES = sorted(glob.glob(os.path.join(MAN, "*.[157]")))
+REQUIRED = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "ENVIRONMENT",
+            "EXAMPLES", "SEE ALSO")
+OVERVIEW_REQUIRED = {"agentctl.5": ("NAME", "DESCRIPTION", "SEE ALSO"),
+                     "agentctl.7": ("NAME", "DESCRIPTION", "GUARANTEES", "SEE ALSO")}
+# groff's -Tutf8 may turn '-' into a hyphen and '\-' into a minus sign.
+DASHES = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2212": "-", "\u2013": "-"})
+OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)")
+
+
+def documented_programs():
+    """The programs of conftest.PROGRAMS that exist as agentctl/cli/<name>.py."""
+    return [name for name in PROGRAMS
+            if os.path.exists(os.path.join(ROOT, "agentctl", "cli", f"{name}.py"))]
+
+
+def formatter():
+    """The command that renders a page; groff, else mandoc. Neither is a failure:
+    the pages are part of the product."""
+    groff = shutil.which("groff") or ("/usr/bin/groff" if os.access("/usr/bin/groff", os.X_OK)
+                                      else None)
+    if groff:
+        return "groff", groff
+    mandoc = shutil.which("mandoc")
+    if mandoc:
+        return "mandoc", mandoc
+    pytest.fail("neither groff nor mandoc is installed: install groff "
+                "(apt-get install groff, dnf install groff, brew install groff) "
+                "to check the man pages")
+
+
+def run_formatter(args, page):
+    env = dict(os.environ)
+    env.pop("GROFF_SGR", None)
+    proc = subprocess.run(args + [page], capture_output=True, env=env, timeout=60)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), \
+        proc.stderr.decode("utf-8", "replace")
+
+
+def plain_text(page):
+    """The page rendered as plain text: no bold, no underline, no escapes."""
+    kind, tool = formatter()
+    if kind == "groff":
+        args = [tool, "-man", "-Tutf8", "-P-c", "-P-b", "-P-u"]
+    else:
+        args = [tool, "-man", "-Tutf8"]
+    code, out, err = run_formatter(args, page)
+    assert code == 0, err
+    out = re.sub(r".\x08", "", out)          # any overstrike left (mandoc)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)  # any SGR left
+    return out.translate(DASHES)
+
+
+def sections(text):
+    """{heading: body} of a rendered page: headings are the unindented
+    upper-case lines."""
+    found, current = {}, None
+    for line in text.splitlines():
+        if re.fullmatch(r"[A-Z][A-Z0-9 ]*[A-Z0-9]", line.rstrip()):
+            current = line.strip()
+            found[current] = ""
+        elif current is not None:
+            found[current] += line + "\n"
+    return found
+
+
+def roff_text(line):
+    """A roff line as the words it prints: macro names, quotes and font
+    escapes gone, \\- as -."""
+    if line.startswith("."):
+        macro, _, rest = line.partition(" ")
+        # alternating-font macros join their arguments without spaces
+        words = re.findall(r'"((?:[^"]|"")*)"|(\S+)', rest)
+        parts = [a or b for a, b in words]
+        line = "".join(parts) if macro[1:] in ("BR", "RB", "BI", "IB", "IR", "RI") \
+            else " ".join(parts)
+    line = re.sub(r"\\f(\[[^]]*\]|\(..|.)", "", line)
+    line = line.replace("\\-", "-").replace("\\&", "").replace("\\ ", " ").replace("\\~", " ")
+    return line
+
+
+def option_tags(page):
+    """The options named in the tags of the OPTIONS section's .TP entries."""
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    tags, inside = [], False
+    for i, line in enumerate(lines):
+        if line.startswith(".SH"):
+            inside = line.split(None, 1)[1].strip('"') == "OPTIONS" if " " in line else False
+        elif inside and line.startswith(".TP") and i + 1 < len(lines):
+            tags.append(roff_text(lines[i + 1]))
+    return {option for tag in tags for option in OPTION.findall(tag)}
+
+
+def click_options(name):
+    """Every spelling of every option of agent-<name>, --help included (click
+    adds it at run time, under the names of the command's context settings)."""
+    command = import_module(f"agentctl.cli.{name}").cli
+    context = click.Context(command, info_name=f"agent-{name}", **command.context_settings)
+    opts = set()
+    for param in command.get_params(context):
+        if isinstance(param, click.Option):
+            opts.update(param.opts)
+            opts.update(param.secondary_opts)
+    return opts
+
+
+def page_of(name):
+    return os.path.join(MAN, f"agent-{name}.1")
+
+
+def test_there_are_pages():
+    assert PAGES, "no man pages in man/"
+    names = {os.path.basename(p) for p in PAGES}
+    assert {"agentctl.5", "agentctl.7"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=os.path.basename)
+def test_renders_without_warnings(page):
+    kind, tool = formatter()
+    if kind == "groff":
+        code, out, err = run_formatter([tool, "-man", "-Tutf8", "-ww", "-z"], page)
+        assert (code, err) == (0, ""), f"{os.path.basename(page)}:\n{err}"
+        code, out, err = run_formatter([tool, "-man", "-Tutf8", "-ww"], page)
+    else:
+        code, out, err = run_formatter([tool, "-man", "-Tutf8", "-Wwarning"], page)
+    assert (code, err) == (0, ""), f"{os.path.basename(page)}:\n{err}"
+    assert out.strip(), f"{os.path.basename(page)} renders as nothing"
+
+
+@pytest.mark.parametrize("name", documented_programs())
+def test_every_program_has_a_page(name):
+    assert os.path.exists(page_of(name)), f"agent-{name} has no man page: man/agent-{name}.1"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=os.path.basename)
+def test_required_sections(page):
+    base = os.path.basename(page)
+    required = OVERVIEW_REQUIRED.get(base, REQUIRED)
+    found = sections(plain_text(page))
+    missing = [s for s in required if s not in found]
+    assert not missing, f"{base} lacks {', '.join(missing)}"
+    assert all(found[s].strip() for s in required), f"{base}: an empty section"
+
+
+@pytest.mark.parametrize("name", [n for n in documented_programs()
+                                  if os.path.exists(page_of(n))])
+def test_every_option_is_documented(name):
+    page = page_of(name)
+    wanted = click_options(name)
+    assert {"--help", "-h", "--version", "--db"} <= wanted
+    # each option is the tag of an entry of OPTIONS ...
+    tagged = option_tags(page)
+    missing = sorted(wanted - tagged)
+    assert not missing, f"agent-{name}.1: OPTIONS has no entry for {', '.join(missing)}"
+    stale = sorted(tagged - wanted)
+    assert not stale, f"agent-{name}.1: OPTIONS documents {', '.join(stale)}, " \
+                      f"which agent-{name} does not have"
+    # ... and shows as such in the rendered section
+    options_text = sections(plain_text(page)).get("OPTIONS", "")
+    unseen = sorted(o for o in wanted
+                    if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", options_text))
+    assert not unseen, f"agent-{name}.1: {', '.join(unseen)} not in the rendered OPTIONS"
+
+
+@pytest.mark.parametrize("name", [n for n in documented_programs()
+                                  if os.path.exists(page_of(n))])
+def test_title_and_name_match_the_program(name):
+    with open(page_of(name), encoding="utf-8") as f:
+        text = f.read()
+    assert re.search(rf"^\.TH AGENT-{name.upper()} 1 ", text, re.M)
+    assert re.search(rf"^\.SH NAME\nagent-{name} \\- \S", text, re.M)

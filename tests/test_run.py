@@ -1,0 +1,426 @@
+"""agent-run: one turn against real HTTP servers, offline models, leases,
+signals, tools, roles and --all."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from agentctl import registry
+
+from .conftest import ROOT, agent, fork, shell
+from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
+
+
+def once_requested(fakeapi, action, count=1):
+    """Run `action` in a thread as soon as the fake API has received `count`
+    requests (the model call is then in flight)."""
+    def watch():
+        deadline = time.monotonic() + 20
+        while len(fakeapi.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+        action()
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread
+
+
+def signal(ref, sig):
+    from agentctl import db, signals
+    conn = db.connect()
+    signals.send(conn, registry.resolve(conn, ref), sig)
+    conn.close()
+
+
+def deliver(ref, body):
+    from agentctl import db, mail
+    from agentctl.db import transaction
+    conn = db.connect()
+    with transaction(conn):
+        mail.deliver(conn, None, registry.resolve(conn, ref), body)
+    conn.close()
+
+
+def script(tmp_path, *rules):
+    path = tmp_path / "script.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+def unread(conn, ref):
+    agent_id = registry.resolve(conn, ref)["id"]
+    return conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL",
+                        (agent_id,)).fetchone()[0]
+
+
+def kinds(conn, ref):
+    agent_id = registry.resolve(conn, ref)["id"]
+    return [r[0] for r in conn.execute(
+        "SELECT kind FROM messages WHERE agent_id = ? AND void = 0 ORDER BY id", (agent_id,))]
+
+
+def test_echo_turn_prints_the_reply_and_then_has_nothing_to_do(conn):
+    fork("-n", "a", "-m", "echo", "hello")
+    result = agent("run", "a")
+    assert (result.code, result.out, result.err) == (0, "hello\n", "")
+    result = agent("run", "a")
+    assert (result.code, result.err) == (1, "agent-run: a: no pending input\n")
+    assert kinds(conn, "a") == ["user", "assistant"]
+    assert registry.resolve(conn, "a")["status"] == "S"
+
+
+def test_ten_mails_make_one_model_call(conn, fakeapi):
+    fork("-n", "a", "-m", "openai:gpt-test")
+    for i in range(10):
+        agent("send", "a", f"mail {i}")
+    fakeapi.reply("read them all")
+    result = agent("run", "--json", "a")
+    record = json.loads(result.out)
+    assert (record["steps"], record["mail_read"], record["text"]) == (1, 10, "read them all")
+    assert len(fakeapi.requests) == 1
+    inbox = fakeapi.last["body"]["messages"][-1]
+    assert inbox["role"] == "user" and inbox["content"].startswith("[INBOX - 10 new]")
+    assert all(f"mail {i}" in inbox["content"] for i in range(10))
+    assert unread(conn, "a") == 0
+    assert (record["input_tokens"], record["output_tokens"]) == (11, 7)
+    row = registry.resolve(conn, "a")
+    assert (row["tokens_in"], row["tokens_out"]) == (11, 7)
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-test", "anthropic:claude-test"])
+def test_tool_calls_over_http_then_final_text(conn, fakeapi, model):
+    fork("-n", "lead", "-m", model, "Plan")
+    fakeapi.reply("forking", tool_calls=[("c1", "fork", '{"prompt": "Survey", "name": "w1"}')])
+    fakeapi.reply("done")
+    result = agent("run", "lead")
+    assert (result.code, result.out) == (0, "done\n"), result.err
+    assert len(fakeapi.requests) == 2
+    second = fakeapi.last["body"]
+    tools = second["tools"]
+    assert {t.get("name") or t["function"]["name"] for t in tools} >= {"fork", "send", "exit"}
+    w1 = registry.resolve(conn, "w1")
+    assert w1["parent_id"] == registry.resolve(conn, "lead")["id"]
+
+
+def test_child_replay_is_the_parents_context_to_the_fork_point_plus_its_own(conn, tmp_path):
+    model = script(tmp_path,
+                   {"match": "^Plan", "steps": [
+                       {"content": "fork", "tool_calls": [{"name": "fork", "arguments": {"prompt": "Survey", "name": "w1"}}]},
+                       {"content": "lead done"}]},
+                   {"match": "^Survey", "reply": {"content": "worker done"}})
+    fork("-n", "lead", "-m", model, "Plan")
+    assert agent("run", "lead").out == "lead done\n"
+    lead = registry.resolve(conn, "lead")
+    w1 = registry.resolve(conn, "w1")
+    lead_ids = [m["id"] for m in json.loads("[" + ",".join(agent("replay", "--format", "jsonl", "lead").lines) + "]")]
+    assert w1["fork_msg_id"] in lead_ids
+    assert agent("run", "w1").out == "worker done\n"
+    child = [json.loads(line) for line in agent("replay", "--format", "jsonl", "w1").lines]
+    inherited = [m for m in child if m["agent_id"] == lead["id"]]
+    own = [m for m in child if m["agent_id"] == w1["id"]]
+    assert [m["id"] for m in inherited] == [i for i in lead_ids if i <= w1["fork_msg_id"]]
+    assert [m["kind"] for m in own] == ["tool_result", "user", "assistant"]
+    assert own[0]["content"].startswith("You are the child")
+    openai = json.loads(agent("replay", "--format", "openai", "w1").out)
+    assert openai[1]["tool_calls"][0]["function"]["name"] == "fork"
+    assert openai[2] == {"role": "tool", "tool_call_id": "call_0_0", "content": own[0]["content"]}
+
+
+def test_task_exits_with_its_result_and_cant_fork(conn, tmp_path):
+    model = script(tmp_path, {"steps": [
+        {"content": "try", "tool_calls": [{"name": "fork", "arguments": {}}]},
+        {"content": "the answer is 42"}]})
+    fork("-n", "lead")
+    fork("-p", "lead", "-n", "t", "-r", "task", "-m", model, "compute")
+    assert agent("run", "t").out == "the answer is 42\n"
+    t = registry.resolve(conn, "t")
+    assert (t["status"], t["result"], t["exit_code"]) == ("Z", "the answer is 42", 0)
+    results = conn.execute("SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result'",
+                           (t["id"],)).fetchall()
+    assert results[0][0] == "error: t: a task can't fork"
+    assert "the answer is 42" in agent("mail", "-r", "lead").out
+    assert agent("fork", "-p", "t").code == 3
+
+
+def test_bad_tool_calls_become_errors_the_model_sees(conn, tmp_path):
+    calls = [{"name": "nope", "arguments": {}}, {"name": "send", "arguments": "{not json"},
+             {"name": "send", "arguments": {"to": "x"}}, {"name": "kill", "arguments": {"agent": "init"}},
+             {"name": "sleep", "arguments": {"seconds": "soon"}}]
+    model = script(tmp_path, {"steps": [{"content": "", "tool_calls": calls}, {"content": "ok"}]})
+    fork("-n", "a", "-m", model, "go")
+    assert agent("run", "a").code == 0
+    results = [r[0] for r in conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' ORDER BY id")]
+    assert results[0].startswith("error: unknown tool: nope")
+    assert results[1].startswith("error: arguments are not valid JSON")
+    assert results[2] == "error: missing argument: body"
+    assert results[3] == "error: init is not one of your descendants"
+    assert results[4] == "error: seconds must be a number"
+
+
+def test_a_thousand_tool_calls_in_one_message(conn, tmp_path):
+    calls = [{"name": "check_mail", "arguments": {}}] * 1000
+    model = script(tmp_path, {"steps": [{"content": "", "tool_calls": calls}, {"content": "ok"}]})
+    fork("-n", "a", "-m", model, "go")
+    assert agent("run", "a").code == 0
+    assert kinds(conn, "a").count("tool_result") == 1000
+
+
+def test_mail_arriving_mid_turn_is_injected_before_the_next_call(conn, fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    fork("-n", "a", "-m", "openai:gpt-test", "go")
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+    fakeapi.reply("done")
+    timer = once_requested(fakeapi, lambda: deliver("a", "stop, use Q3 data"))
+    assert agent("run", "a").code == 0
+    timer.join()
+    last = fakeapi.last["body"]["messages"][-1]
+    assert last["role"] == "user" and last["content"].startswith("[MID-TURN UPDATE - 1 new]")
+    assert "use Q3 data" in last["content"]
+    assert unread(conn, "a") == 0
+
+
+def test_two_runs_of_one_agent_exactly_one_turn(conn, fakeapi):
+    fork("-n", "a", "-m", "openai:gpt-test", "go")
+    fakeapi.reply("slow answer", delay=0.4)
+    env = dict(os.environ, AGENTCTL_HTTP_TIMEOUT="5")
+    cmd = [sys.executable, os.path.join(ROOT, "bin", "agent-run"), "a"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = sorted((p.wait(), p.stdout.read(), p.stderr.read()) for p in procs)
+    assert [r[0] for r in results] == [0, 75]
+    assert results[0][1] == "slow answer\n"
+    assert "claimed by another agent-run" in results[1][2]
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 1
+    assert len(fakeapi.requests) == 1
+
+
+def test_a_crashed_runs_lease_is_taken_over(conn):
+    fork("-n", "a", "-m", "echo", "hi")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    import socket
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ? WHERE name = 'a'",
+                 (f"{socket.gethostname()}:{dead}", time.time() + 300))
+    assert agent("ps", "-o", "stat", "--format", "tsv", "--no-headers", "--role", "agent").out == "R\n"
+    assert agent("run", "a").out == "hi\n"
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = 'elsewhere:1', lease_until = ? "
+                 "WHERE name = 'a'", (time.time() - 1,))
+    agent("send", "a", "again")
+    assert agent("run", "a").code == 0
+
+
+@pytest.mark.parametrize("fault", ["429", "500", "timeout", "cut", "malformed"])
+def test_transient_faults_are_retried_and_nothing_is_lost(conn, fakeapi, fault):
+    fork("-n", "a", "-m", "openai:gpt-test")
+    agent("send", "a", "question")
+    if fault == "429":
+        fakeapi.error(429, "slow down", retry_after=1)
+    elif fault == "500":
+        fakeapi.error(500)
+    else:
+        fakeapi.reply("partial", **{"timeout": {"delay": 1.0}, "cut": {"cut_after": 2},
+                                    "malformed": {"malformed": True}}[fault])
+    fakeapi.reply("answer")
+    result = agent("run", "a")
+    assert (result.code, result.out) == (0, "answer\n"), result.err
+    assert unread(conn, "a") == 0 and kinds(conn, "a") == ["user", "assistant"]
+
+
+def test_persistent_faults_exit_75_with_input_still_pending(conn, fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_RETRY_SECONDS", "1")
+    fork("-n", "a", "-m", "openai:gpt-test")
+    agent("send", "a", "question")
+    fakeapi.error(500, times=50)
+    started = time.monotonic()
+    result = agent("run", "a")
+    assert result.code == 75 and time.monotonic() - started < 10
+    assert result.err.startswith("agent-run: model API unavailable") and result.err.count("\n") == 1
+    assert registry.resolve(conn, "a")["status"] == "S"
+    from agentctl import turns
+    assert turns.has_pending_input(conn, registry.resolve(conn, "a"))
+    fakeapi.queue.clear()
+    fakeapi.reply("finally")
+    assert agent("run", "a").out == "finally\n"
+    assert "question" in fakeapi.last["body"]["messages"][-1]["content"]
+
+
+def test_refused_request_voids_the_turn_and_keeps_the_input(conn, fakeapi):
+    fork("-n", "a", "-m", "openai:gpt-test", "prompt")
+    agent("send", "a", "mail")
+    fakeapi.error(400, "bad request")
+    result = agent("run", "a")
+    assert result.code == 69
+    assert unread(conn, "a") == 1
+    assert kinds(conn, "a") == ["user"]
+    fakeapi.reply("ok")
+    assert agent("run", "a").out == "ok\n"
+
+
+def test_keys_never_reach_the_database_or_output(conn, fakeapi, home):
+    fork("-n", "a", "-m", "openai:gpt-test", "hi")
+    fakeapi.reply("fine")
+    result = agent("run", "--json", "a")
+    fakeapi.error(401, "invalid key", times=2)
+    agent("send", "a", "more")
+    failed = agent("run", "a")
+    dump = subprocess.run(["sqlite3", str(home), ".dump"], capture_output=True, text=True).stdout \
+        if os.path.exists("/usr/bin/sqlite3") else home.read_bytes().decode("latin-1")
+    for text in (result.out, result.err, failed.out, failed.err, dump):
+        assert OPENAI_KEY not in text and ANTHROPIC_KEY not in text
+
+
+def test_model_selection(conn, monkeypatch, tmp_path):
+    fork("-n", "a", "hi")
+    result = agent("run", "a")
+    assert (result.code, result.err) == (2, "agent-run: a: no model (give -m MODEL, fork it with -m, "
+                                            "or set AGENTCTL_MODEL)\n")
+    monkeypatch.setenv("AGENTCTL_MODEL", "echo")
+    assert agent("run", "a").out == "hi\n"
+    agent("send", "a", "x")
+    result = agent("run", "-m", "openai:gpt-4o-mini", "a")
+    assert result.code == 2 and "OPENAI_API_KEY" in result.err
+    assert agent("run", "-m", "bogus", "a").code == 2
+    assert unread(conn, "a") == 1          # nothing was taken
+
+
+def test_signals_during_a_turn(conn, fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    for name in ("k", "t", "s"):
+        fork("-n", name, "-m", "openai:gpt-test", "go")
+    for sig, name in (("KILL", "k"), ("TERM", "t"), ("STOP", "s")):
+        fakeapi.requests.clear()
+        fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+        fakeapi.reply("finished")
+        timer = once_requested(fakeapi, lambda: signal(name, sig))
+        result = agent("run", name)
+        timer.join()
+        row = registry.resolve(conn, name)
+        if sig == "KILL":
+            assert result.code == 3 and row["status"] == "Z" and row["exit_signal"] == "KILL"
+            assert kinds(conn, name) == ["user"]           # the partial turn is never replayed
+            fakeapi.queue.clear()
+        elif sig == "TERM":
+            assert result.out == "finished\n"
+            assert (row["status"], row["exit_signal"], row["result"]) == ("Z", "TERM", "finished")
+        else:
+            assert result.code == 0 and row["status"] == "T"
+            assert agent("run", name).code == 3            # stopped: refused
+            agent("kill", "-s", "CONT", name)
+            assert agent("run", name).out == "finished\n"  # the open turn resumes
+
+
+def test_sleep_sets_a_timer_that_all_honours(conn, tmp_path):
+    model = script(tmp_path,
+                   {"match": "TIMER", "reply": {"content": "awake"}},
+                   {"steps": [{"content": "", "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.5}}]}]})
+    fork("-n", "a", "-m", model, "nap")
+    assert agent("run", "a").code == 0
+    assert registry.resolve(conn, "a")["wake_at"] is not None
+    assert agent("run", "--all").code == 1          # not due yet
+    time.sleep(0.6)
+    result = shell("agent-run --all --json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["text"] == "awake"
+
+
+def test_all_runs_every_agent_with_input_in_parallel_and_skips_stopped(conn):
+    for name in ("a", "b", "c", "d"):
+        fork("-n", name, "-m", "echo", f"hi {name}")
+    agent("kill", "-s", "STOP", "d")
+    result = shell("agent-run --all -j 4 --json")
+    assert result.code == 0, result.err
+    texts = sorted(json.loads(line)["text"] for line in result.out.splitlines())
+    assert texts == ["hi a", "hi b", "hi c"]
+    assert result.err.strip() == "agent-run: 3 agents: 3 ran, 0 had nothing to do, 0 busy or temporarily failing, 0 failed"
+    assert shell("agent-run --all").code == 1
+
+
+def test_usage_errors():
+    assert agent("run").err == "agent-run: missing AGENT (and AGENT_ID is not set)\n"
+    assert agent("run", "--all", "x").code == 2
+    assert agent("run", "nobody").code == 1
+    assert agent("run", "--max-steps", "0", "x").code == 2
+
+
+def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    fork("-n", "a", "-m", "openai:gpt-test", "go")
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+    fakeapi.reply("finished")
+
+    def both():
+        signal("a", "TERM")
+        signal("a", "STOP")
+    thread = once_requested(fakeapi, both)
+    result = agent("run", "a")
+    thread.join()
+    row = registry.resolve(conn, "a")
+    assert result.out == "finished\n" and (row["status"], row["exit_signal"]) == ("Z", "TERM")
+
+
+def test_hup_during_a_turn_clears_after_it(conn, fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    fork("-n", "a", "-m", "openai:gpt-test", "the task")
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+    fakeapi.reply("finished")
+    thread = once_requested(fakeapi, lambda: signal("a", "HUP"))
+    assert agent("run", "a").out == "finished\n"
+    thread.join()
+    # the second call of the turn still saw the turn's own input
+    assert fakeapi.last["body"]["messages"][0]["content"] == "the task"
+    assert kinds(conn, "a")[-1] == "clear"
+    assert agent("replay", "a").out == ""
+
+
+def test_an_architect_sleeps_on_its_result_until_mail(conn, tmp_path):
+    model = script(tmp_path, {"reply": {"content": "the plan"}})
+    fork("-n", "arch", "-r", "architect", "-m", model, "design it")
+    conn.execute("UPDATE agents SET wake_at = 1 WHERE name = 'arch'")
+    assert agent("run", "arch").out == "the plan\n"
+    row = registry.resolve(conn, "arch")
+    assert (row["status"], row["wake_at"]) == ("S", None)
+    assert agent("run", "arch").code == 1
+    agent("send", "arch", "revise")
+    assert agent("run", "arch").code == 0
+
+
+def test_the_lease_outlives_a_model_call_longer_than_itself(conn, fakeapi, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_LEASE", "0.6")
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    fork("-n", "a", "-m", "openai:gpt-test", "go")
+    fakeapi.reply("slow", delay=1.5)
+    seen = []
+
+    def second():
+        time.sleep(1.0)             # past the lease's first length
+        seen.append(shell("agent-run a", env={"AGENTCTL_LEASE": "0.6"}))
+    thread = once_requested(fakeapi, second)
+    assert agent("run", "a").out == "slow\n"
+    thread.join()
+    assert seen[0].code == 75 and "claimed" in seen[0].err
+    assert len(fakeapi.requests) == 1
+
+
+def test_several_forks_in_one_step_give_each_child_a_valid_context(conn, tmp_path):
+    model = script(tmp_path, {"match": "^Plan", "steps": [
+        {"content": "", "tool_calls": [{"name": "fork", "arguments": {"name": "c1", "prompt": "one"}},
+                                       {"name": "fork", "arguments": {"name": "c2", "prompt": "two"}}]},
+        {"content": "ok"}]})
+    fork("-n", "lead", "-m", model, "Plan")
+    agent("run", "lead")
+    for child in ("c1", "c2"):
+        messages = json.loads(agent("replay", "--format", "openai", child).out)
+        calls = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+        answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+        assert sorted(calls) == sorted(answered)
+        assert messages[-1] == {"role": "user", "content": {"c1": "one", "c2": "two"}[child]}
+
+
+def test_init_runs_no_turns():
+    result = agent("run", "init")
+    assert (result.code, result.err) == (3, "agent-run: init doesn't run turns\n")
+    assert agent("run", "-j", "2", "x").code == 2
