@@ -1,0 +1,207 @@
+"""make bench: one line per figure, each a ratio against its baseline measured
+in the same run (medians over repeated runs). Not a test: it prints, and
+the figures go in the notes that change performance."""
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from agentctl import db, history, registry  # noqa: E402
+from agentctl.db import transaction  # noqa: E402
+from agentctl.ids import INIT_ID, new_id  # noqa: E402
+
+VENV_BIN = os.path.dirname(sys.executable)
+PYTHON = sys.executable
+RUNS = int(os.environ.get("BENCH_RUNS", "25"))
+
+
+def median_time(fn, runs=RUNS):
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def command(args, env, stdin=None):
+    def go():
+        subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       input=stdin)
+    return go
+
+
+def program(name):
+    return os.path.join(VENV_BIN, name)
+
+
+def fresh(directory, name):
+    path = os.path.join(directory, name)
+    conn = db.connect(path)
+    return path, conn
+
+
+def line(label, value, target=None, unit="x"):
+    verdict = ""
+    if target is not None:
+        ok, text = target(value)
+        verdict = f"   target {text}: {'ok' if ok else 'MISSED'}"
+    print(f"{label:<58} {value:10.2f}{unit}{verdict}", flush=True)
+
+
+def at_most(limit):
+    return lambda v: (v <= limit, f"<= {limit}x")
+
+
+def at_least(limit, unit=""):
+    return lambda v: (v >= limit, f">= {limit}{unit}")
+
+
+def startup(tmp):
+    path, conn = fresh(tmp, "small.db")
+    with transaction(conn):
+        a = registry.fork(conn, registry.get(conn, INIT_ID), name="a", model="echo")
+        history.append(conn, a, "user", "hello")
+    conn.close()
+    env = dict(os.environ, AGENTCTL_DB=path)
+    base = median_time(command([PYTHON, "-c", "pass"], env))
+    click_floor = median_time(command([PYTHON, "-c", "import click, sqlite3"], env))
+    print(f"python3 -c pass: {base * 1000:.1f} ms; click floor "
+          f"(import click, sqlite3): {click_floor / base:.2f}x")
+    cases = [
+        ("agent-fork", ["-p", "a"], 4.5), ("agent-kill", ["-s", "CONT", "a"], 4.5),
+        ("agent-send", ["a", "hi"], 4.5), ("agent-mail", ["-c", "a"], 4.5),
+        ("agent-ps", [], 6.0), ("agent-replay", ["a"], None),
+        ("agent-wait", ["--timeout", "0", "a"], None), ("agent-run", ["--help"], None),
+    ]
+    for name, args, limit in cases:
+        ratio = median_time(command([program(name)] + args, env)) / base
+        line(f"1. start-up {name} {' '.join(args)} vs python3 -c pass", ratio,
+             at_most(limit) if limit else None)
+    return base, env
+
+
+def echo_turn(tmp, base):
+    path, conn = fresh(tmp, "run.db")
+    ids = []
+    with transaction(conn):
+        for _ in range(RUNS):
+            ids.append(registry.fork(conn, registry.get(conn, INIT_ID), model="echo",
+                                     prompt="hello"))
+    conn.close()
+    env = dict(os.environ, AGENTCTL_DB=path)
+    times = []
+    for agent_id in ids:
+        start = time.perf_counter()
+        subprocess.run([program("agent-run"), agent_id], env=env, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    line("6. agent-run (echo model, one turn) vs python3 -c pass",
+         statistics.median(times) / base, at_most(8.0))
+
+
+def bulk_send(tmp):
+    import json
+    n = 100_000
+    path, conn = fresh(tmp, "bulk.db")
+    with transaction(conn):
+        target = registry.fork(conn, registry.get(conn, INIT_ID), name="t")
+    conn.close()
+    payload = "".join(json.dumps({"to": "t", "body": f"message {i}"}) + "\n"
+                      for i in range(n)).encode()
+    env = dict(os.environ, AGENTCTL_DB=path)
+    start = time.perf_counter()
+    subprocess.run([program("agent-send"), "--jsonl"], env=env, input=payload,
+                   stdout=subprocess.DEVNULL, check=True)
+    send_rate = n / (time.perf_counter() - start)
+    raw_path, raw = fresh(tmp, "raw.db")
+    rows = [(None, target, "mail", f"message {i}", time.time()) for i in range(n)]
+    raw.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
+                "VALUES (?, ?, ?, 0, 0)", (target, INIT_ID, INIT_ID))
+    start = time.perf_counter()
+    for i in range(0, n, 1000):
+        raw.execute("BEGIN")
+        raw.executemany("INSERT INTO mail (sender_id, recipient_id, kind, body, created_at) "
+                        "VALUES (?, ?, ?, ?, ?)", rows[i:i + 1000])
+        raw.execute("COMMIT")
+    raw_rate = n / (time.perf_counter() - start)
+    raw.close()
+    print(f"2. bulk agent-send --jsonl: {send_rate:,.0f} mails/s; raw batched inserts: "
+          f"{raw_rate:,.0f} rows/s")
+    line("2. bulk send throughput (mails/s)", send_rate, at_least(100_000, " mails/s"), unit="")
+    line("2. bulk send / raw insert rate", send_rate / raw_rate * 100,
+         lambda v: (v >= 40, ">= 40%"), unit="%")
+
+
+def deep_replay(tmp):
+    path, conn = fresh(tmp, "deep.db")
+    chain = []
+    with transaction(conn):
+        parent = registry.get(conn, INIT_ID)
+        for depth in range(100):
+            child = registry.fork(conn, parent)
+            conn.executemany("INSERT INTO messages (agent_id, kind, content, created_at) "
+                             "VALUES (?, 'user', ?, 0)",
+                             [(child, f"message {depth}.{i}") for i in range(1000)])
+            chain.append(child)
+            parent = registry.get(conn, child)
+    leaf = registry.get(conn, chain[-1])
+    count = len(history.replay(conn, leaf))
+    marks = ",".join("?" * len(chain))
+    ours = median_time(lambda: history.replay(conn, registry.get(conn, chain[-1])), 7)
+    raw = median_time(lambda: conn.execute(
+        f"SELECT id, agent_id, kind, content, tool_name, tool_call_id, turn_id, created_at "
+        f"FROM messages WHERE agent_id IN ({marks}) ORDER BY id", chain).fetchall(), 7)
+    line(f"3. replay depth 100, {count:,} messages vs raw SQL read", ours / raw, at_most(2.0))
+    conn.close()
+
+
+def big_ps(tmp, base):
+    def build(name, total, alive):
+        path, conn = fresh(tmp, name)
+        with transaction(conn):
+            conn.executemany(
+                "INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, status, created_at) "
+                "VALUES (?, ?, ?, 0, ?, ?)",
+                [(new_id(), INIT_ID, INIT_ID, "S" if i < alive else "X", i) for i in range(total)])
+        conn.close()
+        return dict(os.environ, AGENTCTL_DB=path)
+    small = median_time(command([program("agent-ps")], build("ps1k.db", 1000, 1000)), 9)
+    large = median_time(command([program("agent-ps")], build("ps100k.db", 100_000, 1000)), 9)
+    line("4. agent-ps, 100k agents (1k alive) vs 1k agents", large / small, at_most(1.5))
+
+
+def fork_cost(tmp):
+    path, conn = fresh(tmp, "fork.db")
+    with transaction(conn):
+        init = registry.get(conn, INIT_ID)
+        short = registry.fork(conn, init, name="short")
+        long_ = registry.fork(conn, init, name="long")
+        conn.executemany("INSERT INTO messages (agent_id, kind, content, created_at) VALUES (?, 'user', 'x', 0)",
+                         [(short,)] * 10 + [(long_,)] * 100_000)
+    conn.close()
+    env = dict(os.environ, AGENTCTL_DB=path)
+    a = median_time(command([program("agent-fork"), "-p", "short"], env))
+    b = median_time(command([program("agent-fork"), "-p", "long"], env))
+    line("5. agent-fork of 100k-message agent vs 10-message agent", b / a, at_most(1.2))
+
+
+def main():
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        base, _ = startup(tmp)
+        echo_turn(tmp, base)
+        bulk_send(tmp)
+        deep_replay(tmp)
+        big_ps(tmp, base)
+        fork_cost(tmp)
+    print(f"(bench took {time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
