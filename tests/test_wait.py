@@ -65,15 +65,20 @@ def test_any_returns_on_the_first(home):
     assert (result.code, result.out) == (0, f"{b}\n")
 
 
-def test_default_is_every_child_of_self(home, monkeypatch):
-    fork("-n", "lead")
+def test_default_is_every_child_of_self(home):
+    lead = fork("-n", "lead")
     w1 = fork("-p", "lead")
     w2 = fork("-p", "lead")
     finish(home, w1)
     finish(home, w2, result="done")
-    monkeypatch.setenv("AGENT_ID", "lead")
-    result = agent("wait", "-q")
+    result = shell("agent-wait -q", env={"AGENT_ID": lead})     # stdin: /dev/null
     assert result.code == 0 and set(result.lines) == {w1, w2}
+
+
+def test_an_empty_pipe_waits_for_nothing():
+    fork("-n", "busy")
+    result = shell("true | agent-wait --timeout 5")
+    assert (result.code, result.out) == (0, "")
 
 
 def test_ids_from_a_pipe():

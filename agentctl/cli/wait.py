@@ -24,8 +24,10 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     from ..output import pick, render
     from ..registry import resolve
     refs = list(agents)
-    if not refs and sys.stdin is not None and not sys.stdin.closed and not sys.stdin.isatty():
+    if not refs and _piped():
         refs = sys.stdin.read().split()
+        if not refs:
+            return 0        # an empty pipe: nothing to wait for (as xargs -r)
     conn = connect(db_path)
     me = actor(conn)
     if refs:
@@ -43,6 +45,19 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     if pending and not (any_one and collected):
         return 1
     return 3 if any(lifecycle.how(r) != "exited" for r in collected) else 0
+
+
+def _piped():
+    """stdin is a pipe or a file (not a terminal, not /dev/null as under cron)."""
+    import os
+    import stat
+    if sys.stdin is None or sys.stdin.closed:
+        return False
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):     # not a real file (an embedding)
+        return not sys.stdin.isatty()
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
 def _columns():

@@ -1,0 +1,38 @@
+"""The examples run offline, as a user would run them (stdin from /dev/null)."""
+
+import os
+import re
+
+from .conftest import ROOT, fork, shell
+
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def test_fanout():
+    result = shell(f"sh {EXAMPLES}/fanout.sh")
+    assert result.code == 0, result.err
+    assert result.out.startswith("Summary: WAL readers")
+    listing = shell("agent-ps -a -o name,stat --format tsv --no-headers").out
+    assert "w-checkpoints\tX" in listing and "w-locking\tX" in listing
+
+
+def test_supervisor_runs_until_nothing_is_left():
+    for name in ("a", "b", "c"):
+        fork("-n", name, "-m", "echo", "hello")
+    result = shell(f"ROUNDS=5 bash {EXAMPLES}/supervisor.sh")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[:2] == ["round 1: ran", "round 2: nothing to do"]
+    assert "a\tS\tagent\t0" in result.out
+
+
+def test_crontab_lines_run():
+    lines = [line for line in open(os.path.join(EXAMPLES, "crontab"))
+             if re.match(r"^[\d*]", line)]
+    assert len(lines) == 2
+    fork("-n", "a", "-m", "echo", "hi")
+    for line in lines:
+        command = re.sub(r"2>>\S+", "", line.split(None, 5)[5])
+        result = shell(command)
+        assert result.code in (0, 1), (command, result.err)
+    assert shell("agent-mail -c a").code == 1
+    assert "hi" in shell("agent-replay a").out
