@@ -19,8 +19,8 @@ MAN = os.path.join(ROOT, "man")
 PAGES = sorted(glob.glob(os.path.join(MAN, "*.[157]")))
 REQUIRED = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "ENVIRONMENT",
             "EXAMPLES", "SEE ALSO")
-OVERVIEW_REQUIRED = {"agentctl.5": ("NAME", "DESCRIPTION", "SEE ALSO"),
-                     "agentctl.7": ("NAME", "DESCRIPTION", "GUARANTEES", "SEE ALSO")}
+OVERVIEW_REQUIRED = {"agentctl.5": REQUIRED,
+                     "agentctl.7": REQUIRED + ("GUARANTEES",)}
 # groff's -Tutf8 may turn '-' into a hyphen and '\-' into a minus sign.
 DASHES = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2212": "-", "\u2013": "-"})
 OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)")
