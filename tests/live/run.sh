@@ -52,8 +52,8 @@ PY
 echo "live: one agent-run turn"
 agent-fork -n live -m openai:gemma-3-270m "Say hello." >/dev/null
 record=$(agent-run --json --max-steps 1 live)
-echo "  $record" | cut -c1-200
-echo "$record" | "$top/.venv/bin/python" -c '
+printf "  %s\n" "$record" | cut -c1-160
+printf "%s\n" "$record" | "$top/.venv/bin/python" -c '
 import json, sys
 r = json.load(sys.stdin)
 assert r["status"] == "done" and r["steps"] == 1 and r["output_tokens"] > 0, r'
