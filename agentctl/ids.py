@@ -8,7 +8,6 @@ ID_LENGTH = 22
 MIN_PREFIX = 4
 INIT_ID = "A" * ID_LENGTH          # the nil UUID, base64url: init's id
 NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}\Z")
-ID_RE = re.compile(r"[A-Za-z0-9_-]{22}\Z")
 ROLES = ("agent", "task", "worker", "lead", "architect", "daemon")
 
 

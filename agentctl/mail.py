@@ -63,7 +63,7 @@ def notify_exit(conn, agent, parent):
 
 
 def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
-           unread_only=True, limit=None):
+           unread_only=True):
     """Mail of a mailbox, oldest first. `sender` True filters on `sender_id`
     (None meaning the operator)."""
     where, params = [], []
@@ -81,8 +81,6 @@ def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
     sql = (f"SELECT {MAIL_COLUMNS} FROM mail m LEFT JOIN agents s ON s.id = m.sender_id "
            f"JOIN agents r ON r.id = m.recipient_id WHERE {' AND '.join(where) or '1'} "
            "ORDER BY m.id")
-    if limit:
-        sql += f" LIMIT {int(limit)}"
     return conn.execute(sql, params).fetchall()
 
 

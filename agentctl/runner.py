@@ -8,11 +8,12 @@ interrupted turn resumes.
 """
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import context, history, registry, tools, turns
 from .db import transaction
-from .errors import AgentctlError, TempFail, UsageError
+from .errors import TempFail, UsageError
+from .models.base import ModelError
 
 DEFAULT_MAX_STEPS = 20
 
@@ -29,7 +30,6 @@ class Outcome:
     mail_read: int = 0
     model: str = ""
     exited: str = None           # how the agent exited after the turn, if it did
-    extra: dict = field(default_factory=dict)
 
     def record(self):
         return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,
@@ -67,14 +67,11 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
             turns.back_off(conn, agent_id)
         _release(conn, agent_id)
         raise
-    except AgentctlError as e:
-        if e.code == 69:         # the API refused for good: void the turn, retry later
-            with transaction(conn):
-                turns.void(conn, turns.open_turn(conn, agent_id), "failed", str(e))
-                turns.back_off(conn, agent_id)
-            _release(conn, agent_id)
-        else:
-            _release(conn, agent_id)
+    except ModelError as e:      # the API refused for good: void the turn, retry later
+        with transaction(conn):
+            turns.void(conn, turns.open_turn(conn, agent_id), "failed", str(e))
+            turns.back_off(conn, agent_id)
+        _release(conn, agent_id)
         raise
     except BaseException:
         _release(conn, agent_id)   # the turn stays open: the next run resumes it

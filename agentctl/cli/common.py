@@ -63,8 +63,9 @@ def complete_agents(ctx, param, incomplete):
 
 
 def complete_words(words):
+    """Shell completion from a fixed list (signals, roles), any case."""
     def complete(ctx, param, incomplete):
-        return [w for w in words if w.startswith(incomplete.upper() if words[0].isupper() else incomplete)]
+        return [w for w in words if w.lower().startswith(incomplete.lower())]
     return complete
 
 

@@ -6,9 +6,7 @@ shell loops and most invocations never talk to a model.
 
 from dataclasses import dataclass, field
 
-from ..errors import AgentctlError
-
-UNAVAILABLE = 69    # EX_UNAVAILABLE: the API refused the request, and retrying won't change that
+from ..errors import UNAVAILABLE, AgentctlError
 
 
 class ModelError(AgentctlError):
