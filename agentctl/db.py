@@ -7,6 +7,7 @@ imported only when the database is behind.
 
 import os
 import sqlite3
+import time
 from contextlib import contextmanager
 
 from .errors import DatabaseFault, TempFail
@@ -113,3 +114,22 @@ def fault(exc, path=None):
     if "unable to open" in text:
         return DatabaseFault(f"{where}can't open the database")
     return DatabaseFault(f"{where}database error: {text}")
+
+
+def wait_for_commit(conn, deadline, check):
+    """Block until check() is true or the deadline passes, without burning CPU:
+    PRAGMA data_version changes only when another connection commits, so the
+    real query runs only then; the poll interval backs off to 0.5 s."""
+    delay = 0.01
+    version = None
+    while True:
+        current = conn.execute("PRAGMA data_version").fetchone()[0]
+        if current != version:
+            version = current
+            if check():
+                return True
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        time.sleep(min(delay, deadline - now))
+        delay = min(delay * 2, 0.5)

@@ -30,7 +30,7 @@ def reap(conn, agent_id, actor=None):
 def wait(conn, ids, *, timeout=None, any_one=False, actor=None):
     """Wait for the agents `ids` to exit, reap them, and return
     (collected rows in exit order, ids still running)."""
-    from .mail import wait_for_change
+    from .db import wait_for_commit
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []
@@ -42,5 +42,5 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None):
                 collected.append(reap(conn, agent_id, actor))
         return not pending or (any_one and collected)
 
-    wait_for_change(conn, deadline, sweep)
+    wait_for_commit(conn, deadline, sweep)
     return collected, pending

@@ -109,21 +109,3 @@ def first_line(body, width=60):
     line = body.strip().split("\n", 1)[0]
     return line if len(line) <= width else line[:width - 1] + "…"
 
-
-def wait_for_change(conn, deadline, check):
-    """Block until check() is true or the deadline passes, without burning CPU:
-    PRAGMA data_version changes only when another connection commits, so the
-    real query runs only then; the poll interval backs off to 0.5 s."""
-    delay = 0.01
-    version = None
-    while True:
-        current = conn.execute("PRAGMA data_version").fetchone()[0]
-        if current != version:
-            version = current
-            if check():
-                return True
-        now = time.monotonic()
-        if now >= deadline:
-            return False
-        time.sleep(min(delay, deadline - now))
-        delay = min(delay * 2, 0.5)

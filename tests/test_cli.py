@@ -75,3 +75,13 @@ def test_start_up_imports_nothing_heavy(program, home):
     heavy = set(proc.stderr.split())
     allowed = {"json"} if program in ("replay", "ps") else set()
     assert heavy <= allowed, proc.stderr
+
+
+def test_dev_null_on_stdin_is_no_input():
+    """Under cron stdin is /dev/null: no ids, no body, never a silent empty read."""
+    result = shell("agent-fork -n a >/dev/null; agent-kill; echo rc=$?; agent-send a; echo rc=$?")
+    assert result.err == ("agent-kill: missing AGENT (give it, or pipe ids on stdin)\n"
+                          "agent-send: missing TEXT (give it, or - to read it from stdin)\n")
+    assert result.out == "rc=2\nrc=2\n"
+    assert shell("echo hi | agent-send a").out == "1\n"
+    assert shell("agent-send a < /dev/null").code == 2

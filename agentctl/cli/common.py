@@ -86,12 +86,25 @@ def actor(conn):
         raise NotFound(f"AGENT_ID={ref}: no such agent")
 
 
+def stdin_is_data():
+    """The one input rule: stdin carries data when it is a pipe or a file;
+    not when it is a terminal, /dev/null (as under cron) or closed."""
+    import stat
+    if sys.stdin is None or sys.stdin.closed:
+        return False
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):     # not a real file (an embedding)
+        return not sys.stdin.isatty()
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
+
+
 def stdin_words(args, what="AGENT"):
-    """Arguments, else whitespace-separated words from stdin when it is not a
-    terminal (`agent-ps -q | agent-kill`)."""
+    """Arguments, else whitespace-separated words from stdin when it carries
+    data (`agent-ps -q | agent-kill`)."""
     if args:
         return list(args)
-    if sys.stdin is None or sys.stdin.closed or sys.stdin.isatty():
+    if not stdin_is_data():
         raise UsageError(f"missing {what} (give it, or pipe ids on stdin)")
     try:
         words = sys.stdin.read().split()
@@ -107,7 +120,7 @@ def read_body(text):
     pipe). Invalid UTF-8 is kept, as replacement characters."""
     if text is not None and text != "-":
         return text
-    if sys.stdin is None or sys.stdin.closed or (text is None and sys.stdin.isatty()):
+    if sys.stdin is None or sys.stdin.closed or (text is None and not stdin_is_data()):
         return None
     data = sys.stdin.buffer.read()
     return data.decode("utf-8", errors="replace")

@@ -51,7 +51,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
                            unread_only=unread_only)
 
     if wait is not None:
-        arrived = mail.wait_for_change(conn, time.monotonic() + wait, lambda: bool(matching()))
+        from ..db import wait_for_commit
+        arrived = wait_for_commit(conn, time.monotonic() + wait, lambda: bool(matching()))
         if not arrived:
             if check:
                 click.echo(0)

@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from .common import actor, complete_agents, connect, output_options, program, run
+from .common import (actor, complete_agents, connect, output_options, program, run,
+                     stdin_is_data)
 
 
 @program("agent-wait")
@@ -24,7 +25,7 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     from ..output import pick, render
     from ..registry import resolve
     refs = list(agents)
-    if not refs and _piped():
+    if not refs and stdin_is_data():
         refs = sys.stdin.read().split()
         if not refs:
             return 0        # an empty pipe: nothing to wait for (as xargs -r)
@@ -45,19 +46,6 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     if pending and not (any_one and collected):
         return 1
     return 3 if any(lifecycle.how(r) != "exited" for r in collected) else 0
-
-
-def _piped():
-    """stdin is a pipe or a file (not a terminal, not /dev/null as under cron)."""
-    import os
-    import stat
-    if sys.stdin is None or sys.stdin.closed:
-        return False
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (OSError, ValueError, AttributeError):     # not a real file (an embedding)
-        return not sys.stdin.isatty()
-    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
 def _columns():
