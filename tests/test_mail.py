@@ -170,3 +170,14 @@ def test_send_without_text_on_a_terminal_says_what_is_missing(conn, monkeypatch)
     monkeypatch.setattr(sys, "stdin", Terminal())
     from agentctl.cli.common import run
     assert run(send.cli, ["a"]) == 2
+
+
+def test_read_in_machine_formats_goes_through_the_shared_renderer(conn):
+    a = fork("-n", "a")
+    agent("send", "a", "line one\nline two")
+    rows = [json.loads(line) for line in agent("mail", "-r", "--peek", "--format", "jsonl", "a").lines]
+    assert [(r["id"], r["from"], r["to"], r["kind"], r["body"]) for r in rows] == \
+        [(1, None, a, "mail", "line one\nline two")]
+    tsv = agent("mail", "-r", "--format", "tsv", "-o", "id,body", "--no-headers", "a").out
+    assert tsv == "1\tline one\\nline two\n"
+    assert unread(conn, "a") == 0

@@ -68,7 +68,11 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
         raise NotFound(f"no such mail{' for ' + owner['name'] if owner and owner['name'] else ''}: "
                        f"{', '.join(map(str, missing))}")
     if read:
-        _print_bodies(rows, fmt)
+        if fmt == "table":
+            _print_bodies(rows)
+        else:           # the machine formats: the one rendering path, bodies included
+            render([_item(r) for r in rows], pick(_columns(), columns, DEFAULT_READ),
+                   fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
         if not peek:
             from ..db import transaction
             with transaction(conn):
@@ -88,18 +92,9 @@ def _item(row):
     return item
 
 
-def _print_bodies(rows, fmt):
+def _print_bodies(rows):
     from ..mail import sender_label
     from ..output import iso
-    if fmt in ("json", "jsonl"):
-        import json
-        objects = [{"id": r["id"], "from": r["sender_id"], "to": r["recipient_id"],
-                    "kind": r["kind"], "created": iso(r["created_at"]), "body": r["body"]}
-                   for r in rows]
-        text = json.dumps(objects, indent=2, ensure_ascii=False) + "\n" if fmt == "json" \
-            else "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objects)
-        sys.stdout.write(text)
-        return
     for r in rows:
         kind = "" if r["kind"] == "mail" else f" ({r['kind']})"
         sys.stdout.write(f"--- mail {r['id']} from {sender_label(r)}{kind} "
@@ -125,6 +120,7 @@ def _columns():
 
 DEFAULT = ["id", "from", "age", "subject"]
 DEFAULT_ALL = ["id", "from", "age", "read", "subject"]
+DEFAULT_READ = ["id", "from", "to", "kind", "created", "body"]
 
 
 def main(argv=None):
