@@ -446,3 +446,22 @@ def test_a_terminal_sees_the_reply_streamed(conn, fakeapi):
     assert proc.wait() == 0, proc.stderr.read()
     assert output.replace(b"\r\n", b"\n") == b"streamed words arrive in pieces\n"
     assert fakeapi.last["body"]["stream"] is True
+
+
+def test_a_bug_mid_turn_releases_the_agent_and_the_turn_resumes(conn, monkeypatch):
+    from agentctl.models import offline
+    fork("-n", "a", "-m", "echo", "hello")
+    real = offline.EchoModel.complete
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("model layer bug")
+    monkeypatch.setattr(offline.EchoModel, "complete", broken)
+    result = agent("run", "a")
+    assert (result.code, result.err) == (70, "agent-run: internal error: RuntimeError: model layer bug "
+                                             "(AGENTCTL_DEBUG=1 shows the details)\n")
+    row = registry.resolve(conn, "a")
+    assert (row["status"], row["lease_owner"]) == ("S", None)
+    assert conn.execute("SELECT status FROM turns").fetchall()[0][0] == "running"
+    monkeypatch.setattr(offline.EchoModel, "complete", real)
+    assert agent("run", "a").out == "hello\n"            # the open turn resumes
+    assert conn.execute("SELECT count(*), max(status) FROM turns").fetchone()[:] == (1, "done")
