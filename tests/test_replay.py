@@ -5,7 +5,7 @@ import json
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from agentctl import context, history, registry
+from agentctl import history, registry
 from agentctl.db import connect, transaction
 from agentctl.ids import INIT_ID
 
@@ -169,5 +169,4 @@ def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
     for agent_id in agents:
         got = [m["id"] for m in history.replay(conn, registry.get(conn, agent_id))]
         assert got == model[agent_id]
-        assert context.build(conn, registry.get(conn, agent_id))[1] is not None
     conn.close()
