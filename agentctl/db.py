@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from .errors import DatabaseFault, TempFail
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 DEFAULT_BUSY_SECONDS = 30.0
 

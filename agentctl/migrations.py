@@ -127,6 +127,35 @@ def turns(db):
     """)
 
 
+@MIGRATIONS(name="0004_long_lived")
+def long_lived(db):
+    # Compaction (context_window, keep_from, tokens), budgets (budget,
+    # budget_id, spent), operator timers (mail.deliver_at) and documents.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN context_window INTEGER;
+    ALTER TABLE agents ADD COLUMN budget INTEGER;
+    ALTER TABLE agents ADD COLUMN budget_id TEXT REFERENCES agents(id);
+    ALTER TABLE agents ADD COLUMN spent INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN keep_from INTEGER;
+    ALTER TABLE messages ADD COLUMN tokens INTEGER;
+    ALTER TABLE mail ADD COLUMN deliver_at REAL;
+    CREATE INDEX mail_deferred ON mail(deliver_at)
+        WHERE deliver_at IS NOT NULL AND read_at IS NULL;
+    CREATE TABLE documents (
+        id         INTEGER PRIMARY KEY,
+        name       TEXT NOT NULL,
+        version    INTEGER NOT NULL,
+        owner_id   TEXT REFERENCES agents(id),
+        visibility TEXT NOT NULL DEFAULT 'private',
+        body       TEXT,
+        author_id  TEXT REFERENCES agents(id),
+        created_at REAL NOT NULL,
+        UNIQUE (name, version)
+    );
+    CREATE INDEX documents_owner ON documents(owner_id)
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

@@ -20,7 +20,7 @@ STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped",
 AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, model, "
                  "system_prompt, created_at, exited_at, exit_code, exit_signal, result, "
                  "pending_signal, lease_owner, lease_until, wake_at, retry_at, failures, "
-                 "tokens_in, tokens_out, hup_pending")
+                 "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent")
 
 
 def label(agent):
