@@ -13,6 +13,8 @@ def build(conn, agent):
     return agent["system_prompt"], rows
 
 
+SUMMARY_HEAD = ("[COMPACTED MEMORY] A summary, written by you, of the earlier part of this "
+                "conversation:\n")
 UNANSWERED = "(no result in this branch: the conversation forked before this call finished)"
 
 
@@ -51,8 +53,9 @@ def as_openai(system_prompt, rows):
             out.append({"role": "tool", "tool_call_id": m["tool_call_id"],
                         "content": m["content"]})
         elif kind == "compaction":
-            out.append({"role": "system", "content":
-                        "Summary of the earlier conversation:\n" + m["content"]})
+            # A user message, never a system one: the summary was written from text that
+            # includes mail, and mail must never gain a system message's authority.
+            out.append({"role": "user", "content": SUMMARY_HEAD + m["content"]})
         elif kind in ("system", "user", "assistant"):
             out.append({"role": kind, "content": m["content"]})
     return out
@@ -81,5 +84,9 @@ def as_text(system_prompt, rows, names):
             head += f" {m['tool_name']}"
         if m["tool_call_id"]:
             head += f" [{m['tool_call_id']}]"
+        if m["kind"] == "compaction" and m["keep_from"]:
+            head += f" (keeps #{m['keep_from']} on)"
+        if m["void"]:
+            head += " (void)"
         parts.append(f"{head}\n{m['content']}\n")
     return "\n".join(parts)

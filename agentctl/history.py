@@ -18,15 +18,17 @@ KINDS = ("system", "user", "assistant", "tool_call", "tool_result", "clear",
 BOUNDARY_KINDS = ("clear", "compaction")
 NO_LIMIT = 2 ** 63 - 1
 
-MESSAGE_COLUMNS = "id, agent_id, kind, content, tool_name, tool_call_id, turn_id, created_at"
+MESSAGE_COLUMNS = ("id, agent_id, kind, content, tool_name, tool_call_id, turn_id, created_at, "
+                   "keep_from, tokens, void")
 
 
 def append(conn, agent_id, kind, content="", tool_name=None, tool_call_id=None,
-           turn_id=None):
+           turn_id=None, keep_from=None, tokens=None):
     cur = conn.execute(
         "INSERT INTO messages (agent_id, kind, content, tool_name, tool_call_id, "
-        "turn_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (agent_id, kind, content, tool_name, tool_call_id, turn_id, time.time()))
+        "turn_id, created_at, keep_from, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (agent_id, kind, content, tool_name, tool_call_id, turn_id, time.time(), keep_from,
+         tokens))
     return cur.lastrowid
 
 
@@ -40,28 +42,35 @@ def latest(conn, agent):
     return agent["fork_msg_id"] or 0
 
 
-def _boundary(conn, agent_id, through):
+def _boundary(conn, agent_id, through, floor):
     return conn.execute(
-        "SELECT id, kind FROM messages WHERE agent_id = ? AND id <= ? "
-        "AND kind IN ('clear', 'compaction') ORDER BY id DESC LIMIT 1",
-        (agent_id, through)).fetchone()
+        "SELECT id, kind, keep_from FROM messages WHERE agent_id = ? AND id <= ? AND id > ? "
+        "AND kind IN ('clear', 'compaction') AND void = 0 ORDER BY id DESC LIMIT 1",
+        (agent_id, through, floor)).fetchone()
 
 
 def ranges(conn, agent):
     """[(agent_id, after, through)] in chronological order; `after` is
-    exclusive, `through` inclusive, None for the leaf (no upper limit)."""
+    exclusive, `through` inclusive, None for the leaf (no upper limit).
+
+    A compaction that keeps recent messages (keep_from) does not stop the
+    walk: it sets a floor, keep_from - 1, below which nothing is in view, so
+    the kept messages are read wherever they live (replay puts the summary
+    before them). A clear, or a compaction that keeps nothing, stops it."""
     found = []
-    current, through = agent, None
+    current, through, floor, kept = agent, None, 0, False
     while True:
-        hit = _boundary(conn, current["id"], NO_LIMIT if through is None else through)
-        if hit is not None:
+        hit = _boundary(conn, current["id"], NO_LIMIT if through is None else through, floor)
+        if hit is not None and hit["kind"] == "compaction" and hit["keep_from"] and not kept:
+            floor, kept = hit["keep_from"] - 1, True
+        elif hit is not None:
             after = hit["id"] if hit["kind"] == "clear" else hit["id"] - 1
             found.append((current["id"], after, through))
             break
-        found.append((current["id"], 0, through))
+        found.append((current["id"], floor, through))
         point = current["fork_msg_id"] or 0
         through = point if through is None else min(through, point)
-        if current["forked_from"] is None or through == 0:
+        if current["forked_from"] is None or through <= floor:
             break       # the root, or nothing above can be in view (ids start at 1)
         current = conn.execute("SELECT id, forked_from, fork_msg_id FROM agents "
                                "WHERE id = ?", (current["forked_from"],)).fetchone()
@@ -84,7 +93,30 @@ def replay(conn, agent):
     messages = []
     for agent_id, after, through in ranges(conn, agent):
         messages.extend(read_range(conn, agent_id, after, through))
+    # The summary comes first: it stands for everything before the messages it kept.
+    for index, m in enumerate(messages):
+        if m["kind"] == "compaction" and index:
+            messages.insert(0, messages.pop(index))
+            break
     return messages
+
+
+def full(conn, agent):
+    """Every message ever recorded in `agent`'s line, oldest first: its own and
+    its history parents' up to each fork point, past every clear and compaction,
+    void ones included."""
+    messages, current, through = [], agent, None
+    while True:
+        limit = NO_LIMIT if through is None else through
+        messages[:0] = conn.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE agent_id = ? AND id <= ? "
+            "ORDER BY id", (current["id"], limit)).fetchall()
+        point = current["fork_msg_id"] or 0
+        through = point if through is None else min(through, point)
+        if current["forked_from"] is None or through == 0:
+            return messages
+        current = conn.execute("SELECT id, forked_from, fork_msg_id FROM agents "
+                               "WHERE id = ?", (current["forked_from"],)).fetchone()
 
 
 def in_context(conn, agent, message_id):

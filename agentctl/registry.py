@@ -83,7 +83,7 @@ def check_role(role):
 
 
 def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
-         at=None, prompt=None, actor=None):
+         at=None, prompt=None, actor=None, context_window=None):
     """Create a child of `parent`; returns its id. Writes a constant number of
     rows whatever the history's length: nothing is copied."""
     if not is_live(parent):
@@ -103,10 +103,12 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
     try:
         conn.execute(
             "INSERT INTO agents (id, name, parent_id, forked_from, fork_msg_id, role, "
-            "status, model, system_prompt, created_at) VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?)",
+            "status, model, system_prompt, created_at, context_window) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?, ?)",
             (child, name, parent["id"], parent["id"], point, role,
              model if model is not None else parent["model"],
-             system if system is not None else parent["system_prompt"], time.time()))
+             system if system is not None else parent["system_prompt"], time.time(),
+             context_window if context_window is not None else parent["context_window"]))
     except sqlite3.IntegrityError:
         raise Refused(f"name already taken: {name}")
     if prompt is not None:

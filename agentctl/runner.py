@@ -10,7 +10,7 @@ interrupted turn resumes.
 import os
 from dataclasses import dataclass
 
-from . import context, history, registry, tools, turns
+from . import compaction, context, history, registry, tools, turns
 from .db import transaction
 from .errors import TempFail, UsageError
 from .models.base import ModelError
@@ -139,11 +139,14 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
             if steps:
                 turns.take_mail(conn, agent_id, turn_id, "MID-TURN UPDATE")
             turns.renew(conn, agent_id)
-        system, rows = context.build(conn, registry.get(conn, agent_id))
         with turns.heartbeat(conn, agent_id):
+            system, rows = compaction.prepare(
+                conn, registry.get(conn, agent_id), turn_id, client,
+                lambda usage: turns.charge(conn, turn_id, agent_id, usage))
             reply = client.complete(context.as_openai(system, rows), offered, on_text=on_text)
         with transaction(conn):
-            history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id)
+            history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id,
+                           tokens=_measured(reply.usage))
             for call in reply.tool_calls:
                 history.append(conn, agent_id, "tool_call", call.arguments,
                                tool_name=call.name, tool_call_id=call.id, turn_id=turn_id)
@@ -151,6 +154,13 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         if not reply.tool_calls:
             break
     return _commit(conn, agent_id, turn_id, spec, *_ending(conn, turn_id))
+
+
+def _measured(usage):
+    """The tokens of a call as the API reported them; None for an estimate."""
+    if usage.get("estimated", True):
+        return None
+    return usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
 
 
 def _final_text(conn, turn_id):

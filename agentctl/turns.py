@@ -188,13 +188,19 @@ def start(conn, agent, model_name):
         return conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
 
 
-def record_step(conn, turn_id, agent_id, usage):
-    conn.execute("UPDATE turns SET steps = steps + 1, input_tokens = input_tokens + ?, "
+def charge(conn, turn_id, agent_id, usage):
+    """Account for one model call of the turn (a step, or the summary of a compaction)."""
+    conn.execute("UPDATE turns SET input_tokens = input_tokens + ?, "
                  "output_tokens = output_tokens + ? WHERE id = ?",
                  (usage.get("input_tokens", 0), usage.get("output_tokens", 0), turn_id))
     conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? "
                  "WHERE id = ?", (usage.get("input_tokens", 0), usage.get("output_tokens", 0),
                                   agent_id))
+
+
+def record_step(conn, turn_id, agent_id, usage):
+    conn.execute("UPDATE turns SET steps = steps + 1 WHERE id = ?", (turn_id,))
+    charge(conn, turn_id, agent_id, usage)
     renew(conn, agent_id)
 
 

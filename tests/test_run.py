@@ -389,15 +389,17 @@ def test_an_architect_sleeps_on_its_result_until_mail(conn, tmp_path):
 
 
 def test_the_lease_outlives_a_model_call_longer_than_itself(conn, fakeapi, monkeypatch):
-    monkeypatch.setenv("AGENTCTL_LEASE", "0.6")
+    # Margins wide enough for a loaded machine: beats every 0.4 s, the rival comes
+    # after almost two lease lengths, the call takes more than two.
+    monkeypatch.setenv("AGENTCTL_LEASE", "1.2")
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    fakeapi.reply("slow", delay=1.5)
+    fakeapi.reply("slow", delay=3.0)
     seen = []
 
     def second():
-        time.sleep(1.0)             # past the lease's first length
-        seen.append(shell("agent-run a", env={"AGENTCTL_LEASE": "0.6"}))
+        time.sleep(2.0)             # past the lease's first length
+        seen.append(shell("agent-run a", env={"AGENTCTL_LEASE": "1.2"}))
     thread = once_requested(fakeapi, second)
     assert agent("run", "a").out == "slow\n"
     thread.join()

@@ -16,8 +16,10 @@ from .common import actor, complete_agents, complete_words, connect, program, re
               help="The child's system prompt (default: the parent's).")
 @click.option("--at", "at", type=click.IntRange(min=0), metavar="MSG",
               help="Fork point: a message id in the parent's history (default its latest).")
+@click.option("-w", "--context-window", "window", type=click.IntRange(min=1), metavar="TOKENS",
+              help="Compact the child's context beyond this many tokens (default: the parent's).")
 @click.argument("prompt", required=False)
-def cli(db_path, parent, name, role, model, system, at, prompt):
+def cli(db_path, parent, name, role, model, system, at, window, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -36,7 +38,7 @@ def cli(db_path, parent, name, role, model, system, at, prompt):
         me = actor(conn)
         source = resolve(conn, parent) if parent else (me or get(conn, INIT_ID))
         child = fork(conn, source, name=name, role=role, model=model, system=system,
-                     at=at, prompt=body, actor=me["id"] if me else None)
+                     at=at, prompt=body, actor=me["id"] if me else None, context_window=window)
     click.echo(child)
 
 

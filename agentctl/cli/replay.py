@@ -11,20 +11,28 @@ from .common import complete_agents, connect, program, run
               help="text (default), jsonl, or openai (the Chat Completions messages array).")
 @click.option("--ranges", is_flag=True,
               help="Print the computed ranges (agent, after, through) instead.")
+@click.option("--full", is_flag=True,
+              help="Every message ever recorded in AGENT's line, past clears and compactions.")
 @click.argument("agent", shell_complete=complete_agents)
-def cli(db_path, fmt, ranges, agent):
+def cli(db_path, fmt, ranges, full, agent):
     """Reconstruct AGENT's context: walk back to the latest clear or
     compaction, then play the ranges forwards."""
     import sys
     from .. import context, history
+    from ..errors import UsageError
     from ..registry import resolve
+    if full and (ranges or fmt == "openai"):
+        raise UsageError("--full is the record, not a context: use it with text or jsonl")
     conn = connect(db_path)
     target = resolve(conn, agent)
     if ranges:
         for owner, after, through in history.ranges(conn, target):
             click.echo(f"{owner}\t{after}\t{'-' if through is None else through}")
         return
-    system, rows = context.build(conn, target)
+    if full:
+        system, rows = target["system_prompt"], history.full(conn, target)
+    else:
+        system, rows = context.build(conn, target)
     if fmt == "openai":
         import json
         sys.stdout.write(json.dumps(context.as_openai(system, rows), indent=2,

@@ -1,0 +1,183 @@
+"""Compaction: a context window per agent, the older part summarised by the agent's model,
+replay starting from the summary with the recent messages verbatim, nothing deleted."""
+
+import json
+
+import pytest
+
+from agentctl import compaction, context, registry
+from agentctl.models import offline
+from agentctl.models.base import estimate_tokens, message_chars
+
+from .conftest import agent
+from .test_run import script
+
+ANSWER = "An answer that is long enough to fill the context quickly. " * 7      # ~100 tokens
+SUMMARY = "Summary: the operator asked numbered questions; I answered each one."
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """What each model call was sent: (kind, estimated tokens of its messages)."""
+    sent = []
+    real = offline.ScriptedModel.complete
+
+    def spy(self, messages, tools, on_text=None):
+        kind = "summary" if offline.latest_user_text(messages).startswith("[COMPACT]") \
+            else "step"
+        sent.append((kind, estimate_tokens(message_chars(messages))))
+        return real(self, messages, tools, on_text)
+    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
+    return sent
+
+
+def rules(tmp_path):
+    return script(tmp_path, {"match": r"^\[COMPACT\]", "reply": {"content": SUMMARY}},
+                  {"reply": {"content": ANSWER}})
+
+
+def converse(turns, window, model):
+    """The operator mails a question a turn; returns the tokens each turn sent."""
+    assert agent("fork", "-n", "a", "-m", model, "-w", window, "-s", "Answer briefly.").code == 0
+    for n in range(1, turns + 1):
+        assert agent("send", "a", f"Question {n}: " + "why is the sky blue? " * 8).code == 0
+        result = agent("run", "a", "--json")
+        assert result.code == 0, result.err
+    return [json.loads(line) for line in agent("ps", "-a", "-o", "id", "--format", "jsonl").lines]
+
+
+def replay(ref, *args):
+    result = agent("replay", ref, "--format", "jsonl", *args)
+    assert result.code == 0, result.err
+    return [json.loads(line) for line in result.lines]
+
+
+def test_fifty_turns_stay_under_the_window(tmp_path, calls, conn):
+    converse(50, 2000, rules(tmp_path))
+    steps = [tokens for kind, tokens in calls if kind == "step"]
+    summaries = [tokens for kind, tokens in calls if kind == "summary"]
+    assert len(steps) == 50
+    assert max(steps) <= 2000
+    assert summaries, "the context outgrew the window, so it must have been compacted"
+    assert max(summaries) <= 2000 + 400        # the summarised part: at most one turn over
+    # The summary sits where replay says: first, then messages kept from keep_from on.
+    records = replay("a")
+    assert records[0]["kind"] == "system"
+    head = records[1]
+    assert head["kind"] == "compaction" and head["content"] == SUMMARY
+    kept = [r["id"] for r in records[2:]]
+    assert kept and min(kept) == head["keep_from"] and kept == sorted(kept)
+    assert head["id"] > head["keep_from"]
+    # Nothing is deleted: --full shows every message the agent ever recorded.
+    full = replay("a", "--full")
+    total = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert len(full) == total + 1          # and the system prompt
+    assert sum(r["kind"] == "compaction" for r in full) == len(summaries)
+    text = agent("replay", "a").out
+    assert text.count("compaction") == 1 and f"(keeps #{head['keep_from']} on)" in text
+
+
+def test_without_compaction_the_context_grows(tmp_path, calls):
+    converse(50, 1_000_000, rules(tmp_path))
+    steps = [tokens for kind, tokens in calls if kind == "step"]
+    assert all(kind == "step" for kind, _ in calls)
+    assert steps == sorted(steps) and steps[-1] > 4 * 2000
+
+
+def test_the_model_sees_the_summary_as_a_user_message_first(tmp_path, calls):
+    converse(25, 1500, rules(tmp_path))
+    messages = json.loads(agent("replay", "a", "--format", "openai").out)
+    assert [m["role"] for m in messages[:2]] == ["system", "user"]
+    assert messages[1]["content"] == context.SUMMARY_HEAD + SUMMARY
+    assert all(m["role"] != "system" for m in messages[1:])
+
+
+def test_reported_usage_triggers_compaction(tmp_path, calls, conn):
+    model = script(tmp_path, {"match": r"^\[COMPACT\]", "reply": {"content": SUMMARY}},
+                   {"match": "first", "reply": {"content": "ok",
+                                                "usage": {"input_tokens": 5000,
+                                                          "output_tokens": 10}}},
+                   {"reply": {"content": "fine"}})
+    assert agent("fork", "-n", "a", "-m", model, "-w", "3000", "first").code == 0
+    assert agent("run", "a").code == 0
+    measured = conn.execute("SELECT tokens FROM messages WHERE kind = 'assistant'").fetchone()
+    assert measured[0] == 5010
+    assert [k for k, _ in calls] == ["step"]
+    assert agent("send", "a", "second").code == 0
+    assert agent("run", "a").code == 0
+    assert [k for k, _ in calls] == ["step", "summary", "step"]
+    records = replay("a")
+    assert records[0]["kind"] == "compaction"
+    assert [r["content"] for r in records[1:]] == ["ok", records[2]["content"], "fine"]
+    assert "second" in records[2]["content"]
+    # The summary call is charged to the turn.
+    turn = conn.execute("SELECT input_tokens FROM turns ORDER BY id DESC").fetchone()
+    assert turn[0] == sum(tokens for _, tokens in calls[1:])
+
+
+def test_a_child_compacts_messages_kept_in_its_parent(tmp_path, calls, conn):
+    model = rules(tmp_path)
+    assert agent("fork", "-n", "p", "-m", model, "-w", "100000").code == 0
+    for n in range(6):
+        agent("send", "p", f"Question {n}")
+        assert agent("run", "p").code == 0
+    child = agent("fork", "-p", "p", "-n", "c", "-w", "600", "Go on.").out.strip()
+    assert registry.resolve(conn, "c")["context_window"] == 600
+    assert agent("run", "c").code == 0
+    assert [k for k, _ in calls][-2:] == ["summary", "step"]
+    records = replay("c")
+    head = records[0]
+    assert head["kind"] == "compaction" and head["agent_id"] == child
+    owners = [r["agent_id"] for r in records[1:]]
+    assert owners[0] != child, "the kept messages start in the parent's history"
+    assert [r["id"] for r in records[1:]] == sorted(r["id"] for r in records[1:])
+    assert records[1]["id"] == head["keep_from"]
+    # The parent is untouched, and a grandchild inherits the child's summary and window.
+    assert all(r["kind"] != "compaction" for r in replay("p"))
+    agent("fork", "-p", "c", "-n", "g")
+    assert replay("g")[0]["id"] == head["id"]
+    assert registry.resolve(conn, "g")["context_window"] == 600
+
+
+def test_a_voided_compaction_is_not_a_boundary(tmp_path, conn):
+    converse(12, 1000, rules(tmp_path))
+    row = conn.execute("SELECT id FROM messages WHERE kind = 'compaction' "
+                       "ORDER BY id DESC").fetchone()
+    before = len(replay("a"))
+    with conn:
+        conn.execute("UPDATE messages SET void = 1 WHERE id = ?", (row[0],))
+    after = replay("a")
+    assert all(r["id"] != row[0] for r in after) and len(after) > before
+
+
+def test_cut_never_splits_a_call_from_its_result():
+    def row(i, kind):
+        return {"id": i, "kind": kind, "content": "x" * 40, "tool_name": None}
+    rows = [row(1, "user"), row(2, "assistant"), row(3, "tool_call"), row(4, "tool_result"),
+            row(5, "assistant"), row(6, "tool_call"), row(7, "tool_result")]
+    index = compaction.cut(rows, 30)
+    assert rows[index]["kind"] in ("user", "assistant") and index == 4
+    assert compaction.cut(rows[:1], 30) is None      # nothing before it to summarise
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-w", "0"], "--context-window"), (["-w", "many"], "--context-window")])
+def test_bad_windows(args, message):
+    result = agent("fork", *args)
+    assert result.code == 2 and message in result.err and len(result.err.splitlines()) == 1
+
+
+def test_bad_window_in_the_environment(tmp_path, monkeypatch):
+    agent("fork", "-n", "a", "-m", rules(tmp_path), "hello")
+    monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", "lots")
+    result = agent("run", "a")
+    assert result.code == 2 and "AGENTCTL_CONTEXT_WINDOW" in result.err
+    monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", "100000")
+    assert agent("run", "a").code == 0, "the prompt stayed pending"
+
+
+def test_full_refuses_what_is_not_a_record():
+    agent("fork", "-n", "a")
+    for args in (["--full", "--ranges"], ["--full", "--format", "openai"]):
+        result = agent("replay", "a", *args)
+        assert result.code == 2 and "--full" in result.err
