@@ -241,3 +241,48 @@ def test_the_tools_through_agent_run(conn, tmp_path):
     log = agent("doc", "log", "--format", "tsv", "--no-headers", "-o", "version,author",
                 "plans/survey")
     assert log.out == f"1\t{lead}\n2\t{child}\n"
+
+
+def test_pipelines_from_the_man_page():
+    script = """
+    set -e
+    printf '# plan\\n' | AGENT_ID=lead agent-doc put -v subtree plans/survey >/dev/null
+    AGENT_ID=lead agent-doc get plans/survey | AGENT_ID=lead agent-doc put -v global plans/survey
+    AGENT_ID=stranger agent-doc get plans/survey
+    for w in 1 2 3; do agent-doc put "findings/w$w" "w$w found it" >/dev/null; done
+    agent-doc put 'findings/with space' x >/dev/null
+    agent-doc ls -0 findings/ | xargs -0 agent-doc rm
+    agent-doc ls -q
+    """
+    fork("-n", "lead")
+    fork("-n", "stranger")
+    result = shell(script)
+    assert (result.code, result.err) == (0, "")
+    assert result.out == "2\n# plan\nplans/survey\n"
+
+
+def test_concurrent_compare_and_swap_lets_exactly_one_writer_win():
+    agent("doc", "put", "counter", "0")
+    result = shell("for i in 1 2 3 4 5 6; do "
+                   "(agent-doc put --if-version 1 counter $i >/dev/null 2>&1; echo rc=$?) & "
+                   "done; wait")
+    assert sorted(result.out.split()) == ["rc=0"] + ["rc=3"] * 5
+    assert agent("doc", "log", "-q", "counter").out == "1\n2\n"
+
+
+def test_bash_completes_document_names_the_actor_can_see():
+    from .conftest import ROOT
+    agent("doc", "put", "plans/a", "x")
+    agent("doc", "put", "plans/b", "x")
+    agent("doc", "put", "notes", "x")
+    fork("-n", "w")
+
+    def complete(*words, env=None):
+        line = " ".join(["agent-doc", *words])
+        script = (f"source {ROOT}/completions/bash/agent-doc; COMP_WORDS=({line}); "
+                  f"COMP_CWORD={len(words)}; _agent_doc_completion agent-doc; "
+                  "printf '%s\\n' \"${COMPREPLY[@]}\"")
+        return shell(script, env=env).out.split()
+    assert complete("get", "pl") == ["plans/a", "plans/b"]
+    assert complete("rm", "n") == ["notes"]
+    assert complete("get", "pl", env={"AGENT_ID": "w"}) == []     # private to the operator
