@@ -133,7 +133,7 @@ def put(conn, actor_id, name, body, visibility=None, if_version=None):
 def get(conn, actor_id, name, version=None):
     """The row (body included) of the document, or of one of its versions."""
     viewer = Viewer(conn, actor_id)
-    current, newest = _current(conn, viewer, name)
+    current, _ = _current(conn, viewer, name)
     if version is None:
         if current is None:
             raise NotFound(f"no such document: {name}")
