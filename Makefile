@@ -11,7 +11,7 @@ DATADIR ?= $(PREFIX)/share
 DESTDIR ?=
 JOBS    ?= 2
 
-PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait
+PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc
 STAMP    = $(VENV)/.stamp
 
 .PHONY: all venv demo test test-live bench install uninstall clean

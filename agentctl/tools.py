@@ -1,8 +1,8 @@
 """The tools a turn offers its model: the programs' operations, through the
 same library functions (agentctl(7), TOOLS).
 
-An agent may signal, wait on and list only its own descendants, and read
-only its own mailbox. A bad call (unknown tool, arguments that are not JSON
+An agent may signal, wait on and list only its own descendants, read only
+its own mailbox, and see only the documents visible to it (docs.py). A bad call (unknown tool, arguments that are not JSON
 or don't fit the schema, a refused operation) becomes an error result the
 model sees, never a crash. Each call's effect and its result are written in
 one transaction, so a crash leaves either both or neither.
@@ -50,6 +50,24 @@ SPECS = {
              _schema({"result": {"type": "string"}}, ["result"])),
 }
 
+SPECS.update({
+    "doc_put": ("Write a shared markdown document (a new version; earlier ones are kept). "
+                "A new name is yours, private unless you give visibility: subtree (you and "
+                "your descendants) or global. Returns its version.",
+                _schema({"name": {"type": "string"}, "body": {"type": "string"},
+                         "visibility": {"type": "string", "enum": ["private", "subtree",
+                                                                   "global"]}},
+                        ["name", "body"])),
+    "doc_get": ("Read a shared document you can see: the newest version, or `version`.",
+                _schema({"name": {"type": "string"},
+                         "version": {"type": "integer", "minimum": 1}}, ["name"])),
+    "doc_ls": ("List the shared documents you can see: name, version, visibility, owner, "
+               "size. `pattern` is a glob (* matches / too).",
+               _schema({"pattern": {"type": "string"}})),
+    "doc_rm": ("Remove a shared document you own (its versions are kept).",
+               _schema({"name": {"type": "string"}}, ["name"])),
+})
+
 ENDS_TURN = ("sleep", "exit")
 
 
@@ -64,7 +82,8 @@ class ToolError(Exception):
     pass
 
 
-_TYPES = {"string": str, "boolean": bool, "number": (int, float), "array": list}
+_TYPES = {"string": str, "boolean": bool, "number": (int, float), "integer": int,
+          "array": list}
 
 
 def validate(name, raw):
@@ -86,8 +105,9 @@ def validate(name, raw):
         if rule is None:
             raise ToolError(f"unknown argument: {key}")
         kind = _TYPES[rule["type"]]
-        if not isinstance(value, kind) or (rule["type"] == "number" and isinstance(value, bool)):
-            raise ToolError(f"{key} must be a {rule['type']}")
+        if not isinstance(value, kind) or (rule["type"] in ("number", "integer") and isinstance(value, bool)):
+            article = "an" if rule["type"][0] in "aeiou" else "a"
+            raise ToolError(f"{key} must be {article} {rule['type']}")
         if "enum" in rule and value not in rule["enum"]:
             raise ToolError(f"{key} must be one of {', '.join(rule['enum'])}")
         if "minimum" in rule and value < rule["minimum"] or \
@@ -223,3 +243,36 @@ def _exit(conn, agent_id, args, call):
 
 HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
             "kill": _kill, "ps": _ps, "sleep": _sleep, "exit": _exit}
+
+
+def _doc_put(conn, agent_id, args, call):
+    from . import docs
+    version = docs.put(conn, agent_id, args["name"], args["body"],
+                       visibility=args.get("visibility"))
+    return f"{args['name']}: version {version}"
+
+
+def _doc_get(conn, agent_id, args, call):
+    # A header says whose text this is: a document is another agent's words.
+    from . import docs
+    row = docs.get(conn, agent_id, args["name"], args.get("version"))
+    return (f"[DOCUMENT {row['name']} version {row['version']} by {docs.who(row, 'author')}, "
+            f"{row['visibility']}]\n{row['body']}")
+
+
+def _doc_ls(conn, agent_id, args, call):
+    from . import docs
+    rows = docs.listing(conn, agent_id, args.get("pattern"))
+    if not rows:
+        return "no documents"
+    return "\n".join(f"{r['name']} version {r['version']} {r['visibility']} "
+                     f"owner {docs.who(r, 'owner')} {r['size']} bytes" for r in rows)
+
+
+def _doc_rm(conn, agent_id, args, call):
+    from . import docs
+    return f"{args['name']}: removed (version {docs.rm(conn, agent_id, args['name'])})"
+
+
+HANDLERS.update({"doc_put": _doc_put, "doc_get": _doc_get, "doc_ls": _doc_ls,
+                 "doc_rm": _doc_rm})

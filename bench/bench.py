@@ -79,6 +79,7 @@ def startup(tmp):
         ("agent-send", ["a", "hi"], 4.5), ("agent-mail", ["-c", "a"], 4.5),
         ("agent-ps", [], 6.0), ("agent-replay", ["a"], None),
         ("agent-wait", ["--timeout", "0", "a"], None), ("agent-run", ["--help"], None),
+        ("agent-doc", ["put", "a", "hi"], 4.5),
     ]
     for name, args, limit in cases:
         ratio = median_time(command([program(name)] + args, env)) / base

@@ -60,11 +60,13 @@ def test_invalid_utf8_and_nul_free_arguments_never_crash():
     assert "rc=0" in result.out
 
 
-@pytest.mark.parametrize("program", ["fork", "kill", "send", "mail", "ps", "replay", "wait"])
+@pytest.mark.parametrize("program", ["fork", "kill", "send", "mail", "ps", "replay", "wait",
+                                     "doc"])
 def test_start_up_imports_nothing_heavy(program, home):
     agent("fork", "-n", "x")
     args = {"fork": ["-n", "y"], "kill": ["-s", "STOP", "x"], "send": ["x", "hi"],
-            "mail": ["-c", "x"], "ps": [], "replay": ["x"], "wait": ["--timeout", "0", "x"]}[program]
+            "mail": ["-c", "x"], "ps": [], "replay": ["x"], "wait": ["--timeout", "0", "x"],
+            "doc": ["put", "x", "hi"]}[program]
     code = (f"import sys; sys.argv = ['agent-{program}'] + {args!r}\n"
             f"from agentctl.cli.{program} import main\n"
             "try:\n    main()\nfinally:\n"

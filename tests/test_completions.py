@@ -22,7 +22,7 @@ def test_checked_in_completions_are_fresh(tmp_path):
         assert open(os.path.join(ROOT, "completions", path)).read() == text, \
             f"completions/{path} is stale: run completions/generate"
     for d in ("bash", "zsh", "fish"):
-        assert len(os.listdir(os.path.join(ROOT, "completions", d))) == 8
+        assert len(os.listdir(os.path.join(ROOT, "completions", d))) == 9
 
 
 def complete(program, *words):

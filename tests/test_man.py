@@ -120,6 +120,11 @@ def click_options(name):
         if isinstance(param, click.Option):
             opts.update(param.opts)
             opts.update(param.secondary_opts)
+    # a program with commands (agent-doc put ...): theirs too, on the same page
+    for sub in getattr(command, "commands", {}).values():
+        sub_context = click.Context(sub, info_name=sub.name, parent=context)
+        opts.update(o for p in sub.get_params(sub_context) if isinstance(p, click.Option)
+                    for o in p.opts + p.secondary_opts)
     return opts
 
 

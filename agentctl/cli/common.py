@@ -143,7 +143,8 @@ def run(command, argv=None):
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.UsageError as e:
-        warn(name, f"{e.format_message().rstrip('.')} (see {name} --help)")
+        where = e.ctx.command_path if e.ctx else name     # a subcommand's own help
+        warn(name, f"{e.format_message().rstrip('.')} (see {where} --help)")
         return USAGE
     except AgentctlError as e:
         warn(name, str(e))

@@ -1,0 +1,161 @@
+"""agent-doc: shared documents (put, get, ls, log, rm)."""
+
+import sys
+import time
+
+import click
+
+from .common import actor, connect, output_options, program, read_body, run, warn
+
+VISIBILITIES = ("private", "subtree", "global")
+
+
+@program("agent-doc", cls=click.Group, no_args_is_help=False)
+@click.pass_context
+def cli(ctx, db_path):
+    """Shared markdown documents, with an owner, a visibility and every version
+    kept. The actor is self ($AGENT_ID), else the operator, who sees everything."""
+    ctx.obj = db_path
+
+
+def complete_docs(ctx, param, incomplete):
+    """Shell completion: the names of the documents the actor can see."""
+    try:
+        from .. import docs
+        conn = connect((ctx.parent or ctx).params.get("db_path"))     # no callback has run
+        me = actor(conn)
+        me = me["id"] if me else None
+        return [r["name"] for r in docs.listing(conn, me) if r["name"].startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def _open(ctx):
+    conn = connect(ctx.obj)
+    me = actor(conn)
+    return conn, me["id"] if me else None
+
+
+@cli.command("put")
+@click.option("-v", "--visibility", type=click.Choice(VISIBILITIES), metavar="VIS",
+              help="private, subtree or global (default: private for a new document, "
+                   "else unchanged); only the owner may change it.")
+@click.option("--if-version", type=click.IntRange(min=0), metavar="N",
+              help="Write only if the document is at version N now (0: it does not "
+                   "exist); else exit 3.")
+@click.argument("name", shell_complete=complete_docs)
+@click.argument("text", required=False, metavar="[TEXT | -]")
+@click.pass_context
+def put(ctx, visibility, if_version, name, text):
+    """Write a new version of NAME from TEXT, or from stdin (for -, or no TEXT
+    and a pipe), and print its version number."""
+    from .. import docs
+    from ..db import transaction
+    from ..errors import UsageError
+    docs.check_name(name)
+    body = read_body(text)
+    if body is None:
+        raise UsageError("missing TEXT (give it, or - to read it from stdin)")
+    conn, me = _open(ctx)
+    with transaction(conn):
+        version = docs.put(conn, me, name, body, visibility=visibility, if_version=if_version)
+    click.echo(version)
+
+
+@cli.command("get")
+@click.option("-V", "--version", "version", type=click.IntRange(min=1), metavar="N",
+              help="Print version N instead of the newest.")
+@click.argument("name", shell_complete=complete_docs)
+@click.pass_context
+def get(ctx, version, name):
+    """Print the document NAME (a newline is added if it lacks a final one)."""
+    from .. import docs
+    conn, me = _open(ctx)
+    body = docs.get(conn, me, name, version)["body"]
+    sys.stdout.write(body if body.endswith("\n") else body + "\n")
+
+
+@cli.command("rm")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...",
+                shell_complete=complete_docs)
+@click.pass_context
+def rm(ctx, names):
+    """Remove each document NAME (its owner, or the operator); its versions stay."""
+    from .. import docs
+    from ..db import transaction
+    from ..errors import AgentctlError
+    conn, me = _open(ctx)
+    status = 0
+    for name in names:
+        try:
+            with transaction(conn):
+                docs.rm(conn, me, name)
+        except AgentctlError as e:
+            warn("agent-doc", str(e))
+            status = status or e.code
+    return status
+
+
+@cli.command("ls")
+@output_options
+@click.argument("pattern", required=False)
+@click.pass_context
+def ls(ctx, fmt, columns, quiet, null, no_headers, pattern):
+    """List the documents you can see, by name; PATTERN is a glob (* matches /
+    too), and one ending in / lists everything under it.
+
+    Columns: name version owner visibility size updated (default), and author
+    with -o.
+    """
+    from .. import docs
+    from ..output import Column, age, iso, pick, render
+    conn, me = _open(ctx)
+    now = time.time()
+    rows = [dict(r, id=r["name"], owner=docs.who(r, "owner"), author=docs.who(r, "author"),
+                 age=now - r["created_at"]) for r in docs.listing(conn, me, pattern)]
+    table = [
+        Column("name", "NAME"),
+        Column("version", "VERSION"),
+        Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),
+        Column("visibility", "VISIBILITY"),
+        Column("size", "SIZE"),
+        Column("updated", "UPDATED", human=lambda r: age(r["age"]),
+               machine=lambda r: iso(r["created_at"])),
+        Column("author", "AUTHOR", human=lambda r: r["author"],
+               machine=lambda r: r["author_id"]),
+    ]
+    chosen = pick(table, columns, ["name", "version", "owner", "visibility", "size", "updated"])
+    render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+@cli.command("log")
+@output_options
+@click.argument("name", shell_complete=complete_docs)
+@click.pass_context
+def log(ctx, fmt, columns, quiet, null, no_headers, name):
+    """List the versions of NAME, oldest first (-q: the version numbers).
+
+    Columns: version author owner visibility size created (default), and
+    removed with -o. A version that removed the document has no size.
+    """
+    from .. import docs
+    from ..output import Column, iso, pick, render
+    conn, me = _open(ctx)
+    rows = [dict(r, id=r["version"], owner=docs.who(r, "owner"), author=docs.who(r, "author"))
+            for r in docs.versions(conn, me, name)]
+    table = [
+        Column("version", "VERSION"),
+        Column("author", "AUTHOR", human=lambda r: r["author"], machine=lambda r: r["author_id"]),
+        Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),
+        Column("visibility", "VISIBILITY"),
+        Column("size", "SIZE", human=lambda r: "removed" if r["removed"] else str(r["size"])),
+        Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
+        Column("removed", "REMOVED", machine=lambda r: bool(r["removed"]),
+               human=lambda r: "yes" if r["removed"] else "no"),
+    ]
+    chosen = pick(table, columns, ["version", "author", "owner", "visibility", "size", "created"])
+    render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+def main(argv=None):
+    return run(cli, argv)
