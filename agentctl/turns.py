@@ -161,11 +161,12 @@ def start(conn, agent, model_name):
     unanswered prompt, every unread mail (one inbox message), a due timer.
     Returns the turn row; NotFound when there is nothing to do, Refused when
     a new turn would start with the agent's account exhausted."""
-    with transaction(conn):     # committed before refusing: the parent's notice stays
-        over = open_turn(conn, agent["id"]) is None and has_pending_input(conn, agent) \
-            and budget.refusal(conn, agent)
-    if over:
-        raise Refused(over)
+    if agent["budget_id"] is not None:
+        with transaction(conn):     # committed before refusing: the parent's notice stays
+            over = open_turn(conn, agent["id"]) is None and has_pending_input(conn, agent) \
+                and budget.refusal(conn, agent)
+        if over:
+            raise Refused(over)
     with transaction(conn):
         turn = open_turn(conn, agent["id"])
         if turn is not None:

@@ -121,3 +121,26 @@ def test_parsing():
     for bad in ("", "9", "24:00", "12:60", "2030-13-01"):
         with pytest.raises(UsageError):
             parse_time(bad, now)
+
+
+def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):
+    rules = tmp_path / "sleepy.jsonl"
+    rules.write_text(json.dumps({"reply": {"tool_calls": [
+        {"name": "sleep", "arguments": {"seconds": 600}}]}}) + "\n")
+    fork("-n", "a", "-m", f"scripted:{rules}", "nap")
+    assert agent("run", "a").code == 0
+
+    def wake():
+        row = json.loads(agent("ps", "--format", "json", "-o", "name,wake").out)[1]
+        when = datetime.datetime.fromisoformat(row["wake"].replace("Z", "+00:00"))
+        human = agent("ps", "-f", "-o", "name,wake").lines[2].split()[-2:]
+        return when.timestamp() - time.time(), human
+
+    ahead, human = wake()
+    assert 590 < ahead <= 600 and human in (["in", "10m"], ["in", "9m"])
+    agent("send", "--in", "1h", "a", "later")
+    assert 590 < wake()[0] <= 600
+    agent("send", "--in", "2m", "a", "sooner")
+    ahead, human = wake()
+    assert 110 < ahead <= 120 and human in (["in", "2m"], ["in", "1m"])
+    assert agent("ps", "-o", "name,wake").lines[1].split() == ["init", "-"]
