@@ -116,16 +116,18 @@ def fault(exc, path=None):
     return DatabaseFault(f"{where}database error: {text}")
 
 
-def wait_for_commit(conn, deadline, check):
+def wait_for_commit(conn, deadline, check, due=None):
     """Block until check() is true or the deadline passes, without burning CPU:
     PRAGMA data_version changes only when another connection commits, so the
-    real query runs only then; the poll interval backs off to 0.5 s."""
+    real query runs only then; the poll interval backs off to 0.5 s. `due`,
+    a Unix time (deferred mail), makes check() run again once it passes."""
     delay = 0.01
     version = None
     while True:
         current = conn.execute("PRAGMA data_version").fetchone()[0]
-        if current != version:
-            version = current
+        came_due = due is not None and time.time() >= due + 0.01   # SQL time is in ms
+        if current != version or came_due:
+            version, due = current, None if came_due else due
             if check():
                 return True
         now = time.monotonic()

@@ -7,13 +7,30 @@ the operator has sender_id NULL and shows '-' as its sender.
 
 import time
 
+from .clock import NOW_SQL
 from .errors import Refused, UsageError
 from .ids import INIT_ID
 from .registry import label
 
 MAX_BODY = 1024 * 1024      # bytes of UTF-8; larger belongs in a document
 MAIL_COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
-                "r.name AS recipient_name, m.kind, m.body, m.created_at, m.read_at, m.read_turn")
+                "r.name AS recipient_name, m.kind, m.body, m.created_at, m.read_at, m.read_turn, "
+                "m.deliver_at")
+
+
+def visible(alias="mail"):
+    """The one condition that puts mail in its mailbox: mail deferred by
+    agent-send --at is invisible to its recipient (not counted, listed, taken
+    by a turn or pending input) until its time, then it is ordinary mail."""
+    return f"({alias}.deliver_at IS NULL OR {alias}.deliver_at <= {NOW_SQL})"
+
+
+def unread(alias="mail"):
+    return f"{alias}.read_at IS NULL AND {visible(alias)}"
+
+
+def deferred(alias="mail"):
+    return f"{alias}.read_at IS NULL AND {alias}.deliver_at > {NOW_SQL}"
 
 
 def check_body(body):
@@ -29,21 +46,24 @@ def check_recipient(agent):
         raise Refused(f"{label(agent)}: can't receive mail: it has exited")
 
 
-def deliver(conn, sender_id, recipient, body, kind="mail"):
-    """Insert one mail; the caller holds the transaction and has checked."""
+def deliver(conn, sender_id, recipient, body, kind="mail", deliver_at=None):
+    """Insert one mail; the caller holds the transaction and has checked.
+    With deliver_at, the mail is deferred until then."""
     return conn.execute(
-        "INSERT INTO mail (sender_id, recipient_id, kind, body, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (sender_id, recipient["id"], kind, body, time.time())).lastrowid
+        "INSERT INTO mail (sender_id, recipient_id, kind, body, created_at, deliver_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (sender_id, recipient["id"], kind, body, time.time(), deliver_at)).lastrowid
 
 
 def deliver_many(conn, items):
-    """Insert (sender_id, recipient_id, body) mails in one statement; the
-    caller holds the (write) transaction, so their ids are consecutive."""
+    """Insert (sender_id, recipient_id, body, deliver_at) mails in one
+    statement; the caller holds the (write) transaction, so their ids are
+    consecutive."""
     first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM mail").fetchone()[0]
     now = time.time()
-    conn.executemany("INSERT INTO mail (sender_id, recipient_id, kind, body, created_at) "
-                     "VALUES (?, ?, 'mail', ?, ?)", [(s, r, b, now) for s, r, b in items])
+    conn.executemany("INSERT INTO mail (sender_id, recipient_id, kind, body, created_at, "
+                     "deliver_at) VALUES (?, ?, 'mail', ?, ?, ?)",
+                     [(s, r, b, now, at) for s, r, b, at in items])
     return range(first, first + len(items))
 
 
@@ -63,10 +83,10 @@ def notify_exit(conn, agent, parent):
 
 
 def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
-           unread_only=True):
+           unread_only=True, waiting=False):
     """Mail of a mailbox, oldest first. `sender` True filters on `sender_id`
-    (None meaning the operator)."""
-    where, params = [], []
+    (None meaning the operator). `waiting`: the deferred mail instead."""
+    where, params = [deferred("m") if waiting else visible("m")], []
     if recipient_id is not None:
         where.append("m.recipient_id = ?")
         params.append(recipient_id)
@@ -85,12 +105,18 @@ def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
 
 
 def count_unread(conn, recipient_id, *, sender=False, sender_id=None):
-    sql = "SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL"
+    sql = f"SELECT count(*) FROM mail WHERE recipient_id = ? AND {unread()}"
     params = [recipient_id]
     if sender:
         sql += " AND sender_id IS ?"
         params.append(sender_id)
     return conn.execute(sql, params).fetchone()[0]
+
+
+def next_deferred(conn, recipient_id):
+    """When the recipient's earliest deferred mail comes due, or None."""
+    return conn.execute(f"SELECT min(deliver_at) FROM mail WHERE recipient_id = ? AND "
+                        f"{deferred()}", (recipient_id,)).fetchone()[0]
 
 
 def mark_read(conn, ids, turn=None):

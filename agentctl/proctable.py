@@ -4,6 +4,7 @@ import time
 
 from .output import Column, age, iso
 from .ids import short
+from .mail import deferred, unread
 
 LISTED = ("R", "S", "T", "Z")       # without -a: everything not yet dead
 
@@ -24,11 +25,14 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     sql = f"""
         SELECT a.id, a.name, a.parent_id, p.name AS parent_name, a.status, a.role,
                a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
-               a.forked_from, a.fork_msg_id,
+               a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent,
+               (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
+                  AND {deferred()}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,
                (SELECT count(*) FROM mail WHERE mail.recipient_id = a.id
-                  AND mail.read_at IS NULL) AS mail
+                  AND {unread()}) AS mail
         FROM agents a LEFT JOIN agents p ON p.id = a.parent_id
+        LEFT JOIN agents b ON b.id = a.budget_id
         {'WHERE ' + ' AND '.join(where) if where else ''}
         ORDER BY a.created_at, a.rowid"""
     now = time.time()
@@ -36,6 +40,8 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     for row in conn.execute(sql, params):
         item = dict(row)
         item["age"] = int(now - item["created_at"])
+        times = [t for t in (item["wake_at"], item.pop("mail_at")) if t is not None]
+        item["wake"] = min(times) if times else None
         found.append(item)
     return found
 
@@ -73,6 +79,17 @@ def _parent(item):
     return item["parent_name"] or short(item["parent_id"])
 
 
+def _wake(item):
+    if item["wake"] is None:
+        return "-"
+    ahead = item["wake"] - time.time()
+    return f"in {age(-(-ahead // 1))}" if ahead > 0 else "due"
+
+
+def _budget(item):
+    return "-" if item["budget"] is None else f"{item['spent']}/{item['budget']}"
+
+
 def _exit(item):
     if item["exit_signal"]:
         return item["exit_signal"]
@@ -95,5 +112,9 @@ COLUMNS = [
     Column("forked_from", "FORKED_FROM",
            human=lambda r: short(r["forked_from"]) if r["forked_from"] else "-"),
     Column("fork_msg", "FORK_MSG", machine=lambda r: r["fork_msg_id"]),
+    Column("wake", "WAKE", human=_wake, machine=lambda r: iso(r["wake"])),
+    Column("budget", "BUDGET", human=_budget),
+    Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
 ]
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
+LONG = DEFAULT + ["wake", "budget"]     # -f

@@ -83,9 +83,10 @@ def check_role(role):
 
 
 def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
-         at=None, prompt=None, actor=None, context_window=None):
+         at=None, prompt=None, actor=None, context_window=None, budget=None):
     """Create a child of `parent`; returns its id. Writes a constant number of
-    rows whatever the history's length: nothing is copied."""
+    rows whatever the history's length: nothing is copied. With `budget`, the
+    child gets its own account, carved out of the parent's (agentctl(7))."""
     if not is_live(parent):
         raise Refused(f"{label(parent)}: can't fork: it is {STATUS_WORDS[parent['status']]}")
     if parent["role"] == "task":
@@ -99,16 +100,20 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         point = at
     else:
         raise UsageError(f"message {at} is not in the history of {label(parent)}")
+    if budget is not None:
+        from .budget import carve
+        carve(conn, parent, budget)
     child = new_id()
     try:
         conn.execute(
             "INSERT INTO agents (id, name, parent_id, forked_from, fork_msg_id, role, "
-            "status, model, system_prompt, created_at, context_window) "
-            "VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?, ?)",
+            "status, model, system_prompt, created_at, context_window, budget, budget_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?, ?, ?, ?)",
             (child, name, parent["id"], parent["id"], point, role,
              model if model is not None else parent["model"],
              system if system is not None else parent["system_prompt"], time.time(),
-             context_window if context_window is not None else parent["context_window"]))
+             context_window if context_window is not None else parent["context_window"],
+             budget, parent["budget_id"] if budget is None else child))
     except sqlite3.IntegrityError:
         raise Refused(f"name already taken: {name}")
     if prompt is not None:
@@ -152,6 +157,8 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
                  (status, time.time(), code, signal, result, agent["id"]))
     how = f"killed by {signal}" if signal else f"exited {code}"
     record(conn, agent["id"], "exit", how, actor)
+    from .budget import give_back
+    give_back(conn, get(conn, agent["id"]), dying)
     orphans = conn.execute("SELECT id FROM agents WHERE parent_id = ? AND status != 'X'",
                            (agent["id"],)).fetchall()
     orphans = [o[0] for o in orphans if o[0] not in dying]

@@ -10,7 +10,7 @@ interrupted turn resumes.
 import os
 from dataclasses import dataclass
 
-from . import compaction, context, history, registry, tools, turns
+from . import budget, compaction, context, history, registry, tools, turns
 from .db import transaction
 from .errors import TempFail, UsageError
 from .models.base import ModelError
@@ -22,7 +22,7 @@ DEFAULT_MAX_STEPS = 20
 class Outcome:
     agent_id: str
     turn_id: int
-    status: str                  # done, stopped, killed
+    status: str                  # done, over_budget, stopped, killed
     text: str = ""
     steps: int = 0
     input_tokens: int = 0
@@ -135,6 +135,8 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         steps = conn.execute("SELECT steps FROM turns WHERE id = ?", (turn_id,)).fetchone()[0]
         if ending or steps >= max_steps:
             break
+        if budget.is_exhausted(budget.account(conn, registry.get(conn, agent_id))):
+            return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         with transaction(conn):
             if steps:
                 turns.take_mail(conn, agent_id, turn_id, "MID-TURN UPDATE")
@@ -176,15 +178,17 @@ def _outcome(conn, agent_id, turn_id, status, spec, exited=None):
                    turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited)
 
 
-def _commit(conn, agent_id, turn_id, spec, ending, result):
+def _commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
     """Close the turn, then what follows it: an exit call or a task's first
     turn ends the agent with its result, a pending TERM ends it too, a
-    pending STOP stops it; the others sleep until new input."""
+    pending STOP stops it; the others sleep until new input. A turn ended
+    over budget is committed as it stands (status over_budget); a task
+    does not exit on it."""
     if registry.get(conn, agent_id)["pending_signal"] == "KILL":
         return _killed(conn, agent_id, turn_id, spec)
     with transaction(conn):
         signal = registry.get(conn, agent_id)["pending_signal"]
-        turns.finish(conn, turn_id, "done")
+        turns.finish(conn, turn_id, status)
         if registry.get(conn, agent_id)["hup_pending"]:
             history.append(conn, agent_id, "clear", "HUP")
         conn.execute("UPDATE agents SET failures = 0, retry_at = NULL, pending_signal = NULL, "
@@ -193,7 +197,7 @@ def _commit(conn, agent_id, turn_id, spec, ending, result):
         agent = registry.get(conn, agent_id)
         text = _final_text(conn, turn_id)
         exited = None
-        if ending == "exit" or agent["role"] == "task":
+        if ending == "exit" or (agent["role"] == "task" and status == "done"):
             registry.exit_agent(conn, agent, code=0, result=result if ending == "exit" else text,
                                 actor=agent_id)
             exited = "exited"
@@ -203,7 +207,7 @@ def _commit(conn, agent_id, turn_id, spec, ending, result):
         elif agent["role"] == "architect" and ending != "sleep":
             # An architect sleeps on its result until new mail wakes it.
             conn.execute("UPDATE agents SET wake_at = NULL WHERE id = ?", (agent_id,))
-    return _outcome(conn, agent_id, turn_id, "done", spec, exited)
+    return _outcome(conn, agent_id, turn_id, status, spec, exited)
 
 
 def _killed(conn, agent_id, turn_id, spec):

@@ -25,9 +25,11 @@ def _schema(properties, required=()):
 SPECS = {
     "fork": ("Fork yourself: a child that inherits this conversation up to now. Returns the "
              "child's id. With a prompt the child starts working on it; without one it waits "
-             "for mail.",
+             "for mail. With a budget (tokens), the child's model calls are limited to it, "
+             "carved out of your own budget if you have one.",
              _schema({"prompt": {"type": "string"}, "name": {"type": "string"},
-                      "role": {"type": "string", "enum": list(ROLES)}})),
+                      "role": {"type": "string", "enum": list(ROLES)},
+                      "budget": {"type": "integer", "minimum": 1}})),
     "send": ("Send mail to an agent (id or name). Returns the mail id.",
              _schema({"to": {"type": "string"}, "body": {"type": "string"}}, ["to", "body"])),
     "check_mail": ("Count your unread mail. Unread mail is delivered to you as an inbox "
@@ -105,7 +107,8 @@ def validate(name, raw):
         if rule is None:
             raise ToolError(f"unknown argument: {key}")
         kind = _TYPES[rule["type"]]
-        if not isinstance(value, kind) or (rule["type"] in ("number", "integer") and isinstance(value, bool)):
+        if not isinstance(value, kind) or (rule["type"] in ("number", "integer")
+                                           and isinstance(value, bool)):
             article = "an" if rule["type"][0] in "aeiou" else "a"
             raise ToolError(f"{key} must be {article} {rule['type']}")
         if "enum" in rule and value not in rule["enum"]:
@@ -157,7 +160,7 @@ def _descendant(conn, agent_id, ref):
 def _fork(conn, agent_id, args, call):
     me = registry.get(conn, agent_id)
     child = registry.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
-                          actor=agent_id)
+                          actor=agent_id, budget=args.get("budget"))
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.
     history.append(conn, child, "tool_result",
                    f"You are the child ({child}), forked from {registry.label(me)} ({agent_id}).",

@@ -14,10 +14,11 @@ import threading
 import time
 from contextlib import contextmanager
 
-from . import history, registry
+from . import budget, history, registry
 from .db import transaction
 from .errors import NotFound, Refused, TempFail
 from .ids import INIT_ID
+from .mail import count_unread, unread
 
 LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
 BACKOFF_MAX = 3600.0
@@ -59,7 +60,7 @@ def has_pending_input(conn, agent, now=None):
     now = now or time.time()
     agent_id = agent["id"]
     return bool(
-        conn.execute("SELECT 1 FROM mail WHERE recipient_id = ? AND read_at IS NULL LIMIT 1",
+        conn.execute(f"SELECT 1 FROM mail WHERE recipient_id = ? AND {unread()} LIMIT 1",
                      (agent_id,)).fetchone()
         or conn.execute("SELECT 1 FROM messages WHERE agent_id = ? AND kind = 'user' "
                         "AND turn_id IS NULL LIMIT 1", (agent_id,)).fetchone()
@@ -135,7 +136,7 @@ def inbox_text(mails, label="INBOX"):
     for n, m in enumerate(mails, 1):
         who = "the operator" if m["sender_id"] is None else \
             f"{sender_label(m)} ({m['sender_id']})"
-        what = "exit notification" if m["kind"] == "exit" else "mail"
+        what = {"exit": "exit notification", "budget": "budget notice"}.get(m["kind"], "mail")
         lines.append(f"{n}. {what} {m['id']} from {who} at {iso(m['created_at'])} "
                      f"({age(now - m['created_at'])} ago):")
         lines.extend("   " + line for line in m["body"].split("\n"))
@@ -158,7 +159,14 @@ def take_mail(conn, agent_id, turn_id, label):
 def start(conn, agent, model_name):
     """Resume the agent's open turn, or open one with ALL pending input: the
     unanswered prompt, every unread mail (one inbox message), a due timer.
-    Returns the turn row; NotFound when there is nothing to do."""
+    Returns the turn row; NotFound when there is nothing to do, Refused when
+    a new turn would start with the agent's account exhausted."""
+    if agent["budget_id"] is not None:
+        with transaction(conn):     # committed before refusing: the parent's notice stays
+            over = open_turn(conn, agent["id"]) is None and has_pending_input(conn, agent) \
+                and budget.refusal(conn, agent)
+        if over:
+            raise Refused(over)
     with transaction(conn):
         turn = open_turn(conn, agent["id"])
         if turn is not None:
@@ -167,8 +175,7 @@ def start(conn, agent, model_name):
         prompts = conn.execute("SELECT id FROM messages WHERE agent_id = ? AND kind = 'user' "
                                "AND turn_id IS NULL", (agent["id"],)).fetchall()
         due = agent["wake_at"] is not None and agent["wake_at"] <= now
-        unread = conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND "
-                              "read_at IS NULL", (agent["id"],)).fetchone()[0]
+        unread = count_unread(conn, agent["id"])
         if not (prompts or due or unread):
             release(conn, agent["id"])
             raise NotFound(f"{registry.label(agent)}: no pending input")
@@ -189,7 +196,9 @@ def start(conn, agent, model_name):
 
 
 def charge(conn, turn_id, agent_id, usage):
-    """Account for one model call of the turn (a step, or the summary of a compaction)."""
+    """Account for one model call of the turn (a step, or the summary of a compaction):
+    the turn's and the agent's counts, and the budget it is charged to."""
+    budget.charge(conn, agent_id, usage.get("input_tokens", 0) + usage.get("output_tokens", 0))
     conn.execute("UPDATE turns SET input_tokens = input_tokens + ?, "
                  "output_tokens = output_tokens + ? WHERE id = ?",
                  (usage.get("input_tokens", 0), usage.get("output_tokens", 0), turn_id))
@@ -236,7 +245,10 @@ def runnable(conn, now=None):
     now = now or time.time()
     rows = conn.execute(
         f"SELECT {registry.AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') AND role != 'kernel' ORDER BY created_at").fetchall()
+    spent = {r[0] for r in conn.execute(
+        "SELECT id FROM agents WHERE budget IS NOT NULL AND spent >= budget")}
     return [r["id"] for r in rows
             if (r["status"] == "S" or not lease_is_live(r, now))
             and (r["retry_at"] is None or r["retry_at"] <= now)
+            and (r["budget_id"] not in spent or open_turn(conn, r["id"]))
             and has_pending_input(conn, r, now)]

@@ -18,13 +18,16 @@ from .common import actor, complete_agents, complete_words, connect, program, re
               help="Fork point: a message id in the parent's history (default its latest).")
 @click.option("-w", "--context-window", "window", type=click.IntRange(min=1), metavar="TOKENS",
               help="Compact the child's context beyond this many tokens (default: the parent's).")
+@click.option("--budget", type=click.IntRange(min=1), metavar="TOKENS",
+              help="The child's own token budget, carved out of the parent's account.")
 @click.argument("prompt", required=False)
-def cli(db_path, parent, name, role, model, system, at, window, prompt):
+def cli(db_path, parent, name, role, model, system, at, window, budget, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
     new message and the child has input pending; without one, parent and
-    child both wait for input.
+    child both wait for input. With --budget the child's model calls may
+    spend at most TOKENS, taken from what the parent's account has left.
     """
     from ..db import transaction
     from ..registry import fork, get, resolve
@@ -38,7 +41,8 @@ def cli(db_path, parent, name, role, model, system, at, window, prompt):
         me = actor(conn)
         source = resolve(conn, parent) if parent else (me or get(conn, INIT_ID))
         child = fork(conn, source, name=name, role=role, model=model, system=system,
-                     at=at, prompt=body, actor=me["id"] if me else None, context_window=window)
+                     at=at, prompt=body, actor=me["id"] if me else None, context_window=window,
+                     budget=budget)
     click.echo(child)
 
 

@@ -18,10 +18,12 @@ from .common import actor, complete_agents, connect, output_options, program, ru
               help="Only mail from SENDER (- for the operator); the rest stays unread.")
 @click.option("--wait", "wait", type=click.FloatRange(min=0), metavar="SECONDS",
               help="Block until matching unread mail arrives (exit 1 on timeout).")
+@click.option("--deferred", is_flag=True,
+              help="List (or -c count) the mail deferred by agent-send --at instead.")
 @output_options
 @click.argument("args", nargs=-1, metavar="[AGENT] [ID...]", shell_complete=complete_agents)
-def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quiet, null,
-        no_headers, args):
+def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, columns, quiet,
+        null, no_headers, args):
     """List the unread mail of AGENT (default self): id, sender, age, first line.
 
     Words of digits are mail ids: with -r, exactly those are read.
@@ -36,6 +38,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
         raise UsageError(f"one AGENT at a time (got {', '.join(refs)})")
     if ids and not read:
         raise UsageError("mail ids go with -r")
+    if deferred and (read or wait is not None or everything):
+        raise UsageError("--deferred doesn't go with -r, -a or --wait: it is not mail yet")
     conn = connect(db_path)
     owner = resolve(conn, refs[0]) if refs else actor(conn)
     if owner is None and not ids:
@@ -48,18 +52,19 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
 
     def matching(unread_only=True):
         return mail.select(conn, owner_id, ids=ids, sender=filtering, sender_id=sender_id,
-                           unread_only=unread_only)
+                           unread_only=unread_only, waiting=deferred)
 
     if wait is not None:
         from ..db import wait_for_commit
-        arrived = wait_for_commit(conn, time.monotonic() + wait, lambda: bool(matching()))
+        arrived = wait_for_commit(conn, time.monotonic() + wait, lambda: bool(matching()),
+                                  due=mail.next_deferred(conn, owner_id))
         if not arrived:
             if check:
                 click.echo(0)
             return 1
     if check:
         count = mail.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \
-            if not ids else len(matching())
+            if not (ids or deferred) else len(matching())
         click.echo(count)
         return 0 if count else 1
     rows = matching(unread_only=not (everything or (read and ids)))
@@ -79,7 +84,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
                 mail.mark_read(conn, [r["id"] for r in rows])
         return 0
     items = [_item(r) for r in rows]
-    chosen = pick(_columns(), columns, DEFAULT_ALL if everything else DEFAULT)
+    chosen = pick(_columns(), columns,
+                  DEFAULT_DEFERRED if deferred else DEFAULT_ALL if everything else DEFAULT)
     render(items, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
 
 
@@ -113,6 +119,9 @@ def _columns():
         Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
         Column("read", "READ", machine=lambda r: iso(r["read_at"]),
                human=lambda r: "yes" if r["read_at"] else "no"),
+        Column("due", "DUE", machine=lambda r: iso(r["deliver_at"]),
+               human=lambda r: "-" if r["deliver_at"] is None else
+               f"in {age(-(-(r['deliver_at'] - time.time()) // 1))}"),
         Column("subject", "SUBJECT"),
         Column("body", "BODY"),
     ]
@@ -120,6 +129,7 @@ def _columns():
 
 DEFAULT = ["id", "from", "age", "subject"]
 DEFAULT_ALL = ["id", "from", "age", "read", "subject"]
+DEFAULT_DEFERRED = ["id", "from", "due", "subject"]
 DEFAULT_READ = ["id", "from", "to", "kind", "created", "body"]
 
 

@@ -17,8 +17,9 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
         no_headers):
     """List agents: all that are not dead, or with -a every agent ever forked.
 
-    Columns: id name parent stat role msgs mail age (default), and model
-    created exit forked_from fork_msg with -o.
+    Columns: id name parent stat role msgs mail age (default; -f adds wake
+    budget), and model created exit forked_from fork_msg wake budget spent
+    with -o.
     """
     from .. import proctable
     from ..errors import UsageError
@@ -36,7 +37,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
                           parent=parent_id, role=role)
     if forest:
         rows = proctable.as_tree(rows)
-    chosen = pick(proctable.COLUMNS, columns, proctable.DEFAULT)
+    chosen = pick(proctable.COLUMNS, columns, proctable.LONG if forest else proctable.DEFAULT)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         from ..output import Column
         chosen = chosen + [Column("depth", "DEPTH")]

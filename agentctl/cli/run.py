@@ -51,6 +51,11 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
         click.echo("")
     elif outcome.text:
         click.echo(outcome.text)
+    if outcome.status == "over_budget":
+        from .. import budget, registry
+        me = registry.get(conn, outcome.agent_id)
+        warn("agent-run", f"{registry.label(me)}: turn ended over budget "
+                          f"({budget.words(budget.account(conn, me))})")
     return 3 if outcome.status == "killed" else 0
 
 

@@ -13,19 +13,25 @@ BATCH = 1000     # --jsonl lines per transaction
 @click.option("--from", "sender", metavar="AGENT", shell_complete=complete_agents, help="The sender (default self, else the operator).")
 @click.option("--jsonl", is_flag=True,
               help='Read {"to": ..., "body": ..., "from": ...} lines from stdin.')
+@click.option("--at", "at", metavar="TIME",
+              help="Deliver at TIME: ISO 8601 (no zone: local time) or HH:MM (next one).")
+@click.option("--in", "after", metavar="DURATION",
+              help="Deliver after DURATION: 90, 90s, 15m, 2h or 1d.")
 @click.argument("args", nargs=-1, metavar="AGENT... [TEXT | -]", shell_complete=complete_agents)
-def cli(db_path, sender, jsonl, args):
+def cli(db_path, sender, jsonl, at, after, args):
     """Deliver TEXT (or stdin, for - or no TEXT and a pipe) to each AGENT and
-    print the new mail ids."""
+    print the new mail ids. With --at or --in the mail is deferred: invisible
+    to its recipient until then, then ordinary unread mail."""
     from ..db import transaction
     from ..errors import UsageError
     from ..mail import check_body, check_recipient, deliver
     from ..registry import resolve
+    deliver_at = _when(at, after)
     conn = connect(db_path)
     if jsonl:
         if args:
             raise UsageError("--jsonl takes no arguments: everything comes from stdin")
-        return _bulk(conn, sender)
+        return _bulk(conn, sender, deliver_at)
     if not args:
         raise UsageError("missing AGENT")
     if len(args) == 1:
@@ -40,8 +46,22 @@ def cli(db_path, sender, jsonl, args):
         recipients = [resolve(conn, ref) for ref in refs]
         for recipient in recipients:
             check_recipient(recipient)
-        ids = [deliver(conn, from_id, r, body) for r in recipients]
+        ids = [deliver(conn, from_id, r, body, deliver_at=deliver_at) for r in recipients]
     sys.stdout.write("".join(f"{i}\n" for i in ids))
+
+
+def _when(at, after):
+    """The time deferred mail is due, or None for mail delivered now."""
+    import time
+    from ..clock import parse_duration, parse_time
+    from ..errors import UsageError
+    if at is not None and after is not None:
+        raise UsageError("--at and --in don't go together")
+    if at is not None:
+        return parse_time(at)
+    if after is not None:
+        return time.time() + parse_duration(after)
+    return None
 
 
 def _sender(conn, ref):
@@ -52,7 +72,7 @@ def _sender(conn, ref):
     return None if ref == "-" else resolve(conn, ref)["id"]
 
 
-def _bulk(conn, default_sender):
+def _bulk(conn, default_sender, default_at):
     """One transaction per batch of lines: a bad line rolls its whole batch
     back (nothing of it is half-delivered) and stops with its line number."""
     import json
@@ -95,7 +115,11 @@ def _bulk(conn, default_sender):
                     frm = item.get("from")
                     from_id = default_id if frm is None else lookup(
                         senders, frm, lambda r: None if r == "-" else resolve(conn, r)["id"])
-                    items.append((from_id, to["id"], item["body"]))
+                    at = item.get("at")
+                    if at is not None and not isinstance(at, str):
+                        raise ValueError('"at" must be a string (a TIME, as for --at)')
+                    items.append((from_id, to["id"], item["body"],
+                                  default_at if at is None else _when(at, None)))
                 except (ValueError, TypeError) as e:
                     raise UsageError(f"line {number}: {e}")
                 except AgentctlError as e:

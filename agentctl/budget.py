@@ -1,0 +1,111 @@
+"""Token budgets (agentctl(7), BUDGETS).
+
+An account is an agent with a budget. Every agent is charged to one account
+(agents.budget_id: its own when it has a budget, else its fork parent's) or
+to none. A child's budget is carved out of its parent's account; every model
+call's tokens are charged to the account; an account whose spent reaches its
+budget is exhausted: no turn starts, a running turn ends before its next
+model call, and the owner's lifecycle parent is told once by mail. When the
+owner exits, what is left goes back to its parent's account.
+"""
+
+from .errors import Refused, UsageError
+from .ids import INIT_ID
+
+
+def account(conn, agent):
+    """The account row `agent` is charged to, or None."""
+    if agent["budget_id"] is None:
+        return None
+    return conn.execute("SELECT id, name, parent_id, budget, spent FROM agents WHERE id = ?",
+                        (agent["budget_id"],)).fetchone()
+
+
+def is_exhausted(acc):
+    return acc is not None and acc["budget"] is not None and acc["spent"] >= acc["budget"]
+
+
+def words(acc):
+    return f"spent {acc['spent']} of {acc['budget']} tokens"
+
+
+def carve(conn, parent, tokens):
+    """Check `tokens` and move them out of the account `parent` is charged
+    to (if any): what the child's own account starts with."""
+    from .registry import label
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise UsageError(f"bad budget: {tokens!r} (want a positive number of tokens)")
+    acc = account(conn, parent)
+    if acc is None:
+        return
+    left = acc["budget"] - acc["spent"]
+    if tokens > left:
+        raise Refused(f"budget {tokens} is more than the account of {label(acc)} has left "
+                      f"({max(left, 0)} tokens)")
+    conn.execute("UPDATE agents SET budget = budget - ? WHERE id = ?", (tokens, acc["id"]))
+
+
+def charge(conn, agent_id, tokens):
+    """Charge a model call's tokens to the agent's account; tell the owner's
+    parent when this call exhausts it. The caller holds the transaction."""
+    row = conn.execute("SELECT budget_id FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    if row is None or row[0] is None or not tokens:
+        return
+    before = account(conn, {"budget_id": row[0]})
+    conn.execute("UPDATE agents SET spent = spent + ? WHERE id = ?", (tokens, row[0]))
+    after = account(conn, {"budget_id": row[0]})
+    if not is_exhausted(before) and is_exhausted(after):
+        notify(conn, after, agent_id)
+
+
+def notify(conn, acc, agent_id):
+    """Record the exhaustion (an event whose detail holds the budget it
+    reached) and mail the owner's lifecycle parent, unless that is init."""
+    from .mail import deliver
+    from .registry import get, label, record
+    record(conn, acc["id"], "budget", f"exhausted {acc['spent']} {acc['budget']}", agent_id)
+    if acc["parent_id"] in (None, INIT_ID):
+        return
+    parent = get(conn, acc["parent_id"])
+    who = "" if agent_id == acc["id"] else f" (by {label(get(conn, agent_id))}, {agent_id})"
+    deliver(conn, acc["id"], parent,
+            f"{label(acc)} ({acc['id']}) is over budget{who}: {words(acc)}; "
+            "its turns are refused until its budget grows", kind="budget")
+
+
+def notified(conn, acc):
+    """Whether the exhaustion at the account's current budget was told."""
+    row = conn.execute("SELECT detail FROM events WHERE agent_id = ? AND kind = 'budget' "
+                       "ORDER BY id DESC LIMIT 1", (acc["id"],)).fetchone()
+    return row is not None and row[0].split()[-1] == str(acc["budget"])
+
+
+def refusal(conn, agent):
+    """The one-line reason a turn of `agent` may not start, or None; tells
+    the parent when no one was told of this exhaustion yet."""
+    from .registry import label
+    acc = account(conn, agent)
+    if not is_exhausted(acc):
+        return None
+    if not notified(conn, acc):
+        notify(conn, acc, agent["id"])
+    owner = "" if acc["id"] == agent["id"] else f" (account of {label(acc)})"
+    return f"{label(agent)}: over budget{owner} ({words(acc)})"
+
+
+def give_back(conn, agent, dying=()):
+    """An exiting owner's unspent budget returns to the account its parent is
+    charged to, unless another living agent is still charged to it."""
+    if agent["budget"] is None:
+        return
+    left = agent["budget"] - agent["spent"]
+    sharing = conn.execute("SELECT id FROM agents WHERE budget_id = ? AND id != ? "
+                           "AND status IN ('R', 'S', 'T')", (agent["id"], agent["id"])).fetchall()
+    if left <= 0 or any(s[0] not in dying for s in sharing):
+        return
+    parent = conn.execute("SELECT budget_id FROM agents WHERE id = ?",
+                          (agent["parent_id"],)).fetchone()
+    if parent is None or parent[0] is None:
+        return
+    conn.execute("UPDATE agents SET budget = budget + ? WHERE id = ?", (left, parent[0]))
+    conn.execute("UPDATE agents SET budget = spent WHERE id = ?", (agent["id"],))

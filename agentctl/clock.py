@@ -1,0 +1,45 @@
+"""Times the operator gives (agent-send --at, --in) and the database's own
+notion of now, so that every query about deferred mail agrees on it."""
+
+import re
+import time
+
+from .errors import UsageError
+
+# The current Unix time in SQL: conditions on deliver_at need no parameter.
+NOW_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
+
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+CLOCK_RE = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
+
+
+def parse_duration(text):
+    """Seconds from 90, 90s, 15m, 2h or 1d."""
+    found = DURATION_RE.fullmatch(text.strip().lower())
+    if not found:
+        raise UsageError(f"bad duration: {text!r} (want a number with s, m, h or d, e.g. 15m)")
+    return float(found.group(1)) * UNITS[found.group(2)]
+
+
+def parse_time(text, now=None):
+    """A Unix time from ISO 8601 (2026-11-22T09:30, with or without a zone; no
+    zone is local time) or HH:MM[:SS] (its next occurrence, local time)."""
+    import datetime
+    now = time.time() if now is None else now
+    text = text.strip()
+    clock = CLOCK_RE.fullmatch(text)
+    if clock:
+        hour, minute, second = (int(g or 0) for g in clock.groups())
+        today = datetime.datetime.fromtimestamp(now)
+        when = today.replace(hour=hour, minute=minute, second=second, microsecond=0)
+        if when.timestamp() <= now:
+            when = datetime.datetime.combine(today.date() + datetime.timedelta(days=1),
+                                             when.time())
+        return when.timestamp()
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"bad time: {text!r} (want ISO 8601 such as 2026-11-22T09:30, "
+                         "or HH:MM)") from None
+    return when.timestamp()     # a naive datetime is local time

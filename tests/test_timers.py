@@ -1,0 +1,146 @@
+"""Timers: mail deferred by agent-send --at/--in, the WAKE column, and
+agent-run --all running what came due."""
+
+import datetime
+import json
+import time
+
+import pytest
+
+from agentctl.clock import parse_duration, parse_time
+from agentctl.errors import UsageError
+
+from .conftest import agent, fork, shell
+
+
+def mail_count(ref, *options):
+    result = agent("mail", "-c", *options, ref)
+    return int(result.out)
+
+
+def test_deferred_mail_is_invisible_until_its_time(conn):
+    fork("-n", "a", "-m", "echo")
+    sent = agent("send", "--in", "1h", "a", "later")
+    assert sent.code == 0 and sent.out.strip().isdigit()
+    assert (mail_count("a"), agent("mail", "-c", "a").code) == (0, 1)
+    assert agent("mail", "a").out == ""
+    assert agent("mail", "-a", "a").out == ""
+    assert agent("mail", "-r", "a", sent.out.strip()).code == 1
+    assert agent("run", "a").err == "agent-run: a: no pending input\n"
+    assert agent("run", "--all").code == 1
+    listed = json.loads(agent("mail", "--deferred", "--format", "json", "a").out)
+    assert [m["subject"] for m in listed] == ["later"]
+    due = datetime.datetime.fromisoformat(listed[0]["due"].replace("Z", "+00:00")).timestamp()
+    assert 3590 < due - time.time() <= 3600
+    assert mail_count("a", "--deferred") == 1
+    ps = json.loads(agent("ps", "--format", "json", "-o", "name,mail,wake").out)
+    assert ps[1] == {"name": "a", "mail": 0, "wake": listed[0]["due"]}
+    assert agent("mail", "--deferred", "-r", "a").code == 2
+
+
+def test_a_time_in_the_past_delivers_at_once(conn):
+    fork("-n", "a", "-m", "echo")
+    assert agent("send", "--at", "2001-02-03T04:05", "a", "now").code == 0
+    assert mail_count("a") == 1
+    assert agent("mail", "--deferred", "a").out == ""
+    assert agent("run", "a").out.startswith("[INBOX - 1 new]")
+
+
+def test_deferred_mail_that_came_due_is_run_by_all(conn):
+    fork("-n", "a", "-m", "echo")
+    fork("-n", "b", "-m", "echo")
+    agent("send", "--in", "1", "a", "wake up")
+    agent("send", "--in", "1h", "b", "not yet")
+    assert agent("run", "--all").code == 1
+    assert agent("ps", "-f").lines[0].split()[-2:] == ["WAKE", "BUDGET"]
+    time.sleep(1.1)
+    result = agent("run", "--all", "--json")
+    assert result.code == 0, result.err
+    record = json.loads(result.out)
+    assert record["mail_read"] == 1 and "wake up" in record["text"]
+    assert mail_count("a") == 0 and mail_count("b", "--deferred") == 1
+    assert agent("run", "--all").code == 1
+
+
+def test_mail_wait_sees_deferred_mail_come_due(conn):
+    fork("-n", "a")
+    agent("send", "--in", "1", "a", "soon")
+    start = time.monotonic()
+    result = agent("mail", "--wait", "10", "-c", "a")
+    assert (result.code, result.out) == (0, "1\n")
+    assert 0.5 < time.monotonic() - start < 5
+
+
+def test_no_zone_is_local_time_and_a_zone_is_kept():
+    result = shell("export TZ=Asia/Tokyo; agent-fork -n a >/dev/null; "
+                   "agent-send --at 2030-01-01T09:00 a local >/dev/null; "
+                   "agent-send --at 2030-01-01T09:00Z a utc >/dev/null; "
+                   "agent-send --at 2030-01-01T09:00+01:00 a paris >/dev/null; "
+                   "agent-mail --deferred --format tsv --no-headers -o subject,due a")
+    assert result.code == 0, result.err
+    assert result.lines == ["local\t2030-01-01T00:00:00Z", "utc\t2030-01-01T09:00:00Z",
+                            "paris\t2030-01-01T08:00:00Z"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--at", "tomorrow"], "bad time: 'tomorrow'"),
+    (["--at", "25:00"], "bad time: '25:00'"),
+    (["--in", "3x"], "bad duration: '3x'"),
+    (["--in", "-5m"], "bad duration: '-5m'"),
+    (["--at", "10:00", "--in", "5m"], "--at and --in don't go together"),
+])
+def test_bad_times_are_usage_errors_and_send_nothing(conn, args, message):
+    fork("-n", "a")
+    result = agent("send", *args, "a", "x")
+    assert result.code == 2 and result.err.startswith(f"agent-send: {message}"), result.err
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+
+
+def test_bulk_lines_may_carry_at(conn):
+    fork("-n", "a")
+    lines = ('{"to": "a", "body": "now"}\n'
+             '{"to": "a", "body": "later", "at": "2030-01-01T00:00Z"}\n')
+    assert agent("send", "--jsonl", stdin=lines).code == 0
+    assert mail_count("a") == 1 and mail_count("a", "--deferred") == 1
+    bad = agent("send", "--jsonl", stdin='{"to": "a", "body": "x", "at": "soon"}\n')
+    assert bad.code == 2 and bad.err.startswith("agent-send: line 1: bad time: 'soon'")
+    assert agent("send", "--jsonl", "--in", "1h", stdin='{"to": "a", "body": "y"}\n').code == 0
+    assert (mail_count("a"), mail_count("a", "--deferred")) == (1, 2)
+
+
+def test_parsing():
+    # A fixed local "now": 10:00:00 on a given day.
+    now = datetime.datetime(2030, 6, 1, 10, 0).timestamp()
+    assert parse_time("09:30", now) == datetime.datetime(2030, 6, 2, 9, 30).timestamp()
+    assert parse_time("10:30", now) == datetime.datetime(2030, 6, 1, 10, 30).timestamp()
+    assert parse_time("10:00", now) == datetime.datetime(2030, 6, 2, 10, 0).timestamp()
+    assert parse_time("23:59:30", now) == datetime.datetime(2030, 6, 1, 23, 59, 30).timestamp()
+    assert parse_time("2030-06-01 12:00", now) == datetime.datetime(2030, 6, 1, 12).timestamp()
+    assert [parse_duration(d) for d in ("90", "90s", "15m", "2h", "1d", "1.5m")] == \
+        [90, 90, 900, 7200, 86400, 90]
+    for bad in ("", "9", "24:00", "12:60", "2030-13-01"):
+        with pytest.raises(UsageError):
+            parse_time(bad, now)
+
+
+def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):
+    rules = tmp_path / "sleepy.jsonl"
+    rules.write_text(json.dumps({"reply": {"tool_calls": [
+        {"name": "sleep", "arguments": {"seconds": 600}}]}}) + "\n")
+    fork("-n", "a", "-m", f"scripted:{rules}", "nap")
+    assert agent("run", "a").code == 0
+
+    def wake():
+        row = json.loads(agent("ps", "--format", "json", "-o", "name,wake").out)[1]
+        when = datetime.datetime.fromisoformat(row["wake"].replace("Z", "+00:00"))
+        human = agent("ps", "-f", "-o", "name,wake").lines[2].split()[-2:]
+        return when.timestamp() - time.time(), human
+
+    ahead, human = wake()
+    assert 590 < ahead <= 600 and human in (["in", "10m"], ["in", "9m"])
+    agent("send", "--in", "1h", "a", "later")
+    assert 590 < wake()[0] <= 600
+    agent("send", "--in", "2m", "a", "sooner")
+    ahead, human = wake()
+    assert 110 < ahead <= 120 and human in (["in", "2m"], ["in", "1m"])
+    assert agent("ps", "-o", "name,wake").lines[1].split() == ["init", "-"]
