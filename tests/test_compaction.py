@@ -181,3 +181,18 @@ def test_full_refuses_what_is_not_a_record():
     for args in (["--full", "--ranges"], ["--full", "--format", "openai"]):
         result = agent("replay", "a", *args)
         assert result.code == 2 and "--full" in result.err
+
+
+def test_the_summary_call_is_charged_to_the_budget(tmp_path, calls, conn):
+    assert agent("fork", "-n", "lead", "--budget", "1000000").code == 0
+    assert agent("fork", "-p", "lead", "-n", "a", "-m", rules(tmp_path), "-w", "800",
+                 "--budget", "500000").code == 0
+    for n in range(8):
+        agent("send", "a", f"Question {n}: " + "why? " * 30)
+        assert agent("run", "a").code == 0
+    assert "summary" in [k for k, _ in calls]
+    spent = registry.resolve(conn, "a")["spent"]
+    turns = conn.execute("SELECT sum(input_tokens + output_tokens) FROM turns").fetchone()[0]
+    assert spent == turns and spent > sum(tokens for _, tokens in calls)   # inputs + outputs
+    row = agent("ps", "--format", "jsonl", "-o", "name,spent,budget", "--parent", "lead").lines[0]
+    assert json.loads(row) == {"name": "a", "spent": spent, "budget": 500000}
