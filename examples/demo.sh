@@ -1,8 +1,9 @@
 #!/bin/sh
 # The tour, offline, on the default database ($AGENTCTL_DB, else
 # ~/.local/share/agentctl/agents.db): a lead agent forks two workers through
-# its tools, cron-style runs execute them, the lead collects their results;
-# then replay across a clear, mail, and a cascade kill. The model is the
+# its tools, cron-style runs execute them, the lead collects their results
+# and files them as a shared document, within a token budget; then replay
+# across a clear, deferred mail, and a cascade kill. The model is the
 # scripted one (examples/models/fanout.jsonl): no key, no network.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,8 +14,8 @@ say() { printf '\n$ %s\n' "$*"; }
 agent-kill --cascade demo-lead >/dev/null 2>&1 || true
 agent-wait demo-lead >/dev/null 2>&1 || true
 
-say "agent-fork -n demo-lead -r lead -m scripted:examples/models/fanout.jsonl -s 'You coordinate research.' 'Plan a survey of SQLite WAL internals'"
-agent-fork -n demo-lead -r lead -m "$model" -s "You coordinate research." "Plan a survey of SQLite WAL internals"
+say "agent-fork -n demo-lead -r lead --budget 20000 -m scripted:examples/models/fanout.jsonl -s 'You coordinate research.' 'Plan a survey of SQLite WAL internals'"
+agent-fork -n demo-lead -r lead --budget 20000 -m "$model" -s "You coordinate research." "Plan a survey of SQLite WAL internals"
 say 'agent-run demo-lead                 # one turn: the lead forks two workers'
 agent-run demo-lead
 say 'agent-ps -f                         # the tree; each worker has its prompt pending'
@@ -25,6 +26,11 @@ say 'agent-ps -f                         # the workers (tasks) exited: zombies; 
 agent-ps -f
 say 'agent-run demo-lead                 # the lead reads both exit notices in ONE model call'
 agent-run demo-lead
+say 'agent-ps -f -o name,stat,budget      # tokens spent of the budget'
+agent-ps -f -o name,stat,budget | grep -e NAME -e demo-lead
+say 'agent-doc ls surveys/; agent-doc get surveys/sqlite-wal   # what the lead filed'
+agent-doc ls surveys/
+agent-doc get surveys/sqlite-wal
 say 'agent-replay --ranges w-checkpoints  # walk backwards, play forwards'
 agent-replay --ranges w-checkpoints
 
@@ -33,7 +39,10 @@ agent-kill -s HUP demo-lead
 say 'agent-send demo-lead "Plan the next chapter"; agent-replay demo-lead'
 agent-send demo-lead "Plan the next chapter" >/dev/null
 agent-replay demo-lead
-say 'agent-mail -a demo-lead'
+say 'agent-send --in 1h demo-lead "Check on the survey"; agent-ps -o name,wake'
+agent-send --in 1h demo-lead "Check on the survey" >/dev/null
+agent-ps -o name,wake | grep -e NAME -e demo-lead
+say 'agent-mail -a demo-lead             # the deferred mail is not there yet'
 agent-mail -a demo-lead
 
 say 'agent-fork -p demo-lead -n demo-idle; agent-kill --cascade demo-lead'

@@ -36,3 +36,18 @@ def test_crontab_lines_run():
         assert result.code in (0, 1), (command, result.err)
     assert shell("agent-mail -c a").code == 1
     assert "hi" in shell("agent-replay a").out
+
+
+def test_the_demo_runs_twice_on_one_database():
+    for _ in range(2):      # a second run cleans up after the first, as make demo does
+        result = shell(f"sh {EXAMPLES}/demo.sh")
+        assert result.code == 0, result.err
+        out = result.out
+        assert "Summary: WAL readers" in out
+        assert re.search(r"demo-lead\s+S\s+\d+/20000", out), "the budget shows spent/budget"
+        assert "# SQLite WAL internals" in out       # the document the lead filed
+        assert re.search(r"demo-lead\s+in 1h", out)  # the deferred mail's wake-up
+        assert "Check on the survey" not in out.split("agent-mail -a demo-lead")[-1]
+        assert "(agent-wait exited 3)" in out
+    versions = shell("agent-doc log -q surveys/sqlite-wal").out.split()
+    assert versions == ["1", "2"]
