@@ -112,6 +112,14 @@ def _ending(conn, turn_id):
     return ("sleep", None) if rows else (None, None)
 
 
+def _answered(conn, turn_id):
+    """The model's last reply had no tool call: the turn only waits for its
+    commit (a crash came in between), so the model is not asked again."""
+    row = conn.execute("SELECT kind FROM messages WHERE turn_id = ? AND void = 0 "
+                       "ORDER BY id DESC LIMIT 1", (turn_id,)).fetchone()
+    return row is not None and row[0] == "assistant"
+
+
 def _run_calls(conn, agent_id, turn_id, calls):
     # The sync barrier: a fork sees every other call of its step completed.
     for call in sorted(calls, key=lambda c: c["tool_name"] == "fork"):
@@ -133,7 +141,7 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
             return _stopped(conn, agent_id, turn_id, spec)
         ending, result = _ending(conn, turn_id)
         steps = conn.execute("SELECT steps FROM turns WHERE id = ?", (turn_id,)).fetchone()[0]
-        if ending or steps >= max_steps:
+        if ending or steps >= max_steps or _answered(conn, turn_id):
             break
         with transaction(conn):
             if steps:
