@@ -69,7 +69,7 @@ def test_a_crash_between_calls_with_the_same_id_runs_the_rest_once(conn, tmp_pat
 
 def test_arguments_of_every_wrong_shape_are_errors_the_model_sees(conn, tmp_path):
     shapes = ["[1, 2]", "\"text\"", "null", "{\"to\": \"peer\", \"body\": 5}", "{" * 1000,
-              "{\"to\": \"peer\", \"body\": \"x\", \"extra\": 1}", "{\"to\": \"-x\", \"body\": \"x\"}"]
+              "{\"to\": \"peer\", \"body\": \"x\", \"extra\": 1}", "\udcff", "{\"to\": \"-x\", \"body\": \"x\"}"]
     calls = [{"id": f"c{i}", "name": "send", "arguments": a} for i, a in enumerate(shapes)]
     calls += [{"id": "u", "name": "rm -rf /", "arguments": {}}, {"id": "e", "name": "", "arguments": {}}]
     fork("-n", "peer")

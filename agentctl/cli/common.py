@@ -136,6 +136,8 @@ def run(command, argv=None):
     """Run a click command as a program: never a traceback (unless
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
+    from ..text import valid
+    argv = [valid(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
         status = command.main(args=argv, prog_name=name, standalone_mode=False)
         sys.stdout.flush()
