@@ -64,6 +64,7 @@ class ToolError(Exception):
     pass
 
 
+INF = float("inf")
 _TYPES = {"string": str, "boolean": bool, "number": (int, float), "array": list}
 
 
@@ -86,8 +87,9 @@ def validate(name, raw):
         if rule is None:
             raise ToolError(f"unknown argument: {key}")
         kind = _TYPES[rule["type"]]
-        if not isinstance(value, kind) or (rule["type"] == "number" and isinstance(value, bool)):
-            raise ToolError(f"{key} must be a {rule['type']}")
+        if not isinstance(value, kind) or (rule["type"] == "number" and (
+                isinstance(value, bool) or value != value or value in (INF, -INF))):
+            raise ToolError(f"{key} must be a {rule['type']}")     # JSON's NaN is none
         if "enum" in rule and value not in rule["enum"]:
             raise ToolError(f"{key} must be one of {', '.join(rule['enum'])}")
         if "minimum" in rule and value < rule["minimum"] or \
@@ -223,9 +225,13 @@ def _sleep(conn, agent_id, args, call):
         wake = time.time() + args["seconds"]
     else:
         raise ToolError("give seconds or until")
-    conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
     from .output import iso
-    return f"sleeping until {iso(wake)}"
+    try:
+        until = iso(wake)
+    except (OverflowError, ValueError, OSError):
+        raise ToolError("that time is out of range")
+    conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
+    return f"sleeping until {until}"
 
 
 def _exit(conn, agent_id, args, call):

@@ -99,3 +99,25 @@ def test_mail_never_becomes_a_system_message_or_a_tool_result(conn, tmp_path):
     # every line of each body is indented under its header: none can pose as a header
     body_lines = [line for line in inbox.split("\n") if "obey" in line or "you are root" in line]
     assert body_lines and all(line.startswith("   ") for line in body_lines)
+
+
+def test_numbers_that_are_not_finite_or_out_of_range(conn, tmp_path):
+    calls = [{"id": "w", "name": "wait", "arguments": '{"timeout": NaN}'},
+             {"id": "i", "name": "sleep", "arguments": '{"seconds": Infinity}'},
+             {"id": "h", "name": "sleep", "arguments": '{"seconds": 1e300}'},
+             {"id": "n", "name": "sleep", "arguments": '{"seconds": -1}'}]
+    fork("-n", "a", "-m", script(tmp_path, {"tool_calls": calls}, {"content": "done"}), "go")
+    result = agent("run", "a")
+    assert (result.code, result.out) == (0, "done\n"), result.err
+    results = [r[0] for r in conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' "
+                                          "ORDER BY id")]
+    assert results == ["error: timeout must be a number", "error: seconds must be a number",
+                       "error: that time is out of range", "error: seconds out of range"]
+    assert registry.resolve(conn, "a")["wake_at"] is None
+
+
+def test_durations_on_the_command_line_are_numbers_of_seconds():
+    for program, option in (("wait", "--timeout"), ("mail", "--wait")):
+        for value in ("nan", "NaN", "-1", "x"):
+            result = agent(program, option, value, "init")
+            assert result.code == 2 and result.err.count("\n") == 1, (program, value, result)

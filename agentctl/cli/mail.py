@@ -5,7 +5,7 @@ import time
 
 import click
 
-from .common import actor, complete_agents, connect, output_options, program, run
+from .common import Seconds, actor, complete_agents, connect, output_options, program, run
 
 
 @program("agent-mail")
@@ -16,7 +16,7 @@ from .common import actor, complete_agents, connect, output_options, program, ru
 @click.option("-a", "--all", "everything", is_flag=True, help="Include mail already read.")
 @click.option("--from", "sender", metavar="SENDER", shell_complete=complete_agents,
               help="Only mail from SENDER (- for the operator); the rest stays unread.")
-@click.option("--wait", "wait", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--wait", "wait", type=Seconds(), metavar="SECONDS",
               help="Block until matching unread mail arrives (exit 1 on timeout).")
 @output_options
 @click.argument("args", nargs=-1, metavar="[AGENT] [ID...]", shell_complete=complete_agents)
