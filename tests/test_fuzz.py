@@ -74,7 +74,8 @@ def world(home):
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_fuzzed_arguments_and_stdin(program, world, tmp_path):
+def test_fuzzed_arguments_and_stdin(program, world, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)             # --db with a relative path lands here
     cases = []
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -84,7 +85,8 @@ def test_fuzzed_arguments_and_stdin(program, world, tmp_path):
         if program == "wait":
             argv = ["--timeout=0"] + argv           # else it would wait for ever, as documented
         if "--db" in argv:                          # never write outside this test's directory
-            argv = [str(tmp_path / "other.db") if a.startswith("/") else a for a in argv]
+            argv = [str(tmp_path / "other.db") if a.startswith("/") or ".." in a else a
+                    for a in argv]
         result = agent(program, *argv, stdin=stdin)
         cases.append(argv)
         assert result.code in DOCUMENTED, (argv, stdin, result)
