@@ -42,8 +42,9 @@ soak: $(STAMP)
 	rm -f .fuzz-cases
 	AGENTCTL_SOAK_OPS=1000 AGENTCTL_FUZZ_EXAMPLES=1500 AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
 		$(VENV)/bin/python -m pytest -s -p no:cacheprovider \
-		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py
-	@awk '{n += $$1} END {print "fuzz cases run: " n}' .fuzz-cases; rm -f .fuzz-cases
+		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py; \
+	status=$$?; awk '{n += $$1} END {print "fuzz cases run: " n + 0}' .fuzz-cases; \
+	rm -f .fuzz-cases; exit $$status
 
 test-live: $(STAMP)
 	PATH="$(CURDIR)/bin:$$PATH" sh tests/live/run.sh
@@ -89,4 +90,4 @@ uninstall:
 	rm -rf "$(DESTDIR)$(LIBDIR)"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .fuzz-cases

@@ -45,7 +45,8 @@ VALUES = st.one_of(st.sampled_from(NASTY), st.text(max_size=20),
 STDIN = st.one_of(st.binary(max_size=300), st.sampled_from([
     b"", b"\xff\xfe\x00", b"a\x00b\n", b"AAAAAAAAAAAAAAAAAAAAAA\n", b"a b init\n", b"-x\n",
     b'{"to": "a", "body": "hi"}\n', b'{"to": "a"}\n', b'[1, 2]\n', b'{"to": "-a", "body": 1}\n',
-    b'{"to": "a", "body": "\\udcff"}\n', b"\n\n\n", b"\xc3\x28\n"]))
+    b'{"to": "a", "body": "\\udcff"}\n', b'{"to": "a", "body": "x\\ud800", "from": "\\udc00"}\n',
+    b"\n\n\n", b"\xc3\x28\n"]))
 
 
 def argv_for(program):

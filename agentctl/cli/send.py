@@ -59,6 +59,7 @@ def _bulk(conn, default_sender):
     from ..db import transaction
     from ..errors import AgentctlError, UsageError
     from ..mail import check_body, check_recipient, deliver_many
+    from ..text import valid
     from ..registry import resolve
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("--jsonl reads stdin, which is a terminal")
@@ -89,13 +90,14 @@ def _bulk(conn, default_sender):
                     if not isinstance(item, dict) or not isinstance(item.get("to"), str) \
                             or not isinstance(item.get("body"), str):
                         raise ValueError('want an object with string "to" and "body"')
-                    check_body(item["body"])
+                    body = valid(item["body"])      # a JSON escape like \udca0 is no UTF-8
+                    check_body(body)
                     to = lookup(recipients, item["to"], lambda r: resolve(conn, r))
                     check_recipient(to)
                     frm = item.get("from")
                     from_id = default_id if frm is None else lookup(
                         senders, frm, lambda r: None if r == "-" else resolve(conn, r)["id"])
-                    items.append((from_id, to["id"], item["body"]))
+                    items.append((from_id, to["id"], body))
                 except (ValueError, TypeError) as e:
                     raise UsageError(f"line {number}: {e}")
                 except AgentctlError as e:
