@@ -34,7 +34,7 @@ COMMON = ["--db", "-h", "--help", "--version", "--", "-"]
 
 NASTY = ["", " ", "-", "--", "-x", "--nope", "-1", "0", "-0", "1", "2", "9", "64", "65", "-9",
          "99999999999999999999999", "1e309", "-1e309", "nan", "inf", "0x10", "1" * 300,
-         "\x00", "a\x00b", "\udcff", "\ud800", "é", "\u202e", "\n", "a\nb", "TERM", "term",
+         "\x00", "a\x00b", "\udcff", "²", "٣", "\ud800", "é", "\u202e", "\n", "a\nb", "TERM", "term",
          "SIGKILL", "15", "SIGFOO", "STOP", "CONT", "HUP", "S", "ZX", "R,T", "task", "daemon",
          "kernel", "json", "jsonl", "tsv", "table", "openai", "id,name", "stat,,", "echo",
          "scripted:/nonexistent", "openai:x", "AAAA", "AAAAAAAAAAAAAAAAAAAAAA", "init", "a", "b",

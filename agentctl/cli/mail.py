@@ -30,8 +30,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, fmt, columns, quie
     from ..errors import NotFound, UsageError
     from ..output import pick, render
     from ..registry import resolve
-    ids = [int(a) for a in args if a.isdigit()]
-    refs = [a for a in args if not a.isdigit()]
+    ids = [int(a) for a in args if is_mail_id(a)]
+    refs = [a for a in args if not is_mail_id(a)]
     if len(refs) > 1:
         raise UsageError(f"one AGENT at a time (got {', '.join(refs)})")
     if ids and not read:
@@ -121,6 +121,11 @@ def _columns():
 DEFAULT = ["id", "from", "age", "subject"]
 DEFAULT_ALL = ["id", "from", "age", "read", "subject"]
 DEFAULT_READ = ["id", "from", "to", "kind", "created", "body"]
+
+
+def is_mail_id(word):
+    """ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
+    return word.isascii() and word.isdigit()
 
 
 def main(argv=None):
