@@ -14,7 +14,7 @@ JOBS    ?= 2
 PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc
 STAMP    = $(VENV)/.stamp
 
-.PHONY: all venv demo test test-live bench install uninstall clean
+.PHONY: all venv demo test soak test-live bench install uninstall clean
 
 all: venv
 
@@ -34,6 +34,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
+
+# The full-size robustness runs (the suite runs smaller ones): 16 writers x
+# 1,000 operations beside two agent-run --all loops, 1,500 fuzz cases per
+# program, and every crash point; each prints its figures.
+soak: $(STAMP)
+	rm -f .fuzz-cases
+	AGENTCTL_SOAK_OPS=1000 AGENTCTL_FUZZ_EXAMPLES=1500 AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
+		$(VENV)/bin/python -m pytest -s -p no:cacheprovider \
+		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py; \
+	status=$$?; awk '{n += $$1} END {print "fuzz cases run: " n + 0}' .fuzz-cases; \
+	rm -f .fuzz-cases; exit $$status
 
 test-live: $(STAMP)
 	PATH="$(CURDIR)/bin:$$PATH" sh tests/live/run.sh
@@ -80,4 +91,4 @@ uninstall:
 	rm -rf "$(DESTDIR)$(LIBDIR)"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .fuzz-cases

@@ -37,13 +37,20 @@ def busy_seconds():
 
 
 def _create_private(path):
-    """Create the directory (0700) and the file (0600) before SQLite does,
+    """Create the directories (0700) and the file (0600) before SQLite does,
     so the database is never readable by others, not even for a moment.
     SQLite gives the -wal and -shm files the database file's mode."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+        missing = []
+        while not os.path.isdir(directory) and directory not in missing:
+            missing.append(directory)
+            directory = os.path.dirname(directory)
+        for directory in reversed(missing):     # each made 0700, not only the last (makedirs)
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                pass
         if not os.path.exists(path):
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     except OSError as e:

@@ -20,16 +20,21 @@ def how(agent):
 def reap(conn, agent_id, actor=None):
     """Collect a zombie: its exit status and result stay in the table."""
     with transaction(conn):
-        changed = conn.execute("UPDATE agents SET status = 'X' WHERE id = ? AND status = 'Z'",
-                               (agent_id,)).rowcount
-        if changed:
-            record(conn, agent_id, "reap", None, actor)
+        collect(conn, agent_id, actor)
     return get(conn, agent_id)
 
 
-def wait(conn, ids, *, timeout=None, any_one=False, actor=None):
-    """Wait for the agents `ids` to exit, reap them, and return
-    (collected rows in exit order, ids still running)."""
+def collect(conn, agent_id, actor=None):
+    """Reap within the caller's transaction."""
+    changed = conn.execute("UPDATE agents SET status = 'X' WHERE id = ? AND status = 'Z'",
+                           (agent_id,)).rowcount
+    if changed:
+        record(conn, agent_id, "reap", None, actor)
+
+
+def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True):
+    """Wait for the agents `ids` to exit, reap them (unless not `reap_them`),
+    and return (their rows in exit order, ids still running)."""
     from .db import wait_for_commit
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
@@ -39,7 +44,8 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None):
         for agent_id in list(pending):
             if exited(get(conn, agent_id)):
                 pending.remove(agent_id)
-                collected.append(reap(conn, agent_id, actor))
+                collected.append(reap(conn, agent_id, actor) if reap_them
+                                 else get(conn, agent_id))
         return not pending or (any_one and collected)
 
     wait_for_commit(conn, deadline, sweep)

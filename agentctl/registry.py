@@ -39,6 +39,8 @@ def get(conn, agent_id):
 def resolve(conn, ref):
     """An agent from an id, a name, or a unique id prefix of >= 4 characters.
     A name names the agent that holds it now, else the latest that held it."""
+    from .text import valid
+    ref = valid(ref)            # $AGENT_ID may hold any bytes
     if ref.startswith("-") or not ref:
         raise UsageError(f"not an agent: {ref!r}")
     found = get(conn, ref)

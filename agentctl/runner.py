@@ -112,6 +112,32 @@ def _ending(conn, turn_id):
     return ("sleep", None) if rows else (None, None)
 
 
+def _answered(conn, turn_id):
+    """The model's last reply had no tool call: the turn only waits for its
+    commit (a crash came in between), so the model is not asked again."""
+    row = conn.execute("SELECT kind FROM messages WHERE turn_id = ? AND void = 0 "
+                       "ORDER BY id DESC LIMIT 1", (turn_id,)).fetchone()
+    return row is not None and row[0] == "assistant"
+
+
+def _call_ids(conn, turn_id, calls):
+    """A call's id is how its result finds it, so it must be unique in the
+    turn: an id the model repeats (some servers number the calls of each
+    message from 0) or leaves empty gets a suffix."""
+    used = {r[0] for r in conn.execute("SELECT tool_call_id FROM messages WHERE turn_id = ? "
+                                       "AND kind = 'tool_call'", (turn_id,))}
+    ids = []
+    for call in calls:
+        base = call.id or "call"
+        unique, n = base, 1
+        while unique in used:
+            n += 1
+            unique = f"{base}_{n}"
+        used.add(unique)
+        ids.append(unique)
+    return ids
+
+
 def _run_calls(conn, agent_id, turn_id, calls):
     # The sync barrier: a fork sees every other call of its step completed.
     for call in sorted(calls, key=lambda c: c["tool_name"] == "fork"):
@@ -133,7 +159,7 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
             return _stopped(conn, agent_id, turn_id, spec)
         ending, result = _ending(conn, turn_id)
         steps = conn.execute("SELECT steps FROM turns WHERE id = ?", (turn_id,)).fetchone()[0]
-        if ending or steps >= max_steps:
+        if ending or steps >= max_steps or _answered(conn, turn_id):
             break
         if budget.is_exhausted(budget.account(conn, registry.get(conn, agent_id))):
             return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
@@ -149,9 +175,9 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         with transaction(conn):
             history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id,
                            tokens=_measured(reply.usage))
-            for call in reply.tool_calls:
+            for call, call_id in zip(reply.tool_calls, _call_ids(conn, turn_id, reply.tool_calls)):
                 history.append(conn, agent_id, "tool_call", call.arguments,
-                               tool_name=call.name, tool_call_id=call.id, turn_id=turn_id)
+                               tool_name=call.name, tool_call_id=call_id, turn_id=turn_id)
             turns.record_step(conn, turn_id, agent_id, reply.usage)
         if not reply.tool_calls:
             break

@@ -84,6 +84,7 @@ class ToolError(Exception):
     pass
 
 
+INF = float("inf")
 _TYPES = {"string": str, "boolean": bool, "number": (int, float), "integer": int,
           "array": list}
 
@@ -107,10 +108,10 @@ def validate(name, raw):
         if rule is None:
             raise ToolError(f"unknown argument: {key}")
         kind = _TYPES[rule["type"]]
-        if not isinstance(value, kind) or (rule["type"] in ("number", "integer")
-                                           and isinstance(value, bool)):
+        if not isinstance(value, kind) or (rule["type"] in ("number", "integer") and (
+                isinstance(value, bool) or value != value or value in (INF, -INF))):
             article = "an" if rule["type"][0] in "aeiou" else "a"
-            raise ToolError(f"{key} must be {article} {rule['type']}")
+            raise ToolError(f"{key} must be {article} {rule['type']}")     # JSON's NaN is none
         if "enum" in rule and value not in rule["enum"]:
             raise ToolError(f"{key} must be one of {', '.join(rule['enum'])}")
         if "minimum" in rule and value < rule["minimum"] or \
@@ -127,15 +128,17 @@ def execute(conn, agent_id, turn_id, call):
         args = validate(call["tool_name"], call["content"])
     except ToolError as e:
         return _record(conn, agent_id, turn_id, call, f"error: {e}")
-    if call["tool_name"] == "wait":        # blocks: outside any transaction
+    handler = HANDLERS[call["tool_name"]]
+    if call["tool_name"] == "wait":
+        # Waiting blocks, so it happens outside any transaction; collecting
+        # what exited is then part of the call's transaction, like any effect.
         try:
-            text = _wait(conn, agent_id, args)
+            args = dict(args, exited=_wait(conn, agent_id, args))
         except (ToolError, AgentctlError) as e:
-            text = f"error: {e}"
-        return _record(conn, agent_id, turn_id, call, text)
+            return _record(conn, agent_id, turn_id, call, f"error: {e}")
     try:
         with transaction(conn):
-            text = HANDLERS[call["tool_name"]](conn, agent_id, args, call)
+            text = handler(conn, agent_id, args, call)
             history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                            tool_call_id=call["tool_call_id"], turn_id=turn_id)
         return text
@@ -198,6 +201,7 @@ def _kill(conn, agent_id, args, call):
 
 
 def _wait(conn, agent_id, args):
+    """Block until the descendants waited for exit: (exited rows, ids still running)."""
     refs = args.get("agents")
     if refs:
         ids = [_descendant(conn, agent_id, ref)["id"] for ref in refs]
@@ -205,11 +209,19 @@ def _wait(conn, agent_id, args):
         ids = [r[0] for r in conn.execute(
             "SELECT id FROM agents WHERE parent_id = ? AND status != 'X'", (agent_id,))]
     if not ids:
+        return [], []
+    return lifecycle.wait(conn, ids, timeout=args.get("timeout", 0), actor=agent_id,
+                          reap_them=False)
+
+
+def _collect(conn, agent_id, args, call):
+    exited, pending = args["exited"]
+    if not exited and not pending:
         return "no children to wait for"
-    collected, pending = lifecycle.wait(conn, ids, timeout=args.get("timeout", 0),
-                                        actor=agent_id)
+    for row in exited:
+        lifecycle.collect(conn, row["id"], actor=agent_id)
     lines = [f"{r['id']} {registry.label(r)} {lifecycle.how(r)} {r['exit_code']}"
-             + (f": {r['result']}" if r["result"] else "") for r in collected]
+             + (f": {r['result']}" if r["result"] else "") for r in exited]
     lines += [f"{i} still running" for i in pending]
     return "\n".join(lines)
 
@@ -235,9 +247,13 @@ def _sleep(conn, agent_id, args, call):
         wake = time.time() + args["seconds"]
     else:
         raise ToolError("give seconds or until")
-    conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
     from .output import iso
-    return f"sleeping until {iso(wake)}"
+    try:
+        until = iso(wake)
+    except (OverflowError, ValueError, OSError):
+        raise ToolError("that time is out of range")
+    conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
+    return f"sleeping until {until}"
 
 
 def _exit(conn, agent_id, args, call):
@@ -245,7 +261,7 @@ def _exit(conn, agent_id, args, call):
 
 
 HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
-            "kill": _kill, "ps": _ps, "sleep": _sleep, "exit": _exit}
+            "kill": _kill, "wait": _collect, "ps": _ps, "sleep": _sleep, "exit": _exit}
 
 
 def _doc_put(conn, agent_id, args, call):

@@ -41,7 +41,7 @@ def lease_is_live(agent, now=None):
     if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or time.time()):
         return False
     host, _, pid = agent["lease_owner"].rpartition(":")
-    if host == socket.gethostname() and pid.isdigit():
+    if host == socket.gethostname() and pid.isascii() and pid.isdigit():
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:

@@ -58,6 +58,13 @@ def test_invalid_utf8_and_nul_free_arguments_never_crash():
     assert "rc=2" in result.out and "Traceback" not in result.err
     result = shell("printf 'caf\\xe9\\n' | agent-send init - ; echo rc=$?")
     assert "rc=0" in result.out
+    result = shell("agent-fork -n a -s $'sys\\xff' $'pr\\xe9' >/dev/null; agent-send a $'caf\\xe9'; "
+                   "agent-mail $'\\xff'; echo rc=$?; AGENT_ID=$'\\xfe' agent-mail; echo rc=$?; "
+                   "agent-mail -r a; agent-replay a")
+    lines = result.out.splitlines()
+    assert lines[:3] == ["2", "rc=1", "rc=1"] and lines[3].startswith("--- mail 2 from - at ")
+    assert lines[4:] == ["caf\ufffd", "# system prompt", "sys\ufffd", "", "#1 user @a", "pr\ufffd"]
+    assert result.err == "agent-mail: no such agent: \ufffd\nagent-mail: AGENT_ID=\\udcfe: no such agent\n"
 
 
 @pytest.mark.parametrize("program", ["fork", "kill", "send", "mail", "ps", "replay", "wait",

@@ -44,6 +44,19 @@ def output_options(fn):
     return fn
 
 
+class Seconds(click.FloatRange):
+    """A duration option: a number of seconds >= 0 (NaN is not one)."""
+
+    def __init__(self):
+        super().__init__(min=0)
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if seconds != seconds:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 def complete_agents(ctx, param, incomplete):
     """Shell completion: names and ids of agents not yet dead."""
     from click.shell_completion import CompletionItem
@@ -106,13 +119,19 @@ def stdin_words(args, what="AGENT"):
         return list(args)
     if not stdin_is_data():
         raise UsageError(f"missing {what} (give it, or pipe ids on stdin)")
-    try:
-        words = sys.stdin.read().split()
-    except UnicodeDecodeError:
-        raise UsageError("stdin is not valid UTF-8")
+    words = read_words()
     if not words:
         raise UsageError(f"missing {what}: nothing on stdin")
     return words
+
+
+def read_words():
+    """The whitespace-separated words of stdin; in any locale, bytes that are
+    not UTF-8 are a usage error (no id or name can hold them)."""
+    try:
+        return sys.stdin.buffer.read().decode("utf-8").split()
+    except UnicodeDecodeError:
+        raise UsageError("stdin is not valid UTF-8")
 
 
 def read_body(text):
@@ -126,8 +145,14 @@ def read_body(text):
     return data.decode("utf-8", errors="replace")
 
 
+LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in (*range(32), 127, 0x85, 0x2028, 0x2029)
+               if c != 9}
+
+
 def warn(name, message):
-    line = f"{name}: {message}\n"
+    """`name: message` on one line, whatever the message quotes: a control
+    character or line break in it is written as its escape (\\n, \\x00)."""
+    line = f"{name}: {message.translate(LINE_BREAKS)}\n"
     sys.stderr.buffer.write(line.encode("utf-8", errors="backslashreplace"))
     sys.stderr.flush()
 
@@ -136,6 +161,8 @@ def run(command, argv=None):
     """Run a click command as a program: never a traceback (unless
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
+    from ..text import valid
+    argv = [valid(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
         status = command.main(args=argv, prog_name=name, standalone_mode=False)
         sys.stdout.flush()

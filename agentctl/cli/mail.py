@@ -5,7 +5,7 @@ import time
 
 import click
 
-from .common import actor, complete_agents, connect, output_options, program, run
+from .common import Seconds, actor, complete_agents, connect, output_options, program, run
 
 
 @program("agent-mail")
@@ -16,7 +16,7 @@ from .common import actor, complete_agents, connect, output_options, program, ru
 @click.option("-a", "--all", "everything", is_flag=True, help="Include mail already read.")
 @click.option("--from", "sender", metavar="SENDER", shell_complete=complete_agents,
               help="Only mail from SENDER (- for the operator); the rest stays unread.")
-@click.option("--wait", "wait", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--wait", "wait", type=Seconds(), metavar="SECONDS",
               help="Block until matching unread mail arrives (exit 1 on timeout).")
 @click.option("--deferred", is_flag=True,
               help="List (or -c count) the mail deferred by agent-send --at instead.")
@@ -32,8 +32,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     from ..errors import NotFound, UsageError
     from ..output import pick, render
     from ..registry import resolve
-    ids = [int(a) for a in args if a.isdigit()]
-    refs = [a for a in args if not a.isdigit()]
+    ids = [int(a) for a in args if is_mail_id(a)]
+    refs = [a for a in args if not is_mail_id(a)]
     if len(refs) > 1:
         raise UsageError(f"one AGENT at a time (got {', '.join(refs)})")
     if ids and not read:
@@ -131,6 +131,11 @@ DEFAULT = ["id", "from", "age", "subject"]
 DEFAULT_ALL = ["id", "from", "age", "read", "subject"]
 DEFAULT_DEFERRED = ["id", "from", "due", "subject"]
 DEFAULT_READ = ["id", "from", "to", "kind", "created", "body"]
+
+
+def is_mail_id(word):
+    """ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
+    return word.isascii() and word.isdigit()
 
 
 def main(argv=None):

@@ -79,6 +79,7 @@ def _bulk(conn, default_sender, default_at):
     from ..db import transaction
     from ..errors import AgentctlError, UsageError
     from ..mail import check_body, check_recipient, deliver_many
+    from ..text import valid
     from ..registry import resolve
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("--jsonl reads stdin, which is a terminal")
@@ -109,7 +110,8 @@ def _bulk(conn, default_sender, default_at):
                     if not isinstance(item, dict) or not isinstance(item.get("to"), str) \
                             or not isinstance(item.get("body"), str):
                         raise ValueError('want an object with string "to" and "body"')
-                    check_body(item["body"])
+                    body = valid(item["body"])      # a JSON escape like \udca0 is no UTF-8
+                    check_body(body)
                     to = lookup(recipients, item["to"], lambda r: resolve(conn, r))
                     check_recipient(to)
                     frm = item.get("from")
@@ -118,7 +120,7 @@ def _bulk(conn, default_sender, default_at):
                     at = item.get("at")
                     if at is not None and not isinstance(at, str):
                         raise ValueError('"at" must be a string (a TIME, as for --at)')
-                    items.append((from_id, to["id"], item["body"],
+                    items.append((from_id, to["id"], body,
                                   default_at if at is None else _when(at, None)))
                 except (ValueError, TypeError) as e:
                     raise UsageError(f"line {number}: {e}")

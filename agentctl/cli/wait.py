@@ -1,15 +1,13 @@
 """agent-wait: wait for children to exit and collect their results."""
 
-import sys
-
 import click
 
-from .common import (actor, complete_agents, connect, output_options, program, run,
-                     stdin_is_data)
+from .common import (Seconds, actor, complete_agents, connect, output_options, program,
+                     read_words, run, stdin_is_data)
 
 
 @program("agent-wait")
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Give up after SECONDS (exit 1).")
 @click.option("--any", "any_one", is_flag=True, help="Return when the first one exits.")
 @output_options
@@ -26,7 +24,7 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     from ..registry import resolve
     refs = list(agents)
     if not refs and stdin_is_data():
-        refs = sys.stdin.read().split()
+        refs = read_words()
         if not refs:
             return 0        # an empty pipe: nothing to wait for (as xargs -r)
     conn = connect(db_path)

@@ -29,6 +29,10 @@ class ToolCall:
     name: str
     arguments: str      # the JSON text as the model wrote it; may be invalid, the caller validates
 
+    def __post_init__(self):
+        from ..text import valid
+        self.id, self.name, self.arguments = valid(self.id), valid(self.name), valid(self.arguments)
+
 
 @dataclass
 class Reply:
@@ -36,6 +40,10 @@ class Reply:
     tool_calls: list = field(default_factory=list)
     usage: dict = field(default_factory=dict)
     stop_reason: str = "stop"
+
+    def __post_init__(self):
+        from ..text import valid        # a JSON escape such as \udcff is no UTF-8 to store
+        self.text = valid(self.text)
 
 
 class Model:

@@ -1,0 +1,139 @@
+"""File modes, keys that never leak, what an agent's tools may touch, and
+database faults met by every program (agentctl(7), GUARANTEES)."""
+
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from agentctl import db, registry
+
+from .conftest import PROGRAMS, ROOT, agent, fork
+from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_private_modes_whatever_the_umask(tmp_path):
+    path = tmp_path / "deep" / "er" / "agents.db"
+    code = ("import os, sys; os.umask(0); from agentctl.db import connect, transaction\n"
+            "conn = connect(sys.argv[1])\n"
+            "with transaction(conn):\n"
+            "    conn.execute(\"INSERT INTO events (agent_id, kind, created_at) "
+            "VALUES ('AAAAAAAAAAAAAAAAAAAAAA', 'x', 0)\")\n"
+            "print(oct(os.stat(sys.argv[1] + '-wal').st_mode & 0o777), "
+            "oct(os.stat(sys.argv[1] + '-shm').st_mode & 0o777))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.stdout.split() == ["0o600", "0o600"], proc.stderr
+    assert mode(path) == 0o600 and mode(path.parent) == 0o700 and mode(path.parent.parent) == 0o700
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-test", "anthropic:claude-test"])
+def test_api_keys_reach_no_file_output_or_event(conn, fakeapi, home, model, tmp_path):
+    fork("-n", "a", "-m", model, "hi")
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")])
+    fakeapi.reply("fine")
+    outputs = [agent("run", "--json", "a")]
+    used = OPENAI_KEY if model.startswith("openai") else ANTHROPIC_KEY
+    fakeapi.error(401, f"invalid key {used}", times=2)      # a server that echoes the key it got
+    agent("send", "a", "more")
+    outputs.append(agent("run", "a"))
+    outputs += [agent("replay", "--format", "jsonl", "a"), agent("ps", "-a", "--format", "json"),
+                agent("mail", "-a", "--format", "json", "a")]
+    files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("agents.db"))
+    events = json.dumps([tuple(r) for r in conn.execute("SELECT * FROM events")])
+    assert outputs[1].code == 69
+    for key in (OPENAI_KEY, ANTHROPIC_KEY):
+        assert key.encode() not in files and key not in events
+        for result in outputs:
+            assert key not in result.out and key not in result.err
+
+
+def tool_results(conn, name):
+    agent_id = registry.resolve(conn, name)["id"]
+    return [r[0] for r in conn.execute("SELECT content FROM messages WHERE agent_id = ? "
+                                       "AND kind = 'tool_result' ORDER BY id", (agent_id,))]
+
+
+def test_tools_reach_only_the_agents_own_descendants(conn, tmp_path):
+    calls = [{"id": f"k{i}", "name": "kill", "arguments": {"agent": who, "signal": "KILL"}}
+             for i, who in enumerate(("boss", "peer", "init", "cousin", "me"))]
+    calls += [{"id": "w", "name": "wait", "arguments": {"agents": ["peer"]}},
+              {"id": "p", "name": "ps", "arguments": {}},
+              {"id": "g", "name": "kill", "arguments": {"agent": "grandchild", "signal": "STOP"}}]
+    rules = tmp_path / "m.jsonl"
+    rules.write_text(json.dumps({"steps": [{"tool_calls": calls}, {"content": "done"}]}))
+    fork("-n", "boss")
+    fork("-p", "boss", "-n", "me", "-m", f"scripted:{rules}", "go")
+    fork("-p", "boss", "-n", "peer")
+    fork("-p", "peer", "-n", "cousin")
+    fork("-p", "me", "-n", "child")
+    fork("-p", "child", "-n", "grandchild")
+    agent("send", "peer", "private to peer")
+    assert agent("run", "me").out == "done\n"
+    results = tool_results(conn, "me")
+    assert results[:6] == [f"error: {who} is not one of your descendants"
+                           for who in ("boss", "peer", "init", "cousin", "me", "peer")]
+    assert sorted(line.split()[1] for line in results[6].splitlines()) == ["child", "grandchild"]
+    assert results[7] == "sent STOP to 1 agent(s)"
+    statuses = {name: registry.resolve(conn, name)["status"]
+                for name in ("boss", "peer", "cousin", "me", "grandchild")}
+    assert statuses == {"boss": "S", "peer": "S", "cousin": "S", "me": "S", "grandchild": "T"}
+    assert agent("mail", "-c", "peer").out == "1\n"          # peer's mail untouched
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+ARGS = {"fork": ["-n", "x"], "kill": ["init"], "ps": [], "send": ["init", "hi"],
+        "mail": ["-c", "init"], "replay": ["init"], "run": ["init"], "wait": ["--timeout", "0", "init"],
+        "doc": ["put", "notes", "hi"]}
+
+
+@pytest.mark.parametrize("fault", ["not a database", "newer schema", "missing directory"])
+def test_every_program_meets_a_database_fault_with_one_line_and_74(home, fault, tmp_path,
+                                                                  monkeypatch):
+    if fault == "not a database":
+        home.write_bytes(b"SQLite format 2\x00 but not really" * 100)
+    elif fault == "newer schema":
+        db.connect(str(home)).close()
+        raw = sqlite3.connect(home)
+        raw.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 7}")
+        raw.close()
+    else:
+        (tmp_path / "blocker").write_text("a file where a directory should be")
+        home = tmp_path / "blocker" / "agents.db"
+        monkeypatch.setenv("AGENTCTL_DB", str(home))
+    before = digest(home) if home.exists() else None
+    for program in PROGRAMS:
+        result = agent(program, *ARGS[program])
+        assert result.code == 74 and result.out == "", (program, result)
+        assert result.err.startswith(f"agent-{program}: ") and result.err.count("\n") == 1
+        assert (digest(home) if home.exists() else None) == before, program
+
+
+def test_locked_database_writes_nothing_half(home, monkeypatch):
+    fork("-n", "a")
+    holder = sqlite3.connect(home, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", "0.1")
+    try:
+        results = [agent("send", "a", "hi"), agent("fork", "-p", "a", "-n", "b", "go"),
+                   agent("kill", "a"), agent("mail", "-r", "a")]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for result in results:
+        assert (result.code, result.out) == (75, "") and result.err.count("\n") == 1, result
+        assert "database is locked (gave up after 0.1s)" in result.err
+    assert agent("ps", "-q").lines.__len__() == 2 and agent("mail", "-c", "a").code == 1
+    assert registry.resolve(db.connect(str(home)), "a")["status"] == "S"
