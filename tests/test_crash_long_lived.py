@@ -1,0 +1,103 @@
+"""kill -9 at every commit and model call of a turn that compacts its context,
+writes a shared document and mails a peer, under a budget: after agent-run
+again, the end state is the uninterrupted one, budget spending included
+(only recorded model calls are charged, so a repeated call is charged once)."""
+
+import json
+import re
+
+import pytest
+
+from agentctl import db, registry
+
+from .conftest import agent, fork
+from .test_crash import crashed_run
+
+AN_ID = re.compile(r"\b[A-Za-z0-9_-]{22}\b")
+WHEN = re.compile(r"\d{4}-\d\d-\d\dT[\d:]+Z \(\w+ ago\)")
+RULES = [
+    {"match": r"^\[COMPACT\]", "reply": {"content": "Summary: three questions, answered."}},
+    {"match": "Final task", "steps": [
+        {"content": "filing", "tool_calls": [
+            {"id": "d", "name": "doc_put", "arguments": {"name": "notes/final",
+                                                         "body": "# Final\n\nfiled once\n",
+                                                         "visibility": "global"}},
+            {"id": "s", "name": "send", "arguments": {"to": "peer", "body": "filed"}}]},
+        {"content": "done"}]},
+    {"reply": {"content": "An answer. " * 30}},
+]
+
+
+def setup(path, monkeypatch, tmp_path):
+    """A lead with history enough to compact, then the turn under test pending."""
+    monkeypatch.setenv("AGENTCTL_DB", str(path))
+    rules = tmp_path / "long.jsonl"
+    rules.write_text("".join(json.dumps(r) + "\n" for r in RULES))
+    fork("-n", "peer")
+    fork("-n", "lead", "-m", f"scripted:{rules}", "-w", "500", "--budget", "100000")
+    for n in range(3):
+        agent("send", "lead", f"Question {n}: " + "tell me more. " * 20)
+        assert agent("run", "lead").code == 0
+    assert agent("send", "lead", "Final task: file the notes").code == 0
+
+
+def snapshot(path):
+    conn = db.connect(str(path))
+    try:
+        lead = registry.resolve(conn, "lead")
+        return {
+            "messages": [(r[0], WHEN.sub("TIME", AN_ID.sub("ID", r[1]))) for r in conn.execute(
+                "SELECT kind, content FROM messages WHERE agent_id = ? AND void = 0 "
+                "ORDER BY id", (lead["id"],))],
+            "compactions": [r[0] for r in conn.execute(
+                "SELECT t.id = (SELECT max(id) FROM turns) FROM messages m JOIN turns t "
+                "ON t.id = m.turn_id WHERE m.kind = 'compaction' AND m.void = 0 ORDER BY m.id")],
+            "documents": [tuple(r) for r in conn.execute(
+                "SELECT name, version, body FROM documents ORDER BY id")],
+            "mail to peer": [r[0] for r in conn.execute(
+                "SELECT body FROM mail m JOIN agents a ON a.id = m.recipient_id "
+                "WHERE a.name = 'peer'")],
+            "spent": (lead["spent"], lead["tokens_in"], lead["tokens_out"]),
+            "turns": [tuple(r) for r in conn.execute(
+                "SELECT status, steps, input_tokens, output_tokens FROM turns")],
+            "replay": agent("replay", "--format", "jsonl", "lead").out.count("\n"),
+        }
+    finally:
+        conn.close()
+
+
+def finish():
+    codes = []
+    while not codes or codes[-1] == 0:
+        codes.append(agent("run", "lead").code)
+        assert len(codes) < 5 and codes[-1] in (0, 1)
+
+
+@pytest.fixture
+def reference(tmp_path, monkeypatch):
+    path = tmp_path / "reference.db"
+    setup(path, monkeypatch, tmp_path)
+    finish()
+    state = snapshot(path)
+    assert state["compactions"][-1] == 1, "the turn under test compacts"
+    assert state["documents"] == [("notes/final", 1, "# Final\n\nfiled once\n")]
+    assert state["mail to peer"] == ["filed"]
+    assert state["spent"][0] == state["spent"][1] + state["spent"][2] > 0
+    return state
+
+
+@pytest.mark.parametrize("point", ["before", "after", "model"])
+def test_kill_9_in_a_compacting_turn_under_a_budget(point, reference, tmp_path, monkeypatch):
+    crashes = 0
+    for at in range(1, 100):
+        path = tmp_path / f"{point}-{at}.db"
+        setup(path, monkeypatch, tmp_path)
+        code = crashed_run(point, at, path, "lead")
+        if code != -9:
+            assert code == 0
+            break
+        crashes += 1
+        finish()
+        assert snapshot(path) == reference, f"crash {point} #{at}"
+    assert crashes >= 3
+    print(f"crashes injected in a compacting turn ({point}): {crashes}")
