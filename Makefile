@@ -42,7 +42,7 @@ soak: $(STAMP)
 	rm -f .fuzz-cases
 	AGENTCTL_SOAK_OPS=1000 AGENTCTL_FUZZ_EXAMPLES=1500 AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
 		$(VENV)/bin/python -m pytest -s -p no:cacheprovider \
-		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py; \
+		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py tests/test_crash_long_lived.py; \
 	status=$$?; awk '{n += $$1} END {print "fuzz cases run: " n + 0}' .fuzz-cases; \
 	rm -f .fuzz-cases; exit $$status
 
