@@ -19,10 +19,11 @@ OVERHEAD = 4            # tokens a message costs besides its text (role, separat
 CUTS = ("user", "assistant")    # a cut before one of these never splits a call from its result
 
 INSTRUCTION = (
-    "[COMPACT] Your context is full. Summarise the conversation above for your own memory: "
+    "[COMPACT] Your context is full. Summarise the conversation below for your own memory: "
     "your task and who gave it, decisions made and why, facts learned, the ids and names of "
     "agents you work with, documents and mail that matter, what is done and what is still "
-    "pending. Write only the summary; it will replace the messages above.")
+    "pending. Write only the summary; it will replace those messages.\n\n"
+    "The conversation:\n\n")
 
 
 def window(agent):
@@ -77,6 +78,15 @@ def cut(rows, limit):
     return best
 
 
+def summary_request(conn, system, rows):
+    """The messages of the summarising call: the part to summarise as a transcript in one
+    user message, so it holds no tool calls (an API may refuse those without tools)."""
+    names = context.owner_names(conn, rows)
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user",
+                        "content": INSTRUCTION + context.as_text(None, rows, names)}]
+
+
 def prepare(conn, agent, turn_id, client, charge):
     """The context for the next model call, compacted first if it is over the window.
     `charge(usage)` accounts for the summarising call."""
@@ -87,9 +97,7 @@ def prepare(conn, agent, turn_id, client, charge):
     index = cut(rows, int(limit * KEEP))
     if index is None:
         return system, rows
-    request = rows[:index] + [{"id": None, "kind": "user", "content": INSTRUCTION,
-                               "tool_name": None, "tool_call_id": None}]
-    reply = client.complete(context.as_openai(system, request), [])
+    reply = client.complete(summary_request(conn, system, rows[:index]), [])
     summary = (reply.text or "").strip()
     with transaction(conn):
         charge(reply.usage)

@@ -72,6 +72,16 @@ def as_records(system_prompt, rows):
     return out
 
 
+def owner_names(conn, rows):
+    """{agent id: name} for the owners of `rows`, for as_text."""
+    owners = {m["agent_id"] for m in rows}
+    if not owners:
+        return {}
+    return {r[0]: r[1] for r in conn.execute(
+        f"SELECT id, name FROM agents WHERE id IN ({','.join('?' * len(owners))})",
+        list(owners))}
+
+
 def as_text(system_prompt, rows, names):
     """For people: a header line per message, then its content."""
     parts = []

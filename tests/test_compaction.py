@@ -10,6 +10,7 @@ from agentctl.models import offline
 from agentctl.models.base import estimate_tokens, message_chars
 
 from .conftest import agent
+from .fakeapi import fakeapi  # noqa: F401
 from .test_run import script
 
 ANSWER = "An answer that is long enough to fill the context quickly. " * 7      # ~100 tokens
@@ -196,3 +197,25 @@ def test_the_summary_call_is_charged_to_the_budget(tmp_path, calls, conn):
     assert spent == turns and spent > sum(tokens for _, tokens in calls)   # inputs + outputs
     row = agent("ps", "--format", "jsonl", "-o", "name,spent,budget", "--parent", "lead").lines[0]
     assert json.loads(row) == {"name": "a", "spent": spent, "budget": 500000}
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-test", "anthropic:claude-test"])
+def test_the_summary_request_on_the_wire_holds_no_tool_calls(model, fakeapi):
+    """A history with tool calls is summarised from a transcript: the request has no
+    tool blocks and offers no tools, which an API may refuse otherwise."""
+    agent("fork", "-n", "a", "-m", model, "-w", "300", "Count my mail. " + "pad " * 40)
+    fakeapi.reply("", tool_calls=[("check_mail", "{}")], usage=(200, 10))
+    fakeapi.reply("You have no mail. " * 10, usage=(260, 60))
+    assert agent("run", "a").code == 0
+    agent("send", "a", "Anything new?")
+    fakeapi.reply("Summary: asked to count mail; none.", usage=(300, 12))
+    fakeapi.reply("Nothing new.", usage=(120, 4))
+    result = agent("run", "a")
+    assert result.code == 0 and result.out == "Nothing new.\n", result.err
+    summary = fakeapi.requests[2]["body"]
+    assert "tools" not in summary
+    text = json.dumps(summary["messages"])
+    assert "[COMPACT]" in text and "check_mail" in text           # the transcript
+    assert "tool_use" not in text and "tool_calls" not in text and '"tool"' not in text
+    step = json.dumps(fakeapi.requests[3]["body"])
+    assert "Summary: asked to count mail; none." in step and "Anything new?" in step

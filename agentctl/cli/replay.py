@@ -42,11 +42,7 @@ def cli(db_path, fmt, ranges, full, agent):
         sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                  for r in context.as_records(system, rows)))
     else:
-        owners = {m["agent_id"] for m in rows}
-        names = {row[0]: row[1] for row in conn.execute(
-            f"SELECT id, name FROM agents WHERE id IN ({','.join('?' * len(owners))})",
-            list(owners))} if owners else {}
-        sys.stdout.write(context.as_text(system, rows, names))
+        sys.stdout.write(context.as_text(system, rows, context.owner_names(conn, rows)))
 
 
 def main(argv=None):
