@@ -10,7 +10,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 
-from .errors import DatabaseFault, TempFail
+from .errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
 SCHEMA_VERSION = 4
@@ -26,6 +26,8 @@ def default_path():
 
 def resolve_path(path=None):
     """--db, else $AGENTCTL_DB, else $XDG_DATA_HOME/agentctl/agents.db."""
+    if path and "\0" in path:
+        raise UsageError("bad database path: it holds a NUL byte")
     return path or os.environ.get("AGENTCTL_DB") or default_path()
 
 

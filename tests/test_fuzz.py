@@ -140,3 +140,16 @@ def test_real_bytes_through_a_shell():
                                   "send", "rc=0", "kill-stdin", "rc=2", "wait-stdin", "rc=2",
                                   "send-big", "rc=2", "run", "rc=0", "mail", "rc=0"], result
     assert "agent-kill: stdin is not valid UTF-8\n" in result.err
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_a_database_path_with_a_nul_byte_is_a_usage_error(program, home):
+    """Found by the fuzzer (make soak): a NUL in --db was an internal error."""
+    args = {"wait": ["--timeout=0", "init"], "doc": ["ls"], "replay": ["init"],
+            "run": ["init"], "kill": ["init"], "send": ["init", "hi"]}.get(program, [])
+    if program == "doc":
+        result = agent(program, "--db", "a\x00b", *args)
+    else:
+        result = agent(program, *args[:1], "--db", "a\x00b", *args[1:])
+    assert (result.code, result.out) == (2, ""), result
+    assert result.err == f"agent-{program}: bad database path: it holds a NUL byte\n"
