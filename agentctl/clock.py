@@ -22,24 +22,42 @@ def parse_duration(text):
     return float(found.group(1)) * UNITS[found.group(2)]
 
 
-def parse_time(text, now=None):
-    """A Unix time from ISO 8601 (2026-11-22T09:30, with or without a zone; no
-    zone is local time) or HH:MM[:SS] (its next occurrence, local time)."""
+def checked(when):
+    """`when` if it is a time agentctl can write (ISO 8601, before the year
+    10000), else a usage error: a far-off time must not break agent-ps later."""
+    import datetime
+    try:
+        datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        raise UsageError("that time is out of range (the year must be before 10000)") from None
+    return when
+
+
+def after(seconds, now=None):
+    """The time `seconds` from now, checked."""
+    return checked((time.time() if now is None else now) + seconds)
+
+
+def parse_time(text, now=None, zone=None):
+    """A Unix time from ISO 8601 (2026-11-22T09:30, with or without a zone) or
+    HH:MM[:SS] (its next occurrence); a time with no zone is in `zone`, by
+    default local time."""
     import datetime
     now = time.time() if now is None else now
     text = text.strip()
     clock = CLOCK_RE.fullmatch(text)
     if clock:
         hour, minute, second = (int(g or 0) for g in clock.groups())
-        today = datetime.datetime.fromtimestamp(now)
+        today = datetime.datetime.fromtimestamp(now, zone)     # zone None: local, naive
         when = today.replace(hour=hour, minute=minute, second=second, microsecond=0)
         if when.timestamp() <= now:
-            when = datetime.datetime.combine(today.date() + datetime.timedelta(days=1),
-                                             when.time())
+            when += datetime.timedelta(days=1)      # wall-clock arithmetic, across DST too
         return when.timestamp()
     try:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(f"bad time: {text!r} (want ISO 8601 such as 2026-11-22T09:30, "
                          "or HH:MM)") from None
-    return when.timestamp()     # a naive datetime is local time
+    if when.tzinfo is None and zone is not None:
+        when = when.replace(tzinfo=zone)
+    return checked(when.timestamp())     # a naive datetime is local time

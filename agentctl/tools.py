@@ -234,26 +234,17 @@ def _ps(conn, agent_id, args, call):
 
 
 def _sleep(conn, agent_id, args, call):
-    if "until" in args:
-        import datetime
-        try:
-            when = datetime.datetime.fromisoformat(args["until"].replace("Z", "+00:00"))
-        except ValueError:
-            raise ToolError("until must be an ISO 8601 time")
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=datetime.timezone.utc)
-        wake = when.timestamp()
+    import datetime
+    from . import clock
+    from .output import iso
+    if "until" in args:       # the model's clock is UTC: a time with no zone is UTC
+        wake = clock.parse_time(args["until"], zone=datetime.timezone.utc)
     elif "seconds" in args:
-        wake = time.time() + args["seconds"]
+        wake = clock.after(args["seconds"])
     else:
         raise ToolError("give seconds or until")
-    from .output import iso
-    try:
-        until = iso(wake)
-    except (OverflowError, ValueError, OSError):
-        raise ToolError("that time is out of range")
     conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
-    return f"sleeping until {until}"
+    return f"sleeping until {iso(wake)}"
 
 
 def _exit(conn, agent_id, args, call):

@@ -112,7 +112,8 @@ def test_numbers_that_are_not_finite_or_out_of_range(conn, tmp_path):
     results = [r[0] for r in conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' "
                                           "ORDER BY id")]
     assert results == ["error: timeout must be a number", "error: seconds must be a number",
-                       "error: that time is out of range", "error: seconds out of range"]
+                       "error: that time is out of range (the year must be before 10000)",
+                       "error: seconds out of range"]
     assert registry.resolve(conn, "a")["wake_at"] is None
 
 

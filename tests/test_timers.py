@@ -88,6 +88,7 @@ def test_no_zone_is_local_time_and_a_zone_is_kept():
     (["--in", "3x"], "bad duration: '3x'"),
     (["--in", "-5m"], "bad duration: '-5m'"),
     (["--at", "10:00", "--in", "5m"], "--at and --in don't go together"),
+    (["--in", "99999999999d"], "that time is out of range"),     # agent-ps could not show it
 ])
 def test_bad_times_are_usage_errors_and_send_nothing(conn, args, message):
     fork("-n", "a")
@@ -121,6 +122,12 @@ def test_parsing():
     for bad in ("", "9", "24:00", "12:60", "2030-13-01"):
         with pytest.raises(UsageError):
             parse_time(bad, now)
+    # The sleep tool's clock: a time with no zone, and HH:MM, in UTC.
+    utc = datetime.timezone.utc
+    noon = datetime.datetime(2030, 6, 1, 12, 0, tzinfo=utc).timestamp()
+    assert parse_time("2030-06-01T13:00", noon, zone=utc) == noon + 3600
+    assert parse_time("11:00", noon, zone=utc) == noon + 23 * 3600
+    assert parse_time("12:30:00", noon, zone=utc) == noon + 1800
 
 
 def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):

@@ -50,17 +50,16 @@ def cli(db_path, sender, jsonl, at, after, args):
     sys.stdout.write("".join(f"{i}\n" for i in ids))
 
 
-def _when(at, after):
+def _when(at, delay):
     """The time deferred mail is due, or None for mail delivered now."""
-    import time
-    from ..clock import parse_duration, parse_time
+    from .. import clock
     from ..errors import UsageError
-    if at is not None and after is not None:
+    if at is not None and delay is not None:
         raise UsageError("--at and --in don't go together")
     if at is not None:
-        return parse_time(at)
-    if after is not None:
-        return time.time() + parse_duration(after)
+        return clock.parse_time(at)
+    if delay is not None:
+        return clock.after(clock.parse_duration(delay))
     return None
 
 
