@@ -16,6 +16,7 @@ from .errors import DatabaseFault, TempFail, UsageError
 SCHEMA_VERSION = 4
 
 DEFAULT_BUSY_SECONDS = 30.0
+INTEGER_MAX = 2 ** 63 - 1        # SQLite's largest INTEGER: no id or count is beyond it
 
 
 def default_path():

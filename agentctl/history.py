@@ -11,12 +11,14 @@ on the way up.
 
 import time
 
+from .db import INTEGER_MAX
+
 # Kinds a message can have. 'clear' ends the context before it (and is not
 # part of it); 'compaction' starts the context with its summary.
 KINDS = ("system", "user", "assistant", "tool_call", "tool_result", "clear",
          "compaction", "event")
 BOUNDARY_KINDS = ("clear", "compaction")
-NO_LIMIT = 2 ** 63 - 1
+NO_LIMIT = INTEGER_MAX
 
 MESSAGE_COLUMNS = ("id, agent_id, kind, content, tool_name, tool_call_id, turn_id, created_at, "
                    "keep_from, tokens, void")

@@ -8,6 +8,7 @@ the operator has sender_id NULL and shows '-' as its sender.
 import time
 
 from .clock import NOW_SQL
+from .db import INTEGER_MAX
 from .errors import Refused, UsageError
 from .ids import INIT_ID
 from .registry import label
@@ -92,7 +93,7 @@ def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
         params.append(recipient_id)
     if ids:
         where.append(f"m.id IN ({','.join('?' * len(ids))})")
-        params += list(ids)
+        params += [i if i <= INTEGER_MAX else -1 for i in ids]     # beyond SQLite: none
     if sender:
         where.append("m.sender_id IS ?")
         params.append(sender_id)

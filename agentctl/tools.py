@@ -12,7 +12,7 @@ import json
 import time
 
 from . import history, lifecycle, mail, registry, signals
-from .db import transaction
+from .db import INTEGER_MAX, transaction
 from .errors import AgentctlError
 from .ids import ROLES
 
@@ -114,6 +114,8 @@ def validate(name, raw):
             raise ToolError(f"{key} must be {article} {rule['type']}")     # JSON's NaN is none
         if "enum" in rule and value not in rule["enum"]:
             raise ToolError(f"{key} must be one of {', '.join(rule['enum'])}")
+        if rule["type"] == "integer" and abs(value) > INTEGER_MAX:
+            raise ToolError(f"{key} out of range")
         if "minimum" in rule and value < rule["minimum"] or \
                 "maximum" in rule and value > rule["maximum"]:
             raise ToolError(f"{key} out of range")

@@ -146,6 +146,7 @@ def test_unspent_budget_goes_back_to_the_parents_account_on_exit(conn, tmp_path)
     (5000, "error: budget 5000 is more than the account of boss has left (1000 tokens)"),
     ("lots", "error: budget must be an integer"),
     (0, "error: budget out of range"),
+    (10 ** 20, "error: budget out of range"),     # beyond an SQLite INTEGER
 ])
 def test_the_fork_tool_takes_a_budget(conn, tmp_path, budget, result):
     model = script(tmp_path, {"match": "plan", "steps": [

@@ -153,3 +153,22 @@ def test_a_database_path_with_a_nul_byte_is_a_usage_error(program, home):
         result = agent(program, *args[:1], "--db", "a\x00b", *args[1:])
     assert (result.code, result.out) == (2, ""), result
     assert result.err == f"agent-{program}: bad database path: it holds a NUL byte\n"
+
+
+HUGE = "99999999999999999999"       # beyond SQLite's INTEGER
+
+
+@pytest.mark.parametrize("program, args", [
+    ("fork", ["--budget", HUGE]), ("fork", ["-w", HUGE]), ("fork", ["--at", HUGE]),
+    ("run", ["--max-steps", HUGE, "a"]), ("doc", ["get", "-V", HUGE, "notes/a"]),
+    ("doc", ["put", "--if-version", HUGE, "notes/a", "x"])])
+def test_numbers_beyond_sqlite_are_usage_errors(program, args, world):
+    result = agent(program, *args)
+    assert result.code == 2 and "range" in result.err, result
+    assert len(result.err.splitlines()) == 1
+
+
+def test_a_mail_id_beyond_sqlite_is_no_such_mail(world):
+    result = agent("mail", "-r", "a", "1", HUGE)
+    assert result.code == 1 and HUGE in result.err and "Traceback" not in result.err, result
+    assert agent("mail", "-c", "a").out == "1\n", "the mail that exists stays unread"

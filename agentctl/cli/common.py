@@ -44,6 +44,15 @@ def output_options(fn):
     return fn
 
 
+class Count(click.IntRange):
+    """A whole-number option (tokens, versions, message ids): at least `least`,
+    and no more than an SQLite INTEGER holds."""
+
+    def __init__(self, least):
+        from ..db import INTEGER_MAX
+        super().__init__(min=least, max=INTEGER_MAX)
+
+
 class Seconds(click.FloatRange):
     """A duration option: a number of seconds >= 0 (NaN is not one)."""
 

@@ -5,7 +5,7 @@ import time
 
 import click
 
-from .common import actor, connect, output_options, program, read_body, run, warn
+from .common import Count, actor, connect, output_options, program, read_body, run, warn
 
 VISIBILITIES = ("private", "subtree", "global")
 
@@ -40,7 +40,7 @@ def _open(ctx):
 @click.option("-v", "--visibility", type=click.Choice(VISIBILITIES), metavar="VIS",
               help="private, subtree or global (default: private for a new document, "
                    "else unchanged); only the owner may change it.")
-@click.option("--if-version", type=click.IntRange(min=0), metavar="N",
+@click.option("--if-version", type=Count(0), metavar="N",
               help="Write only if the document is at version N now (0: it does not "
                    "exist); else exit 3.")
 @click.argument("name", shell_complete=complete_docs)
@@ -63,7 +63,7 @@ def put(ctx, visibility, if_version, name, text):
 
 
 @cli.command("get")
-@click.option("-V", "--version", "version", type=click.IntRange(min=1), metavar="N",
+@click.option("-V", "--version", "version", type=Count(1), metavar="N",
               help="Print version N instead of the newest.")
 @click.argument("name", shell_complete=complete_docs)
 @click.pass_context

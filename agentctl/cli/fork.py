@@ -2,7 +2,7 @@
 
 import click
 
-from .common import actor, complete_agents, complete_words, connect, program, read_body, run
+from .common import Count, actor, complete_agents, complete_words, connect, program, read_body, run
 
 
 @program("agent-fork")
@@ -14,11 +14,11 @@ from .common import actor, complete_agents, complete_words, connect, program, re
 @click.option("-m", "--model", metavar="MODEL", help="The child's model (default: the parent's).")
 @click.option("-s", "--system", metavar="SYSTEM",
               help="The child's system prompt (default: the parent's).")
-@click.option("--at", "at", type=click.IntRange(min=0), metavar="MSG",
+@click.option("--at", "at", type=Count(0), metavar="MSG",
               help="Fork point: a message id in the parent's history (default its latest).")
-@click.option("-w", "--context-window", "window", type=click.IntRange(min=1), metavar="TOKENS",
+@click.option("-w", "--context-window", "window", type=Count(1), metavar="TOKENS",
               help="Compact the child's context beyond this many tokens (default: the parent's).")
-@click.option("--budget", type=click.IntRange(min=1), metavar="TOKENS",
+@click.option("--budget", type=Count(1), metavar="TOKENS",
               help="The child's own token budget, carved out of the parent's account.")
 @click.argument("prompt", required=False)
 def cli(db_path, parent, name, role, model, system, at, window, budget, prompt):

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from .common import complete_agents, connect, program, run as run_program, warn
+from .common import Count, complete_agents, connect, program, run as run_program, warn
 
 
 @program("agent-run")
@@ -13,7 +13,7 @@ from .common import complete_agents, connect, program, run as run_program, warn
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="With --all: how many turns run at once.")
 @click.option("-m", "--model", metavar="MODEL", help="The model for this turn (overrides the agent's).")
-@click.option("--max-steps", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--max-steps", type=Count(1), default=20, show_default=True,
               help="At most this many model calls in the turn.")
 @click.option("--json", "as_json", is_flag=True, help="Print the turn record as JSON instead.")
 @click.argument("agent", required=False, shell_complete=complete_agents)
