@@ -6,6 +6,7 @@ names and, once released, keep their meaning. -q prints ids, -0 ends records
 with NUL.
 """
 
+import time
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -88,6 +89,16 @@ def age(seconds):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def until(timestamp, now=None):
+    """How long until a time, ps-style: in 45s, in 12m; due once it has
+    passed; - for none."""
+    if timestamp is None:
+        return "-"
+    import math
+    ahead = timestamp - (time.time() if now is None else now)
+    return f"in {age(math.ceil(ahead))}" if ahead > 0 else "due"
 
 
 def iso(timestamp):

@@ -2,7 +2,7 @@
 
 import time
 
-from .output import Column, age, iso
+from .output import Column, age, iso, until
 from .ids import short
 from .mail import deferred, unread
 
@@ -79,13 +79,6 @@ def _parent(item):
     return item["parent_name"] or short(item["parent_id"])
 
 
-def _wake(item):
-    if item["wake"] is None:
-        return "-"
-    ahead = item["wake"] - time.time()
-    return f"in {age(-(-ahead // 1))}" if ahead > 0 else "due"
-
-
 def _budget(item):
     return "-" if item["budget"] is None else f"{item['spent']}/{item['budget']}"
 
@@ -112,7 +105,7 @@ COLUMNS = [
     Column("forked_from", "FORKED_FROM",
            human=lambda r: short(r["forked_from"]) if r["forked_from"] else "-"),
     Column("fork_msg", "FORK_MSG", machine=lambda r: r["fork_msg_id"]),
-    Column("wake", "WAKE", human=_wake, machine=lambda r: iso(r["wake"])),
+    Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
     Column("budget", "BUDGET", human=_budget),
     Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
 ]

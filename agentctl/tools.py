@@ -2,16 +2,15 @@
 same library functions (agentctl(7), TOOLS).
 
 An agent may signal, wait on and list only its own descendants, read only
-its own mailbox, and see only the documents visible to it (docs.py). A bad call (unknown tool, arguments that are not JSON
-or don't fit the schema, a refused operation) becomes an error result the
-model sees, never a crash. Each call's effect and its result are written in
+its own mailbox, and see only the documents visible to it (docs.py). A bad
+call (unknown tool, arguments that are not JSON or don't fit the schema, a
+refused operation) becomes an error result the model sees, never a crash. Each call's effect and its result are written in
 one transaction, so a crash leaves either both or neither.
 """
 
 import json
-import time
 
-from . import history, lifecycle, mail, registry, signals
+from . import docs, history, lifecycle, mail, registry, signals
 from .db import INTEGER_MAX, transaction
 from .errors import AgentctlError
 from .ids import ROLES
@@ -50,15 +49,11 @@ SPECS = {
                        "until": {"type": "string"}})),
     "exit": ("Finish: exit with this result, which your parent collects.",
              _schema({"result": {"type": "string"}}, ["result"])),
-}
-
-SPECS.update({
     "doc_put": ("Write a shared markdown document (a new version; earlier ones are kept). "
                 "A new name is yours, private unless you give visibility: subtree (you and "
                 "your descendants) or global. Returns its version.",
                 _schema({"name": {"type": "string"}, "body": {"type": "string"},
-                         "visibility": {"type": "string", "enum": ["private", "subtree",
-                                                                   "global"]}},
+                         "visibility": {"type": "string", "enum": list(docs.VISIBILITIES)}},
                         ["name", "body"])),
     "doc_get": ("Read a shared document you can see: the newest version, or `version`.",
                 _schema({"name": {"type": "string"},
@@ -68,7 +63,7 @@ SPECS.update({
                _schema({"pattern": {"type": "string"}})),
     "doc_rm": ("Remove a shared document you own (its versions are kept).",
                _schema({"name": {"type": "string"}}, ["name"])),
-})
+}
 
 ENDS_TURN = ("sleep", "exit")
 
@@ -253,12 +248,7 @@ def _exit(conn, agent_id, args, call):
     return "exiting after this step"
 
 
-HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
-            "kill": _kill, "wait": _collect, "ps": _ps, "sleep": _sleep, "exit": _exit}
-
-
 def _doc_put(conn, agent_id, args, call):
-    from . import docs
     version = docs.put(conn, agent_id, args["name"], args["body"],
                        visibility=args.get("visibility"))
     return f"{args['name']}: version {version}"
@@ -266,14 +256,12 @@ def _doc_put(conn, agent_id, args, call):
 
 def _doc_get(conn, agent_id, args, call):
     # A header says whose text this is: a document is another agent's words.
-    from . import docs
     row = docs.get(conn, agent_id, args["name"], args.get("version"))
     return (f"[DOCUMENT {row['name']} version {row['version']} by {docs.who(row, 'author')}, "
             f"{row['visibility']}]\n{row['body']}")
 
 
 def _doc_ls(conn, agent_id, args, call):
-    from . import docs
     rows = docs.listing(conn, agent_id, args.get("pattern"))
     if not rows:
         return "no documents"
@@ -282,9 +270,9 @@ def _doc_ls(conn, agent_id, args, call):
 
 
 def _doc_rm(conn, agent_id, args, call):
-    from . import docs
     return f"{args['name']}: removed (version {docs.rm(conn, agent_id, args['name'])})"
 
 
-HANDLERS.update({"doc_put": _doc_put, "doc_get": _doc_get, "doc_ls": _doc_ls,
-                 "doc_rm": _doc_rm})
+HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
+            "kill": _kill, "wait": _collect, "ps": _ps, "sleep": _sleep, "exit": _exit,
+            "doc_put": _doc_put, "doc_get": _doc_get, "doc_ls": _doc_ls, "doc_rm": _doc_rm}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .conftest import BIN, PROGRAMS, ROOT, agent, shell
+from .conftest import PROGRAMS, ROOT, agent, shell
 
 
 @pytest.mark.parametrize("program", PROGRAMS)

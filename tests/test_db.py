@@ -137,7 +137,7 @@ def test_locked_longer_than_busy_timeout_is_tempfail(home, monkeypatch):
         holder.execute("ROLLBACK")
         holder.close()
     assert result.code == 75
-    assert result.err == f"agent-fork: database is locked (gave up after 0.2s)\n"
+    assert result.err == "agent-fork: database is locked (gave up after 0.2s)\n"
     assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
 
 

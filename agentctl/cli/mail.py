@@ -108,7 +108,7 @@ def _print_bodies(rows):
 
 
 def _columns():
-    from ..output import Column, age, iso
+    from ..output import Column, age, iso, until
     return [
         Column("id", "ID"),
         Column("from", "FROM", human=lambda r: r["from_label"], machine=lambda r: r["sender_id"]),
@@ -120,8 +120,7 @@ def _columns():
         Column("read", "READ", machine=lambda r: iso(r["read_at"]),
                human=lambda r: "yes" if r["read_at"] else "no"),
         Column("due", "DUE", machine=lambda r: iso(r["deliver_at"]),
-               human=lambda r: "-" if r["deliver_at"] is None else
-               f"in {age(-(-(r['deliver_at'] - time.time()) // 1))}"),
+               human=lambda r: until(r["deliver_at"])),
         Column("subject", "SUBJECT"),
         Column("body", "BODY"),
     ]
