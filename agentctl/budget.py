@@ -15,10 +15,12 @@ from .ids import INIT_ID
 
 def account(conn, agent):
     """The account row `agent` is charged to, or None."""
-    if agent["budget_id"] is None:
-        return None
+    return None if agent["budget_id"] is None else _row(conn, agent["budget_id"])
+
+
+def _row(conn, account_id):
     return conn.execute("SELECT id, name, parent_id, budget, spent FROM agents WHERE id = ?",
-                        (agent["budget_id"],)).fetchone()
+                        (account_id,)).fetchone()
 
 
 def is_exhausted(acc):
@@ -51,9 +53,9 @@ def charge(conn, agent_id, tokens):
     row = conn.execute("SELECT budget_id FROM agents WHERE id = ?", (agent_id,)).fetchone()
     if row is None or row[0] is None or not tokens:
         return
-    before = account(conn, {"budget_id": row[0]})
+    before = _row(conn, row[0])
     conn.execute("UPDATE agents SET spent = spent + ? WHERE id = ?", (tokens, row[0]))
-    after = account(conn, {"budget_id": row[0]})
+    after = _row(conn, row[0])
     if not is_exhausted(before) and is_exhausted(after):
         notify(conn, after, agent_id)
 

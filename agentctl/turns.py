@@ -175,8 +175,8 @@ def start(conn, agent, model_name):
         prompts = conn.execute("SELECT id FROM messages WHERE agent_id = ? AND kind = 'user' "
                                "AND turn_id IS NULL", (agent["id"],)).fetchall()
         due = agent["wake_at"] is not None and agent["wake_at"] <= now
-        unread = count_unread(conn, agent["id"])
-        if not (prompts or due or unread):
+        mails = count_unread(conn, agent["id"])
+        if not (prompts or due or mails):
             release(conn, agent["id"])
             raise NotFound(f"{registry.label(agent)}: no pending input")
         turn_id = conn.execute("INSERT INTO turns (agent_id, model, started_at) VALUES (?, ?, ?)",

@@ -5,9 +5,9 @@ import time
 
 import click
 
+from ..docs import VISIBILITIES
 from .common import Count, actor, connect, output_options, program, read_body, run, warn
 
-VISIBILITIES = ("private", "subtree", "global")
 
 
 @program("agent-doc", cls=click.Group, no_args_is_help=False)
@@ -22,16 +22,15 @@ def complete_docs(ctx, param, incomplete):
     """Shell completion: the names of the documents the actor can see."""
     try:
         from .. import docs
-        conn = connect((ctx.parent or ctx).params.get("db_path"))     # no callback has run
-        me = actor(conn)
-        me = me["id"] if me else None
+        conn, me = _open((ctx.parent or ctx).params.get("db_path"))   # no callback has run
         return [r["name"] for r in docs.listing(conn, me) if r["name"].startswith(incomplete)]
     except Exception:
         return []
 
 
-def _open(ctx):
-    conn = connect(ctx.obj)
+def _open(db_path):
+    """The connection and the actor's id (None: the operator)."""
+    conn = connect(db_path)
     me = actor(conn)
     return conn, me["id"] if me else None
 
@@ -56,7 +55,7 @@ def put(ctx, visibility, if_version, name, text):
     body = read_body(text)
     if body is None:
         raise UsageError("missing TEXT (give it, or - to read it from stdin)")
-    conn, me = _open(ctx)
+    conn, me = _open(ctx.obj)
     with transaction(conn):
         version = docs.put(conn, me, name, body, visibility=visibility, if_version=if_version)
     click.echo(version)
@@ -70,7 +69,7 @@ def put(ctx, visibility, if_version, name, text):
 def get(ctx, version, name):
     """Print the document NAME (a newline is added if it lacks a final one)."""
     from .. import docs
-    conn, me = _open(ctx)
+    conn, me = _open(ctx.obj)
     body = docs.get(conn, me, name, version)["body"]
     sys.stdout.write(body if body.endswith("\n") else body + "\n")
 
@@ -84,7 +83,7 @@ def rm(ctx, names):
     from .. import docs
     from ..db import transaction
     from ..errors import AgentctlError
-    conn, me = _open(ctx)
+    conn, me = _open(ctx.obj)
     status = 0
     for name in names:
         try:
@@ -109,21 +108,14 @@ def ls(ctx, fmt, columns, quiet, null, no_headers, pattern):
     """
     from .. import docs
     from ..output import Column, age, iso, pick, render
-    conn, me = _open(ctx)
+    conn, me = _open(ctx.obj)
     now = time.time()
     rows = [dict(r, id=r["name"], owner=docs.who(r, "owner"), author=docs.who(r, "author"),
                  age=now - r["created_at"]) for r in docs.listing(conn, me, pattern)]
-    table = [
-        Column("name", "NAME"),
-        Column("version", "VERSION"),
-        Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),
-        Column("visibility", "VISIBILITY"),
-        Column("size", "SIZE"),
-        Column("updated", "UPDATED", human=lambda r: age(r["age"]),
-               machine=lambda r: iso(r["created_at"])),
-        Column("author", "AUTHOR", human=lambda r: r["author"],
-               machine=lambda r: r["author_id"]),
-    ]
+    table = [Column("name", "NAME"), Column("version", "VERSION"), *_who(),
+             Column("size", "SIZE"),
+             Column("updated", "UPDATED", human=lambda r: age(r["age"]),
+                    machine=lambda r: iso(r["created_at"]))]
     chosen = pick(table, columns, ["name", "version", "owner", "visibility", "size", "updated"])
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
 
@@ -140,14 +132,11 @@ def log(ctx, fmt, columns, quiet, null, no_headers, name):
     """
     from .. import docs
     from ..output import Column, iso, pick, render
-    conn, me = _open(ctx)
+    conn, me = _open(ctx.obj)
     rows = [dict(r, id=r["version"], owner=docs.who(r, "owner"), author=docs.who(r, "author"))
             for r in docs.versions(conn, me, name)]
     table = [
-        Column("version", "VERSION"),
-        Column("author", "AUTHOR", human=lambda r: r["author"], machine=lambda r: r["author_id"]),
-        Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),
-        Column("visibility", "VISIBILITY"),
+        Column("version", "VERSION"), *_who(),
         Column("size", "SIZE", human=lambda r: "removed" if r["removed"] else str(r["size"])),
         Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
         Column("removed", "REMOVED", machine=lambda r: bool(r["removed"]),
@@ -155,6 +144,15 @@ def log(ctx, fmt, columns, quiet, null, no_headers, name):
     ]
     chosen = pick(table, columns, ["version", "author", "owner", "visibility", "size", "created"])
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+def _who():
+    """The author, owner and visibility columns: names for people, ids for machines."""
+    from ..output import Column
+    return [Column("author", "AUTHOR", human=lambda r: r["author"],
+                   machine=lambda r: r["author_id"]),
+            Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),
+            Column("visibility", "VISIBILITY")]
 
 
 def main(argv=None):
