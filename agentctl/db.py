@@ -126,20 +126,23 @@ def fault(exc, path=None):
     return DatabaseFault(f"{where}database error: {text}")
 
 
-def wait_for_commit(conn, deadline, check, due=None):
+def wait_for_commit(conn, deadline, check, next_due=None):
     """Block until check() is true or the deadline passes, without burning CPU:
     PRAGMA data_version changes only when another connection commits, so the
-    real query runs only then; the poll interval backs off to 0.5 s. `due`,
-    a Unix time (deferred mail), makes check() run again once it passes."""
+    real query runs only then; the poll interval backs off to 0.5 s.
+    `next_due()` names a Unix time (deferred mail coming due) when check()
+    must run again though nothing was committed; it is asked after every
+    check, so a deferral committed meanwhile counts too."""
     delay = 0.01
-    version = None
+    version = due = None
     while True:
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         came_due = due is not None and time.time() >= due + 0.01   # SQL time is in ms
         if current != version or came_due:
-            version, due = current, None if came_due else due
+            version = current
             if check():
                 return True
+            due = next_due() if next_due else None
         now = time.monotonic()
         if now >= deadline:
             return False

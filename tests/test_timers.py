@@ -3,6 +3,8 @@ agent-run --all running what came due."""
 
 import datetime
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from agentctl.clock import parse_duration, parse_time
 from agentctl.errors import UsageError
 
-from .conftest import agent, fork, shell
+from .conftest import ROOT, agent, fork, shell
 
 
 def mail_count(ref, *options):
@@ -69,6 +71,20 @@ def test_mail_wait_sees_deferred_mail_come_due(conn):
     result = agent("mail", "--wait", "10", "-c", "a")
     assert (result.code, result.out) == (0, "1\n")
     assert 0.5 < time.monotonic() - start < 5
+
+
+def test_mail_wait_sees_mail_deferred_while_it_waits(conn):
+    """The deferral is committed after the wait began: its time counts too."""
+    fork("-n", "a")
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", "from agentctl.cli.mail import main; "
+                             "raise SystemExit(main(['--wait', '10', '-c', 'a']))"],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert agent("send", "--in", "1", "a", "soon").code == 0
+    out, _ = proc.communicate(timeout=15)
+    assert (proc.returncode, out) == (0, "1\n")
+    assert 1.2 < time.monotonic() - start < 5
 
 
 def test_no_zone_is_local_time_and_a_zone_is_kept():

@@ -57,7 +57,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     if wait is not None:
         from ..db import wait_for_commit
         arrived = wait_for_commit(conn, time.monotonic() + wait, lambda: bool(matching()),
-                                  due=mail.next_deferred(conn, owner_id))
+                                  next_due=lambda: mail.next_deferred(conn, owner_id))
         if not arrived:
             if check:
                 click.echo(0)
