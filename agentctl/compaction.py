@@ -8,7 +8,7 @@ deleted: the summarised messages stay in the table, and `agent-replay --full` sh
 
 import os
 
-from . import context, history
+from . import context, history, turns
 from .db import transaction
 from .errors import UsageError
 from .models.base import estimate_tokens
@@ -87,9 +87,9 @@ def summary_request(conn, system, rows):
                         "content": INSTRUCTION + context.as_text(None, rows, names)}]
 
 
-def prepare(conn, agent, turn_id, client, charge):
-    """The context for the next model call, compacted first if it is over the window.
-    `charge(usage)` accounts for the summarising call."""
+def prepare(conn, agent, turn_id, client):
+    """The context for the next model call, compacted first if it is over the window;
+    the summarising call is charged to the turn."""
     system, rows = context.build(conn, agent)
     limit = window(agent)
     if size(system, rows) <= limit:
@@ -100,7 +100,7 @@ def prepare(conn, agent, turn_id, client, charge):
     reply = client.complete(summary_request(conn, system, rows[:index]), [])
     summary = (reply.text or "").strip()
     with transaction(conn):
-        charge(reply.usage)
+        turns.charge(conn, turn_id, agent["id"], reply.usage)
         if summary:
             history.append(conn, agent["id"], "compaction", summary, turn_id=turn_id,
                            keep_from=rows[index]["id"])

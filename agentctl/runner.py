@@ -168,9 +168,7 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
                 turns.take_mail(conn, agent_id, turn_id, "MID-TURN UPDATE")
             turns.renew(conn, agent_id)
         with turns.heartbeat(conn, agent_id):
-            system, rows = compaction.prepare(
-                conn, registry.get(conn, agent_id), turn_id, client,
-                lambda usage: turns.charge(conn, turn_id, agent_id, usage))
+            system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
             reply = client.complete(context.as_openai(system, rows), offered, on_text=on_text)
         with transaction(conn):
             history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id,
