@@ -86,8 +86,7 @@ def connect(path=None):
 
 
 def _migrate(conn):
-    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        conn.execute("PRAGMA journal_mode=WAL")
+    _use_wal(conn)
     # One migrator at a time: the others wait here, then find nothing to do.
     with transaction(conn):
         if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
@@ -95,6 +94,24 @@ def _migrate(conn):
         from .migrations import apply
         apply(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _use_wal(conn):
+    """Switch a new database to WAL. Two processes switching at once both
+    hold a read lock and want the write lock: SQLite sees the deadlock and
+    answers "locked" at once, without its busy handler, so the loser waits
+    here instead, up to the busy timeout, by when the winner has switched."""
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
+    deadline = time.monotonic() + busy_seconds()
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextmanager

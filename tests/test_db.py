@@ -141,11 +141,19 @@ def test_locked_longer_than_busy_timeout_is_tempfail(home, monkeypatch):
     assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
 
 
-def test_first_open_by_many_processes_at_once(home):
+def test_first_open_by_many_processes_at_once(tmp_path):
+    """Two processes switching a new database to WAL at once deadlock, and
+    SQLite answers one of them "locked" without waiting: about one round in
+    eight failed so, before the switch learnt to wait. Ten rounds of eight."""
     code = "import sys; from agentctl.db import connect; connect(sys.argv[1]).close()"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(home)], cwd=ROOT,
-                              stderr=subprocess.PIPE) for _ in range(8)]
-    assert [p.wait() for p in procs] == [0] * 8, [p.stderr.read() for p in procs]
-    conn = db.connect(str(home))
-    assert conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
-    assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == db.SCHEMA_VERSION
+    for round in range(10):
+        path = tmp_path / f"agents{round}.db"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], cwd=ROOT,
+                                  stderr=subprocess.PIPE) for _ in range(8)]
+        assert [p.wait() for p in procs] == [0] * 8, [p.stderr.read() for p in procs]
+        conn = db.connect(str(path))
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] \
+            == db.SCHEMA_VERSION
+        conn.close()
