@@ -136,11 +136,21 @@ def fault(exc, path=None):
         return TempFail(f"{where}database is locked (gave up after {busy_seconds():g}s)")
     if "not a database" in text or "malformed" in text:
         return DatabaseFault(f"{where}not an agentctl database ({text})")
-    if "readonly" in text or "read-only" in text:
+    if "readonly" in text or "read-only" in text or \
+            "unable to open" in text and path and _read_only(path):
         return DatabaseFault(f"{where}database is read-only")
     if "unable to open" in text:
         return DatabaseFault(f"{where}can't open the database")
     return DatabaseFault(f"{where}database error: {text}")
+
+
+def _read_only(path):
+    """Whether the database, or the directory its -wal and -shm files live in,
+    can't be written (a mode, or a read-only file system: SQLite in WAL mode
+    then can't even read it, and says only "unable to open")."""
+    directory = os.path.dirname(os.path.abspath(path))
+    return not os.access(directory, os.W_OK) or \
+        os.path.exists(path) and not os.access(path, os.W_OK)
 
 
 def wait_for_commit(conn, deadline, check, next_due=None):

@@ -97,26 +97,6 @@ def test_not_a_database(home):
     assert home.read_bytes().startswith(b"this is not sqlite")
 
 
-def test_read_only_database(home):
-    if os.geteuid() == 0:
-        # Root writes through file modes, so a chmod can't refuse it here: check
-        # the real error SQLite gives a read-only connection maps to exit 74.
-        uri_home = f"file:{home}?mode=ro"
-        db.connect(str(home)).close()
-        with pytest.raises(DatabaseFault, match="read-only"):
-            conn = sqlite3.connect(uri_home, uri=True, isolation_level=None)
-            try:
-                conn.execute("INSERT INTO events (agent_id, kind, created_at) "
-                             "VALUES ('AAAAAAAAAAAAAAAAAAAAAA', 'x', 0)")
-            except sqlite3.Error as e:
-                raise db.fault(e)
-        return
-    db.connect(str(home)).close()
-    os.chmod(home, 0o400)
-    result = agent("fork", "-n", "x")
-    assert result.code == 74 and "read-only" in result.err
-
-
 def test_directory_that_cant_be_made(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

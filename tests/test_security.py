@@ -4,6 +4,7 @@ database faults met by every program (agentctl(7), GUARANTEES)."""
 import hashlib
 import json
 import os
+import shlex
 import sqlite3
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from agentctl import db, registry
 
-from .conftest import PROGRAMS, ROOT, agent, fork
+from .conftest import PROGRAMS, ROOT, agent, fork, shell
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -119,6 +120,64 @@ def test_every_program_meets_a_database_fault_with_one_line_and_74(home, fault, 
         assert result.code == 74 and result.out == "", (program, result)
         assert result.err.startswith(f"agent-{program}: ") and result.err.count("\n") == 1
         assert (digest(home) if home.exists() else None) == before, program
+
+
+def files(directory):
+    return {p.name: digest(p) for p in directory.iterdir() if p.is_file()}
+
+
+READ_ONLY_ARGS = {"fork": "-n x", "kill": "a", "ps": "", "send": "a hi", "mail": "-c a",
+                  "replay": "a", "run": "a", "wait": "--timeout 0 a", "doc": "put notes hi"}
+WRITERS = ("fork", "kill", "send", "run", "doc")
+
+
+@pytest.mark.parametrize("wal", ["closed", "open elsewhere"])
+def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp_path, wal):
+    """Read-only as a user meets it: the file's mode, or (for root, who
+    writes through modes) a read-only mount in a namespace of its own.
+    A database closed by its last user can't even be read so (SQLite needs
+    its -wal and -shm files); one that another program holds open can be
+    read, never written."""
+    assert shell("agent-fork -n a hi").code == 0
+    holder = None
+    if wal == "open elsewhere":
+        holder = sqlite3.connect(home)
+        holder.execute("SELECT count(*) FROM agents").fetchone()
+    before = files(tmp_path)
+    script = "".join(f"agent-{p} {READ_ONLY_ARGS[p]} >/dev/null; echo $?\n" for p in PROGRAMS)
+    try:
+        if os.geteuid() == 0:
+            if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+                pytest.skip("root, and no mount namespace for a read-only file system")
+            where = shlex.quote(str(tmp_path))
+            script = (f"mount --bind {where} {where} && mount -o remount,bind,ro {where} "
+                      f"{where} || exit 99\n{script}")
+            result = shell(f"unshare -rm bash -c {shlex.quote(script)}")
+        else:
+            home.chmod(0o400)
+            tmp_path.chmod(0o500)
+            try:
+                result = shell(script)
+            finally:
+                tmp_path.chmod(0o700)
+                home.chmod(0o600)
+        after = files(tmp_path)
+    finally:
+        if holder is not None:
+            holder.close()
+    codes = dict(zip(PROGRAMS, result.out.split()))
+    errors = {line.split(":")[0]: line for line in result.err.splitlines()}
+    if wal == "closed":
+        assert codes == {p: "74" for p in PROGRAMS}, result
+        assert errors == {f"agent-{p}": f"agent-{p}: {home}: database is read-only"
+                          for p in PROGRAMS}, result.err
+    else:
+        assert codes == {"fork": "74", "kill": "74", "ps": "0", "send": "74", "mail": "1",
+                         "replay": "0", "run": "74", "wait": "1", "doc": "74"}, result
+        assert sorted(errors) == sorted(f"agent-{p}" for p in WRITERS), result.err
+        assert all(line.endswith("database is read-only") for line in errors.values())
+    assert len(result.err.splitlines()) == len(errors)
+    assert after == before
 
 
 def test_locked_database_writes_nothing_half(home, monkeypatch):
