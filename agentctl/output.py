@@ -92,13 +92,22 @@ def age(seconds):
 
 
 def until(timestamp, now=None):
-    """How long until a time, ps-style: in 45s, in 12m; due once it has
-    passed; - for none."""
+    """How long until a time: in 45s, in 12m30s, in 1h59m, in 2d3h (two units,
+    so a wake-up set for 2h does not read "in 1h" a second later); due once it
+    has passed; - for none."""
     if timestamp is None:
         return "-"
     import math
-    ahead = timestamp - (time.time() if now is None else now)
-    return f"in {age(math.ceil(ahead))}" if ahead > 0 else "due"
+    ahead = math.ceil(timestamp - (time.time() if now is None else now))
+    if ahead <= 0:
+        return "due"
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    for index, (unit, size) in enumerate(units[:-1]):
+        if ahead >= size:
+            rest, (small, small_size) = ahead % size, units[index + 1]
+            return f"in {ahead // size}{unit}" + (
+                f"{rest // small_size}{small}" if rest >= small_size else "")
+    return f"in {ahead}s"
 
 
 def iso(timestamp):

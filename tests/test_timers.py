@@ -11,6 +11,7 @@ import pytest
 
 from agentctl.clock import parse_duration, parse_time
 from agentctl.errors import UsageError
+from agentctl.output import until
 
 from .conftest import ROOT, agent, fork, shell
 
@@ -167,3 +168,11 @@ def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):
     ahead, human = wake()
     assert 110 < ahead <= 120 and human in (["in", "2m"], ["in", "1m"])
     assert agent("ps", "-o", "name,wake").lines[1].split() == ["init", "-"]
+
+
+@pytest.mark.parametrize("ahead, shown", [
+    (0.2, "in 1s"), (45, "in 45s"), (90, "in 1m30s"), (3599.5, "in 1h"), (7199, "in 1h59m"),
+    (7200, "in 2h"), (97205, "in 1d3h"), (0, "due"), (-5, "due"), (None, "-")])
+def test_wake_and_due_show_two_units(ahead, shown):
+    """A timer set for 2h reads "in 1h59m" a second later, not "in 1h"."""
+    assert until(None if ahead is None else 1000 + ahead, now=1000) == shown
