@@ -90,6 +90,16 @@ def test_usage_estimated_when_the_server_gives_none(fakeapi, stream):
     assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "estimated": True}
 
 
+@streamed
+@pytest.mark.parametrize("usage, output", [((-1000000, 9), 9), ((2 ** 63 - 1, 2 ** 63), 2),
+                                           ((True, 9), 9), ((10 ** 12 + 1, -1), 2)])
+def test_usage_that_is_no_count_is_estimated(fakeapi, stream, usage, output):
+    """A negative count would refund a budget, a huge one overflow SQLite."""
+    fakeapi.reply("12345678", usage=usage)
+    reply, _ = ask(SPEC, stream)
+    assert reply.usage == {"input_tokens": 5, "output_tokens": output, "estimated": True}
+
+
 def test_loopback_server_needs_no_key(fakeapi, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     fakeapi.reply("local answer")

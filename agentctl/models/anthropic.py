@@ -8,7 +8,8 @@ message, and neighbouring messages of one role are merged, since the API wants r
 import json
 
 from ..errors import AgentctlError
-from .base import Model, ModelError, Reply, ToolCall, Transient, load_json, make_usage
+from .base import (Model, ModelError, Reply, ToolCall, Transient, is_count, load_json,
+                   make_usage)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -136,10 +137,10 @@ def stop_reason(raw, tool_calls):
 
 def input_tokens(usage):
     # Cached prompt tokens are counted apart by the API; the model read them all the same.
-    if not isinstance(usage.get("input_tokens"), int):
+    if not is_count(usage.get("input_tokens")):
         return None
     keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    return sum(usage[k] for k in keys if isinstance(usage.get(k), int))
+    return sum(usage[k] for k in keys if is_count(usage.get(k)))
 
 
 def parse_message(body, messages):

@@ -83,13 +83,22 @@ def message_chars(messages):
     return total
 
 
+MAX_TOKENS = 10 ** 12      # per call: a count beyond it (or below 0) is no count at all
+
+
+def is_count(value):
+    """Whether an API's token count is one to believe: a whole number, 0 to MAX_TOKENS.
+    A negative one would refund a budget; a huge one would overflow SQLite's INTEGER."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
+
+
 def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None):
     """The usage dict of a Reply: the API's counts where it gave them, estimates otherwise."""
     estimated = False
-    if not isinstance(input_tokens, int):
+    if not is_count(input_tokens):
         input_tokens = estimate_tokens(message_chars(messages))
         estimated = True
-    if not isinstance(output_tokens, int):
+    if not is_count(output_tokens):
         out_chars = len(text) + sum(len(c.name) + len(c.arguments) for c in tool_calls)
         output_tokens = estimate_tokens(out_chars)
         estimated = True
