@@ -64,11 +64,11 @@ def notify(conn, acc, agent_id):
     """Record the exhaustion (an event whose detail holds the budget it
     reached) and mail the owner's lifecycle parent, unless that is init."""
     from .mail import deliver
-    from .registry import get, label, record
+    from .registry import get, label, nearest_live_ancestor, record
     record(conn, acc["id"], "budget", f"exhausted {acc['spent']} {acc['budget']}", agent_id)
-    if acc["parent_id"] in (None, INIT_ID):
+    parent = nearest_live_ancestor(conn, get(conn, acc["id"]))    # the owner may have exited
+    if parent["id"] == INIT_ID:
         return
-    parent = get(conn, acc["parent_id"])
     who = "" if agent_id == acc["id"] else f" (by {label(get(conn, agent_id))}, {agent_id})"
     deliver(conn, acc["id"], parent,
             f"{label(acc)} ({acc['id']}) is over budget{who}: {words(acc)}; "
@@ -91,23 +91,42 @@ def refusal(conn, agent):
         return None
     if not notified(conn, acc):
         notify(conn, acc, agent["id"])
-    owner = "" if acc["id"] == agent["id"] else f" (account of {label(acc)})"
-    return f"{label(agent)}: over budget{owner} ({words(acc)})"
+    owner = "" if acc["id"] == agent["id"] else f"account of {label(acc)}: "
+    return f"{label(agent)}: over budget ({owner}{words(acc)})"
+
+
+def _in_use(conn, account_id, dying):
+    """Whether an agent that lives, and is not exiting with this one, is charged to it."""
+    return any(row[0] not in dying for row in conn.execute(
+        "SELECT id FROM agents WHERE budget_id = ? AND status IN ('R', 'S', 'T')",
+        (account_id,)))
+
+
+def _heir(conn, account_id, dying):
+    """The account that takes back what `account_id` has left: the one it was carved
+    out of (its owner's fork parent's account), or, when no one alive is charged to
+    that one any more, the next one up; None at an agent without a budget."""
+    while True:
+        row = conn.execute("SELECT p.budget_id FROM agents a JOIN agents p "
+                           "ON p.id = a.forked_from WHERE a.id = ?", (account_id,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        if _in_use(conn, row[0], dying):
+            return row[0]
+        account_id = row[0]
 
 
 def give_back(conn, agent, dying=()):
-    """An exiting owner's unspent budget returns to the account its parent is
-    charged to, unless another living agent is still charged to it."""
-    if agent["budget"] is None:
+    """After `agent` exited: once no living agent is charged to its account (its
+    own, or the one it shares), what the account has left goes back up (_heir).
+    `dying` holds the ids exiting with it (a cascade)."""
+    account_id = agent["budget_id"]
+    if account_id is None or _in_use(conn, account_id, dying):
         return
-    left = agent["budget"] - agent["spent"]
-    sharing = conn.execute("SELECT id FROM agents WHERE budget_id = ? AND id != ? "
-                           "AND status IN ('R', 'S', 'T')", (agent["id"], agent["id"])).fetchall()
-    if left <= 0 or any(s[0] not in dying for s in sharing):
+    acc = _row(conn, account_id)
+    left = acc["budget"] - acc["spent"]
+    heir = _heir(conn, account_id, dying) if left > 0 else None
+    if heir is None:
         return
-    parent = conn.execute("SELECT budget_id FROM agents WHERE id = ?",
-                          (agent["parent_id"],)).fetchone()
-    if parent is None or parent[0] is None:
-        return
-    conn.execute("UPDATE agents SET budget = budget + ? WHERE id = ?", (left, parent[0]))
-    conn.execute("UPDATE agents SET budget = spent WHERE id = ?", (agent["id"],))
+    conn.execute("UPDATE agents SET budget = budget + ? WHERE id = ?", (left, heir))
+    conn.execute("UPDATE agents SET budget = spent WHERE id = ?", (account_id,))

@@ -161,7 +161,7 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         steps = conn.execute("SELECT steps FROM turns WHERE id = ?", (turn_id,)).fetchone()[0]
         if ending or steps >= max_steps or _answered(conn, turn_id):
             break
-        if budget.is_exhausted(budget.account(conn, registry.get(conn, agent_id))):
+        if _over_budget(conn, agent_id):
             return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         with transaction(conn):
             if steps:
@@ -169,6 +169,8 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
             turns.renew(conn, agent_id)
         with turns.heartbeat(conn, agent_id):
             system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
+            if _over_budget(conn, agent_id):        # the summary's call spent the rest
+                return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
             reply = client.complete(context.as_openai(system, rows), offered, on_text=on_text)
         with transaction(conn):
             history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id,
@@ -180,6 +182,10 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         if not reply.tool_calls:
             break
     return _commit(conn, agent_id, turn_id, spec, *_ending(conn, turn_id))
+
+
+def _over_budget(conn, agent_id):
+    return budget.is_exhausted(budget.account(conn, registry.get(conn, agent_id)))
 
 
 def _measured(usage):

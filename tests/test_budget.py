@@ -135,10 +135,40 @@ def test_unspent_budget_goes_back_to_the_parents_account_on_exit(conn, tmp_path)
     assert ps("boss") == (860, 0) and ps("kid") == (40, 40)
     fork("-p", "boss", "-n", "kid2", "--budget", "860")     # all of it is usable again
     assert ps("boss") == (0, 0)
-    # an account another living agent is still charged to is kept
+    # an account another living agent is still charged to is kept, until that one exits
     fork("-p", "idle", "-n", "user")
     agent("kill", "idle")
     assert ps("idle") == (100, 0) and ps("boss") == (0, 0)
+    agent("kill", "user")
+    assert ps("idle") == (0, 0) and ps("boss") == (100, 0)
+
+
+def test_a_cascade_gives_every_unspent_token_back_to_a_living_account(conn):
+    """Killed parents first, a grandchild's tokens must not go into its dead
+    parent's account: they go up to the nearest account still in use."""
+    fork("-n", "lead", "--budget", "1000")
+    fork("-p", "lead", "-n", "a", "--budget", "300")
+    fork("-p", "a", "-n", "b", "--budget", "100")
+    fork("-p", "a", "-n", "x")                      # charged to a's account
+    fork("-p", "b", "-n", "y")                      # charged to b's account
+    assert ps("lead") == (700, 0) and ps("a") == (200, 0)
+    assert agent("kill", "--cascade", "a").code == 0
+    assert ps("lead") == (1000, 0) and ps("a") == (0, 0) and ps("b") == (0, 0)
+
+
+def test_a_notice_goes_to_a_living_ancestor_when_the_owner_has_exited(conn, tmp_path):
+    model = script(tmp_path, {"reply": reply("pricey", 80)})
+    fork("-n", "root", "-m", model)
+    fork("-p", "root", "-n", "top")
+    fork("-p", "top", "-n", "lead", "--budget", "50")
+    fork("-p", "lead", "-n", "x", "go")             # spends lead's account
+    agent("kill", "lead")
+    assert agent("wait", "lead").code == 3          # reaped: its parent stays top
+    agent("kill", "top")                            # a zombie now; x is root's
+    assert agent("run", "x").code == 0
+    assert mails(conn, "top", "budget") == []       # an agent that has exited gets nothing
+    notices = mails(conn, "root", "budget")
+    assert len(notices) == 1 and "lead" in notices[0][0] and "(by x, " in notices[0][0]
 
 
 @pytest.mark.parametrize("budget, result", [
@@ -164,3 +194,31 @@ def test_the_fork_tool_takes_a_budget(conn, tmp_path, budget, result):
         assert ps("w1") == (200, 0) and ps("boss") == (800, 0) and ps("top") == (1000, 0)
     else:
         assert text == result and ps("boss") == (1000, 0)
+
+
+def test_all_skips_an_agent_whose_shared_account_ran_out_after_the_list_was_made(conn, tmp_path):
+    model = script(tmp_path, {"reply": reply("pricey", 150)})
+    fork("-n", "boss", "--budget", "100")
+    fork("-p", "boss", "-n", "a", "-m", model, "go")
+    fork("-p", "boss", "-n", "b", "-m", model, "go")
+    result = agent("run", "--all")
+    assert result.code == 0, result.err
+    assert result.err.splitlines() == [
+        "agent-run: b: over budget (account of boss: spent 150 of 100 tokens)",
+        "agent-run: 2 agents: 1 ran, 0 had nothing to do, 1 skipped, "
+        "0 busy or temporarily failing, 0 failed"]
+    assert agent("run", "--all").code == 1          # b is left alone from now on
+
+
+def test_a_summary_call_that_spends_the_rest_ends_the_turn_before_its_step(conn, tmp_path):
+    model = script(tmp_path, {"match": r"^\[COMPACT\]", "reply": reply("SUMMARY", 5000)},
+                   {"reply": reply("ok", 210)})
+    fork("-n", "boss", "-m", model)
+    fork("-p", "boss", "-n", "kid", "-w", "100", "--budget", "1000", "x" * 600)
+    assert agent("run", "kid").code == 0                 # no compaction yet: one message
+    agent("send", "kid", "more " * 50)
+    result = agent("run", "--json", "kid")
+    assert result.code == 0 and json.loads(result.out)["status"] == "over_budget", result
+    assert json.loads(result.out)["steps"] == 0
+    assert ps("kid") == (1000, 210 + 5000)               # the step's call was not made
+    assert len(mails(conn, "boss", "budget")) == 1

@@ -335,7 +335,7 @@ def test_all_runs_every_agent_with_input_in_parallel_and_skips_stopped(conn):
     assert result.code == 0, result.err
     texts = sorted(json.loads(line)["text"] for line in result.out.splitlines())
     assert texts == ["hi a", "hi b", "hi c"]
-    assert result.err.strip() == "agent-run: 3 agents: 3 ran, 0 had nothing to do, 0 busy or temporarily failing, 0 failed"
+    assert result.err.strip() == "agent-run: 3 agents: 3 ran, 0 had nothing to do, 0 skipped, 0 busy or temporarily failing, 0 failed"
     assert shell("agent-run --all").code == 1
 
 

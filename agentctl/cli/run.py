@@ -92,13 +92,13 @@ def _all(db_path, jobs, model, max_steps, as_json):
                 sys.stderr.write(proc.stderr)
             if as_json and proc.stdout:
                 sys.stdout.write(proc.stdout)
-    ok = sum(1 for c in codes.values() if c == 0)
-    busy = sum(1 for c in codes.values() if c == 75)
-    idle = sum(1 for c in codes.values() if c == 1)
-    failed = len(codes) - ok - busy - idle
-    warn("agent-run", f"{len(codes)} agents: {ok} ran, {idle} had nothing to do, "
-                      f"{busy} busy or temporarily failing, {failed} failed")
-    bad = [c for c in codes.values() if c not in (0, 1)]
+    # 3: stopped, exited, killed or out of budget since the list was made: skipped, not failed
+    counts = {c: sum(1 for code in codes.values() if code == c) for c in (0, 1, 3, 75)}
+    failed = len(codes) - sum(counts.values())
+    warn("agent-run", f"{len(codes)} agents: {counts[0]} ran, {counts[1]} had nothing to do, "
+                      f"{counts[3]} skipped, {counts[75]} busy or temporarily failing, "
+                      f"{failed} failed")
+    bad = [c for c in codes.values() if c not in (0, 1, 3)]
     return bad[0] if bad else 0
 
 
