@@ -60,4 +60,7 @@ def parse_time(text, now=None, zone=None):
                          "or HH:MM)") from None
     if when.tzinfo is None and zone is not None:
         when = when.replace(tzinfo=zone)
-    return checked(when.timestamp())     # a naive datetime is local time
+    try:
+        return checked(when.timestamp())     # a naive datetime is local time
+    except (OverflowError, ValueError, OSError):    # local time in the year 1, say
+        raise UsageError("that time is out of range (the year must be before 10000)") from None

@@ -41,7 +41,8 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         item = dict(row)
         item["age"] = int(now - item["created_at"])
         times = [t for t in (item["wake_at"], item.pop("mail_at")) if t is not None]
-        item["wake"] = min(times) if times else None
+        # an agent that has exited wakes no more, whatever mail comes due for it
+        item["wake"] = min(times) if times and item["status"] in ("R", "S", "T") else None
         found.append(item)
     return found
 

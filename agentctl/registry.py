@@ -155,7 +155,7 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
     collector = parent if is_live(parent) and parent["id"] not in dying else None
     status = "Z" if collector is not None else "X"
     conn.execute("UPDATE agents SET status = ?, exited_at = ?, exit_code = ?, "
-                 "exit_signal = ?, result = ? WHERE id = ?",
+                 "exit_signal = ?, result = ?, wake_at = NULL WHERE id = ?",
                  (status, time.time(), code, signal, result, agent["id"]))
     how = f"killed by {signal}" if signal else f"exited {code}"
     record(conn, agent["id"], "exit", how, actor)

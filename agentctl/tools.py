@@ -234,6 +234,8 @@ def _sleep(conn, agent_id, args, call):
     import datetime
     from . import clock
     from .output import iso
+    if "until" in args and "seconds" in args:
+        raise ToolError("give seconds or until, not both")
     if "until" in args:       # the model's clock is UTC: a time with no zone is UTC
         wake = clock.parse_time(args["until"], zone=datetime.timezone.utc)
     elif "seconds" in args:

@@ -105,7 +105,9 @@ def test_numbers_that_are_not_finite_or_out_of_range(conn, tmp_path):
     calls = [{"id": "w", "name": "wait", "arguments": '{"timeout": NaN}'},
              {"id": "i", "name": "sleep", "arguments": '{"seconds": Infinity}'},
              {"id": "h", "name": "sleep", "arguments": '{"seconds": 1e300}'},
-             {"id": "n", "name": "sleep", "arguments": '{"seconds": -1}'}]
+             {"id": "n", "name": "sleep", "arguments": '{"seconds": -1}'},
+             {"id": "b", "name": "sleep", "arguments": '{"seconds": 5, "until": "10:00"}'},
+             {"id": "z", "name": "sleep", "arguments": '{}'}]
     fork("-n", "a", "-m", script(tmp_path, {"tool_calls": calls}, {"content": "done"}), "go")
     result = agent("run", "a")
     assert (result.code, result.out) == (0, "done\n"), result.err
@@ -113,7 +115,8 @@ def test_numbers_that_are_not_finite_or_out_of_range(conn, tmp_path):
                                           "ORDER BY id")]
     assert results == ["error: timeout must be a number", "error: seconds must be a number",
                        "error: that time is out of range (the year must be before 10000)",
-                       "error: seconds out of range"]
+                       "error: seconds out of range", "error: give seconds or until, not both",
+                       "error: give seconds or until"]
     assert registry.resolve(conn, "a")["wake_at"] is None
 
 

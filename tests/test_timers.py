@@ -41,6 +41,22 @@ def test_deferred_mail_is_invisible_until_its_time(conn):
     assert agent("mail", "--deferred", "-r", "a").code == 2
 
 
+def test_an_agent_that_has_exited_wakes_no_more(conn):
+    fork("-n", "a")
+    fork("-n", "b")
+    conn.execute("UPDATE agents SET wake_at = ? WHERE name = 'a'", (time.time() + 600,))
+    conn.commit()
+    assert agent("send", "--in", "1h", "b", "later").code == 0
+    wake = {r["name"]: r["wake"] for r in json.loads(
+        agent("ps", "--format", "json", "-o", "name,wake").out)}
+    assert wake["a"] is not None and wake["b"] is not None
+    assert agent("kill", "a", "b").code == 0
+    rows = json.loads(agent("ps", "--format", "json", "-o", "name,stat,wake").out)
+    assert [(r["name"], r["stat"], r["wake"]) for r in rows[1:]] == [("a", "Z", None),
+                                                                    ("b", "Z", None)]
+    assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None
+
+
 def test_a_time_in_the_past_delivers_at_once(conn):
     fork("-n", "a", "-m", "echo")
     assert agent("send", "--at", "2001-02-03T04:05", "a", "now").code == 0
@@ -106,6 +122,7 @@ def test_no_zone_is_local_time_and_a_zone_is_kept():
     (["--in", "-5m"], "bad duration: '-5m'"),
     (["--at", "10:00", "--in", "5m"], "--at and --in don't go together"),
     (["--in", "99999999999d"], "that time is out of range"),     # agent-ps could not show it
+    (["--at", "0001-01-01T00:00"], "that time is out of range"),  # local time in the year 1
 ])
 def test_bad_times_are_usage_errors_and_send_nothing(conn, args, message):
     fork("-n", "a")
