@@ -53,6 +53,24 @@ def test_broken_pipe_is_quiet():
     assert result.code == 0 and result.err == ""
 
 
+def test_a_reader_that_goes_away_is_exit_141_not_1():
+    """click turns EPIPE into exit 1, which means "nothing" here: a script
+    reading `agent-doc get notes | head -c 10` must not take it for that."""
+    result = shell("""
+        head -c 600000 /dev/zero | tr '\\0' x | agent-doc put notes -
+        agent-fork -n big - < <(head -c 600000 /dev/zero | tr '\\0' y) >/dev/null
+        for i in $(seq 3000); do echo '{"to": "big", "body": "hello there"}'; done \\
+            | agent-send --jsonl >/dev/null
+        agent-doc get notes | true; echo "doc ${PIPESTATUS[0]}"
+        agent-replay big | true; echo "replay ${PIPESTATUS[0]}"
+        agent-mail -a big | true; echo "mail ${PIPESTATUS[0]}"
+        agent-mail -r big | true; echo "mail-r ${PIPESTATUS[0]}"
+    """)
+    assert result.out.split("\n")[1:] == ["doc 141", "replay 141", "mail 141", "mail-r 141", ""], \
+        result
+    assert result.err == "", result.err
+
+
 def test_invalid_utf8_and_nul_free_arguments_never_crash():
     result = shell("agent-fork -n $'\\xff\\xfe' ; echo rc=$?")
     assert "rc=2" in result.out and "Traceback" not in result.err

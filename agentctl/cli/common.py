@@ -14,7 +14,22 @@ from ..errors import SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def program(name, **kwargs):
+class PipeClosed(Exception):
+    """Standard output's reader went away. Not an OSError: click's main turns
+    EPIPE into exit 1, which here means "nothing", so run() must see it."""
+
+
+def _pipe_aware(cls):
+    class Command(cls):
+        def invoke(self, ctx):
+            try:
+                return super().invoke(ctx)
+            except BrokenPipeError as e:
+                raise PipeClosed() from e
+    return Command
+
+
+def program(name, cls=click.Command, **kwargs):
     """A click command with -h/--help, --version and --db."""
     def decorate(fn):
         fn = click.option("--db", "db_path", metavar="PATH",
@@ -22,7 +37,8 @@ def program(name, **kwargs):
                                "$XDG_DATA_HOME/agentctl/agents.db).")(fn)
         fn = click.version_option(__version__, "--version", prog_name=name,
                                   message="%(prog)s (agentctl) %(version)s")(fn)
-        return click.command(name, context_settings=CONTEXT, **kwargs)(fn)
+        return click.command(name, cls=_pipe_aware(cls), context_settings=CONTEXT,
+                             **kwargs)(fn)
     return decorate
 
 
@@ -190,7 +206,7 @@ def run(command, argv=None):
         error = fault(e)
         warn(name, str(error))
         return error.code
-    except BrokenPipeError:
+    except (BrokenPipeError, PipeClosed):
         # The reader went away (agent-ps | head): not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
