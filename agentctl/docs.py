@@ -23,6 +23,7 @@ from .errors import NotFound, Refused, UsageError
 
 VISIBILITIES = ("private", "subtree", "global")
 MAX_NAME = 255
+MAX_PATTERN = 1024
 ROW = ("d.id, d.name, d.version, d.owner_id, o.name AS owner_name, d.visibility, "
        "d.author_id, a.name AS author_name, d.created_at, "
        "length(CAST(d.body AS BLOB)) AS size, d.body IS NULL AS removed")
@@ -34,6 +35,8 @@ def check_name(name):
     if not name or not name.isprintable() or name.startswith("-") or len(name) > MAX_NAME:
         raise UsageError(f"bad document name: {name!r} (want printable text, not starting "
                          f"with -, at most {MAX_NAME} characters)")
+    if "\ufffd" in name:       # what bytes that are not UTF-8 became: two names would be one
+        raise UsageError(f"bad document name: {name!r} (not valid UTF-8)")
 
 
 def check_visibility(visibility):
@@ -169,7 +172,10 @@ def listing(conn, actor_id, pattern=None):
     """The documents the actor can see, by name; `pattern` is a GLOB, and one
     ending in / stands for everything under it."""
     where, params = "", []
-    if pattern:
+    if pattern is not None:
+        if len(pattern) > MAX_PATTERN:      # SQLite refuses long ones as "too complex"
+            raise UsageError(f"pattern too long: {len(pattern)} characters "
+                             f"(at most {MAX_PATTERN})")
         where = " AND d.name GLOB ?"
         params.append(pattern + "*" if pattern.endswith("/") else pattern)
     rows = conn.execute(

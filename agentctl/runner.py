@@ -73,6 +73,12 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
             turns.back_off(conn, agent_id)
         _release(conn, agent_id)
         raise
+    except Exception:
+        # A bug (exit 70): the turn stays open, but cron must not hit it every minute.
+        with transaction(conn):
+            turns.back_off(conn, agent_id)
+        _release(conn, agent_id)
+        raise
     except BaseException:
         _release(conn, agent_id)   # the turn stays open: the next run resumes it
         raise
@@ -106,9 +112,8 @@ def _ending(conn, turn_id):
         "WHERE r.turn_id = ? AND r.kind = 'tool_result' AND r.tool_name IN ('sleep', 'exit') "
         "AND r.content NOT LIKE 'error:%' ORDER BY r.id", (turn_id,)).fetchall()
     for name, arguments in rows:
-        if name == "exit":
-            import json
-            return "exit", json.loads(arguments)["result"]
+        if name == "exit":      # it succeeded, so its arguments passed the validator
+            return "exit", tools.validate(name, arguments)["result"]
     return ("sleep", None) if rows else (None, None)
 
 

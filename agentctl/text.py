@@ -13,3 +13,24 @@ def valid(text):
     except UnicodeEncodeError:
         raw = text.encode("utf-8", "surrogatepass")
     return raw.decode("utf-8", "replace")
+
+
+def quoted(text):
+    """`text` as a JSON string on one line, for a tool result that quotes
+    another agent's words: no line break it holds can start a line that
+    poses as agentctl's own (U+2028 and kin are escaped too)."""
+    import json
+    return json.dumps(text, ensure_ascii=False).translate(
+        {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def valid_json(value):
+    """A parsed JSON value with valid() applied to every string in it: a JSON
+    text of plain ASCII may still escape a lone surrogate (\\udcff)."""
+    if isinstance(value, str):
+        return valid(value)
+    if isinstance(value, list):
+        return [valid_json(v) for v in value]
+    if isinstance(value, dict):
+        return {valid(k): valid_json(v) for k, v in value.items()}
+    return value

@@ -14,6 +14,7 @@ from . import docs, history, lifecycle, mail, registry, signals
 from .db import INTEGER_MAX, transaction
 from .errors import AgentctlError
 from .ids import ROLES
+from .text import quoted, valid_json
 
 
 def _schema(properties, required=()):
@@ -89,7 +90,7 @@ def validate(name, raw):
     if name not in SPECS:
         raise ToolError(f"unknown tool: {name} (tools: {', '.join(SPECS)})")
     try:
-        args = json.loads(raw) if raw and raw.strip() else {}
+        args = valid_json(json.loads(raw)) if raw and raw.strip() else {}
     except ValueError as e:
         raise ToolError(f"arguments are not valid JSON: {e}")
     schema = SPECS[name][1]
@@ -218,7 +219,7 @@ def _collect(conn, agent_id, args, call):
     for row in exited:
         lifecycle.collect(conn, row["id"], actor=agent_id)
     lines = [f"{r['id']} {registry.label(r)} {lifecycle.how(r)} {r['exit_code']}"
-             + (f": {r['result']}" if r["result"] else "") for r in exited]
+             + (f": {quoted(r['result'])}" if r["result"] else "") for r in exited]
     lines += [f"{i} still running" for i in pending]
     return "\n".join(lines)
 
@@ -259,15 +260,15 @@ def _doc_put(conn, agent_id, args, call):
 def _doc_get(conn, agent_id, args, call):
     # A header says whose text this is: a document is another agent's words.
     row = docs.get(conn, agent_id, args["name"], args.get("version"))
-    return (f"[DOCUMENT {row['name']} version {row['version']} by {docs.who(row, 'author')}, "
-            f"{row['visibility']}]\n{row['body']}")
+    return (f"[DOCUMENT {quoted(row['name'])} version {row['version']} by "
+            f"{docs.who(row, 'author')}, {row['visibility']}]\n{row['body']}")
 
 
 def _doc_ls(conn, agent_id, args, call):
     rows = docs.listing(conn, agent_id, args.get("pattern"))
     if not rows:
         return "no documents"
-    return "\n".join(f"{r['name']} version {r['version']} {r['visibility']} "
+    return "\n".join(f"{quoted(r['name'])} version {r['version']} {r['visibility']} "
                      f"owner {docs.who(r, 'owner')} {r['size']} bytes" for r in rows)
 
 

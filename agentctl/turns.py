@@ -139,7 +139,8 @@ def inbox_text(mails, label="INBOX"):
         what = {"exit": "exit notification", "budget": "budget notice"}.get(m["kind"], "mail")
         lines.append(f"{n}. {what} {m['id']} from {who} at {iso(m['created_at'])} "
                      f"({age(now - m['created_at'])} ago):")
-        lines.extend("   " + line for line in m["body"].split("\n"))
+        # every line break Python knows (\r, U+2028 ...), or a body could start a line
+        lines.extend("   " + line for line in m["body"].splitlines())
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

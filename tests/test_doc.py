@@ -66,12 +66,34 @@ def test_body_from_stdin_and_its_rules():
     assert agent("doc", "log", "-q", "plan").out == "1\n2\n"               # nothing half-written
 
 
-@pytest.mark.parametrize("name", ["", "-rf", "a\nb", "tab\there", "x" * 256])
+@pytest.mark.parametrize("name", ["", "-rf", "a\nb", "tab\there", "x" * 256, "\udcff\udcfe",
+                                  "no\u00a0break"])
 def test_bad_names_are_usage_errors(name):
     result = agent("doc", "put", "--", name, "body")      # -- so -rf reaches the check
     assert result.code == 2 and result.err.startswith("agent-doc: bad document name: ")
     assert agent("doc", "get", "--", name).code == 2
     assert agent("doc", "ls", "-q").out == ""
+
+
+def test_names_that_are_not_utf8_are_refused_not_merged():
+    """Undecodable bytes become U+FFFD: two different names would be one."""
+    result = shell("agent-doc put $'\\xff\\xfe' y; echo $?; agent-doc get $'\\xfe\\xff'; echo $?")
+    assert result.out.split() == ["2", "2"], result
+    assert result.err.count("not valid UTF-8") == 2
+
+
+def test_patterns_empty_and_too_long(conn, tmp_path):
+    agent("doc", "put", "-v", "global", "a", "x")
+    assert agent("doc", "ls", "-q", "").out == ""            # a glob that matches no name
+    assert agent("doc", "ls", "-q", "*").out == "a\n"
+    result = agent("doc", "ls", "*" * 1025)
+    assert (result.code, result.err) == (2, "agent-doc: pattern too long: 1025 characters "
+                                            "(at most 1024)\n")
+    calls = [{"name": "doc_ls", "arguments": {"pattern": "*" * 50001}}]
+    w = fork("-n", "w", "-m", script(tmp_path, "m", {"steps": [{"tool_calls": calls},
+                                                                {"content": "ok"}]}), "go")
+    assert agent("run", "w").out == "ok\n"                  # an error result, not exit 74
+    assert results(conn, w) == ["error: pattern too long: 50001 characters (at most 1024)"]
 
 
 def test_bad_options_and_unknown_documents():
@@ -224,10 +246,10 @@ def test_the_tools_through_agent_run(conn, tmp_path):
     assert results(conn, lead) == ["plans/survey: version 1", "lead/private: version 1"]
     assert agent("run", "w1").code == 0
     assert results(conn, child) == [
-        "plans/survey version 1 subtree owner lead 14 bytes",
-        "[DOCUMENT plans/survey version 1 by lead, subtree]\n# Survey\n- WAL",
+        "\"plans/survey\" version 1 subtree owner lead 14 bytes",
+        "[DOCUMENT \"plans/survey\" version 1 by lead, subtree]\n# Survey\n- WAL",
         "plans/survey: version 2",
-        "[DOCUMENT plans/survey version 1 by lead, subtree]\n# Survey\n- WAL",
+        "[DOCUMENT \"plans/survey\" version 1 by lead, subtree]\n# Survey\n- WAL",
         "error: no such document: lead/private",
         "error: plans/survey: only its owner may remove it",
         "error: version must be an integer"]

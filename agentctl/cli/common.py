@@ -121,7 +121,8 @@ def actor(conn):
     try:
         return resolve(conn, ref)
     except NotFound:
-        raise NotFound(f"AGENT_ID={ref}: no such agent")
+        from ..text import valid
+        raise NotFound(f"AGENT_ID={valid(ref)}: no such agent")
 
 
 def stdin_is_data():
