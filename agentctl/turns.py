@@ -137,8 +137,11 @@ def inbox_text(mails, label="INBOX"):
         who = "the operator" if m["sender_id"] is None else \
             f"{sender_label(m)} ({m['sender_id']})"
         what = {"exit": "exit notification", "budget": "budget notice"}.get(m["kind"], "mail")
-        lines.append(f"{n}. {what} {m['id']} from {who} at {iso(m['created_at'])} "
-                     f"({age(now - m['created_at'])} ago):")
+        deferred = (m["deliver_at"] or 0) > m["created_at"]
+        came = m["deliver_at"] if deferred else m["created_at"]     # when it became mail
+        sent = f", sent {iso(m['created_at'])} for then" if deferred else ""
+        lines.append(f"{n}. {what} {m['id']} from {who} at {iso(came)} "
+                     f"({age(now - came)} ago){sent}:")
         # every line break Python knows (\r, U+2028 ...), or a body could start a line
         lines.extend("   " + line for line in m["body"].splitlines())
         lines.append("")

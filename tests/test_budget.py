@@ -222,3 +222,12 @@ def test_a_summary_call_that_spends_the_rest_ends_the_turn_before_its_step(conn,
     assert json.loads(result.out)["steps"] == 0
     assert ps("kid") == (1000, 210 + 5000)               # the step's call was not made
     assert len(mails(conn, "boss", "budget")) == 1
+
+
+def test_ps_f_in_machine_formats_gives_spent_beside_budget(conn):
+    fork("-n", "boss", "--budget", "1000")
+    rows = json.loads(agent("ps", "-f", "--format", "json").out)
+    assert list(rows[1]) == ["id", "name", "parent", "stat", "role", "msgs", "mail", "age",
+                             "wake", "budget", "spent", "depth"]
+    assert (rows[1]["budget"], rows[1]["spent"]) == (1000, 0)
+    assert agent("ps", "-f").lines[0].split()[-2:] == ["WAKE", "BUDGET"]

@@ -3,6 +3,7 @@ agent-run --all running what came due."""
 
 import datetime
 import json
+import re
 import subprocess
 import sys
 import time
@@ -77,6 +78,11 @@ def test_deferred_mail_that_came_due_is_run_by_all(conn):
     assert result.code == 0, result.err
     record = json.loads(result.out)
     assert record["mail_read"] == 1 and "wake up" in record["text"]
+    # the inbox dates the mail by when it came due, and says when it was sent
+    header = record["text"].splitlines()[2]
+    due, sent = re.fullmatch(r"1\. mail 1 from the operator at (\S+) \(\d+s ago\), "
+                             r"sent (\S+) for then:", header).groups()
+    assert due > sent, header
     assert mail_count("a") == 0 and mail_count("b", "--deferred") == 1
     assert agent("run", "--all").code == 1
 

@@ -18,8 +18,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     """List agents: all that are not dead, or with -a every agent ever forked.
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
-    budget), and model created exit forked_from fork_msg wake budget spent
-    with -o.
+    budget, and spent in machine formats), and model created exit forked_from
+    fork_msg wake budget spent with -o.
     """
     from .. import proctable
     from ..errors import UsageError
@@ -37,7 +37,10 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
                           parent=parent_id, role=role)
     if forest:
         rows = proctable.as_tree(rows)
-    chosen = pick(proctable.COLUMNS, columns, proctable.LONG if forest else proctable.DEFAULT)
+    default = proctable.DEFAULT
+    if forest:      # a table shows spent/budget as one column; a machine, two values
+        default = proctable.LONG + (["spent"] if fmt != "table" else [])
+    chosen = pick(proctable.COLUMNS, columns, default)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         from ..output import Column
         chosen = chosen + [Column("depth", "DEPTH")]
