@@ -34,7 +34,7 @@ def window(agent):
     raw = os.environ.get("AGENTCTL_CONTEXT_WINDOW")
     if raw is None or raw == "":
         return DEFAULT_WINDOW
-    if not raw.isdigit() or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
         raise UsageError(f"AGENTCTL_CONTEXT_WINDOW: not a positive number of tokens: {raw!r}")
     return int(raw)
 

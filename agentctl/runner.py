@@ -56,6 +56,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
     agent_id = agent["id"]
     try:
         spec, client = choose_model(agent, model)
+        compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
         turn = turns.start(conn, agent, spec)
     except BaseException:
         _release(conn, agent_id)

@@ -469,3 +469,14 @@ def test_a_bug_mid_turn_releases_the_agent_and_the_turn_resumes(conn, monkeypatc
     monkeypatch.setattr(offline.EchoModel, "complete", real)
     assert agent("run", "a").out == "hello\n"            # the open turn resumes
     assert conn.execute("SELECT count(*), max(status) FROM turns").fetchone()[:] == (1, "done")
+
+
+@pytest.mark.parametrize("value", ["lots", "０１００", "0", "-5"])
+def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, monkeypatch,
+                                                                       value):
+    fork("-n", "a", "-m", "echo", "hello")
+    monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", value)
+    result = agent("run", "a")
+    assert result.code == 2 and "AGENTCTL_CONTEXT_WINDOW" in result.err, result
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
+    assert registry.resolve(conn, "a")["status"] == "S"
