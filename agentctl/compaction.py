@@ -47,6 +47,7 @@ def size(system, rows):
     """The tokens of a context: what the API reported for the call that wrote its newest
     measured reply (input and output), plus an estimate of what came after; an estimate
     throughout when no reply since the latest compaction was measured."""
+    # Replay puts the newest summary first: a reply measured before it measured another context.
     floor = rows[0]["id"] if rows and rows[0]["kind"] == "compaction" else 0
     total = estimate_tokens(len(system or ""))
     start = 0
@@ -66,7 +67,8 @@ def cut(rows, limit):
     """The index of the first message to keep verbatim, or None when nothing can be
     summarised: the earliest safe cut whose suffix fits in `limit` tokens, else the latest
     safe cut. Only messages after the previous summary are candidates, and something other
-    than that summary must be left to summarise."""
+    than that summary must be left to summarise: so the new keep_from is above the previous
+    one, and the previous summary is always in the part summarised."""
     first = 1 if rows and rows[0]["kind"] == "compaction" else 0
     kept, best = 0, None
     for index in range(len(rows) - 1, first, -1):

@@ -6,7 +6,7 @@ history parents to the latest clear or compaction (or the root), each step
 giving a range (agent, after, through) of message ids; the ranges reversed
 and read in order are the context. Message ids are global and only grow, so
 an ancestor's part of the context is bounded by the smallest fork point met
-on the way up.
+on the way up, and the line read in id order is the order it was written in.
 """
 
 import time
@@ -44,26 +44,31 @@ def latest(conn, agent):
     return agent["fork_msg_id"] or 0
 
 
-def _boundary(conn, agent_id, through, floor):
+def _boundary(conn, agent_id, through, floor, clears_only=False):
+    """The newest clear or compaction (only clears with `clears_only`) of `agent_id`
+    in (floor, through], not void."""
     return conn.execute(
         "SELECT id, kind, keep_from FROM messages WHERE agent_id = ? AND id <= ? AND id > ? "
-        "AND kind IN ('clear', 'compaction') AND void = 0 ORDER BY id DESC LIMIT 1",
-        (agent_id, through, floor)).fetchone()
+        "AND kind IN ('clear', 'compaction') AND (kind = 'clear' OR NOT ?) AND void = 0 "
+        "ORDER BY id DESC LIMIT 1", (agent_id, through, floor, clears_only)).fetchone()
 
 
 def ranges(conn, agent):
     """[(agent_id, after, through)] in chronological order; `after` is
     exclusive, `through` inclusive, None for the leaf (no upper limit).
 
-    A compaction that keeps recent messages (keep_from) does not stop the
-    walk: it sets a floor, keep_from - 1, below which nothing is in view, so
-    the kept messages are read wherever they live (replay puts the summary
-    before them). A clear, or a compaction that keeps nothing, stops it."""
+    The newest compaction, when it keeps recent messages (keep_from), does not
+    stop the walk: it sets a floor, keep_from - 1, below which nothing is in
+    view, so the kept messages are read wherever they live. Past it only a
+    clear stops the walk: an older compaction in view was summarised by the
+    newest one, and replay leaves it out. A clear, or a compaction that keeps
+    nothing, stops it."""
     found = []
     current, through, floor, kept = agent, None, 0, False
     while True:
-        hit = _boundary(conn, current["id"], NO_LIMIT if through is None else through, floor)
-        if hit is not None and hit["kind"] == "compaction" and hit["keep_from"] and not kept:
+        hit = _boundary(conn, current["id"], NO_LIMIT if through is None else through, floor,
+                        clears_only=kept)
+        if hit is not None and hit["kind"] == "compaction" and hit["keep_from"]:
             floor, kept = hit["keep_from"] - 1, True
         elif hit is not None:
             after = hit["id"] if hit["kind"] == "clear" else hit["id"] - 1
@@ -95,12 +100,13 @@ def replay(conn, agent):
     messages = []
     for agent_id, after, through in ranges(conn, agent):
         messages.extend(read_range(conn, agent_id, after, through))
-    # The summary comes first: it stands for everything before the messages it kept.
-    for index, m in enumerate(messages):
-        if m["kind"] == "compaction" and index:
-            messages.insert(0, messages.pop(index))
-            break
-    return messages
+    # The newest summary comes first: it stands for everything before the messages it
+    # kept, older summaries included (it was written from a transcript that began with
+    # them). The ranges are in id order, so the newest is the last one read.
+    summaries = [m for m in messages if m["kind"] == "compaction"]
+    if not summaries:
+        return messages
+    return summaries[-1:] + [m for m in messages if m["kind"] != "compaction"]
 
 
 def full(conn, agent):

@@ -123,7 +123,12 @@ def test_each_range_is_one_indexed_query(conn):
                          for p in plans), plans
 
 
-# -- property: replay equals a naive model that copies full histories -------
+# -- property: replay equals a naive model that copies whole histories -------
+#
+# The model keeps, for every message, the context as it stood right after it was written:
+# a fork copies the parent's current context, a fork at a message copies the context as it
+# stood then. A compaction that keeps messages (chosen as compaction.cut would: never the
+# old summary, always something before the kept part) is itself followed by the kept tail.
 
 operations = st.lists(st.tuples(
     st.sampled_from(["say", "say", "say", "clear", "compact", "fork", "fork_at"]),
@@ -131,41 +136,58 @@ operations = st.lists(st.tuples(
     st.integers(min_value=0, max_value=10 ** 6)), min_size=1, max_size=60)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def compacted(seen, summaries, mid, point):
+    """(keep_from, the context after compaction `mid` of the context `seen`)."""
+    first = 1 if seen and seen[0] in summaries else 0
+    cuts = range(first + 1, len(seen))
+    if not cuts or point % 3 == 0:
+        return None, [mid]                  # it keeps nothing
+    index = cuts[point % len(cuts)]
+    return seen[index], [mid] + seen[index:]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations)
 def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
     conn = connect(str(tmp_path_factory.mktemp("prop") / "p.db"))
     init = registry.get(conn, INIT_ID)
     agents = []
     model = {}          # agent id -> the full list of message ids in its context
+    then = {}           # message id -> the context right after it was written
+    summaries = set()
     with transaction(conn):
         first = registry.fork(conn, init)
     agents.append(first)
     model[first] = []
     for op, pick, point in ops:
         target = agents[pick % len(agents)]
+        seen = model[target]
         with transaction(conn):
             if op == "say":
                 mid = history.append(conn, target, "user", "x")
-                model[target] = model[target] + [mid]
+                model[target] = seen + [mid]
             elif op == "clear":
-                history.append(conn, target, "clear")
+                mid = history.append(conn, target, "clear")
                 model[target] = []
             elif op == "compact":
                 mid = history.append(conn, target, "compaction", "s")
-                model[target] = [mid]
+                keep_from, model[target] = compacted(seen, summaries, mid, point)
+                conn.execute("UPDATE messages SET keep_from = ? WHERE id = ?", (keep_from, mid))
+                summaries.add(mid)
             elif op == "fork":
                 child = registry.fork(conn, registry.get(conn, target))
                 agents.append(child)
-                model[child] = list(model[target])
+                model[child] = list(seen)
+                continue
             else:
-                seen = model[target]
                 if not seen:
                     continue
                 at = seen[point % len(seen)]
                 child = registry.fork(conn, registry.get(conn, target), at=at)
                 agents.append(child)
-                model[child] = [m for m in seen if m <= at]
+                model[child] = list(then[at])
+                continue
+        then[mid] = model[target]
     for agent_id in agents:
         got = [m["id"] for m in history.replay(conn, registry.get(conn, agent_id))]
         assert got == model[agent_id]
