@@ -15,27 +15,34 @@ def build(conn, agent):
 
 SUMMARY_HEAD = ("[COMPACTED MEMORY] A summary, written by you, of the earlier part of this "
                 "conversation:\n")
-UNANSWERED = "(no result in this branch: the conversation forked before this call finished)"
+UNANSWERED = ("(no result in this context: the conversation was forked, or read, before this "
+              "call finished)")
+
+
+def _open_calls(out):
+    """The ids of the calls still waiting for a result: those of the assistant message that
+    `out` ends in, past its results so far."""
+    for index in range(len(out) - 1, -1, -1):
+        if out[index]["role"] == "assistant":
+            answered = {m["tool_call_id"] for m in out[index + 1:]}
+            return [call["id"] for call in out[index].get("tool_calls", ())
+                    if call["id"] not in answered]
+        if out[index]["role"] != "tool":
+            return []
+    return []
 
 
 def _answer_open_calls(out):
     """The APIs reject a tool call without its result. A child forked in a
-    step with several calls inherits calls that were answered only in its
-    parent: give each an explicit placeholder result."""
-    for index in range(len(out) - 1, -1, -1):
-        if out[index]["role"] == "assistant":
-            answered = {m["tool_call_id"] for m in out[index + 1:] if m["role"] == "tool"}
-            for call in out[index].get("tool_calls", ()):
-                if call["id"] not in answered:
-                    out.append({"role": "tool", "tool_call_id": call["id"],
-                                "content": UNANSWERED})
-            return
-        if out[index]["role"] != "tool":
-            return
+    step with several calls, or at a call, inherits calls that were answered
+    only in its parent: give each an explicit placeholder result."""
+    for call_id in _open_calls(out):
+        out.append({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED})
 
 
 def as_openai(system_prompt, rows):
-    """The messages array of the OpenAI Chat Completions API."""
+    """The messages array of the OpenAI Chat Completions API. Every call has a result and
+    every result its call: the APIs reject either alone."""
     out = []
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
@@ -49,7 +56,9 @@ def as_openai(system_prompt, rows):
             out[-1].setdefault("tool_calls", []).append({
                 "id": m["tool_call_id"], "type": "function",
                 "function": {"name": m["tool_name"], "arguments": m["content"]}})
-        elif kind == "tool_result":
+        elif kind == "tool_result" and m["tool_call_id"] in _open_calls(out):
+            # Else its call is not in this context: a child's answer to the fork call of
+            # its parent's turn that was voided afterwards.
             out.append({"role": "tool", "tool_call_id": m["tool_call_id"],
                         "content": m["content"]})
         elif kind == "compaction":
@@ -58,6 +67,7 @@ def as_openai(system_prompt, rows):
             out.append({"role": "user", "content": SUMMARY_HEAD + m["content"]})
         elif kind in ("system", "user", "assistant"):
             out.append({"role": kind, "content": m["content"]})
+    _answer_open_calls(out)
     return out
 
 

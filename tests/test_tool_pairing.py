@@ -1,0 +1,90 @@
+"""A tool result is sent only after its call, and every call is sent with a result, in what
+agent-replay --format openai prints and what agent-run sends: a child whose parent's forking
+turn was voided, a child forked at a call."""
+
+import json
+
+import pytest
+
+from agentctl.models import offline
+
+from .conftest import agent, fork
+from .test_run import script
+
+FORKING = {"match": "^go$", "steps": [
+    {"content": "f", "tool_calls": [{"name": "fork",
+                                     "arguments": {"name": "kid", "prompt": "child task"}}]},
+    {"fail": "tempfail"}]}
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The messages of every call agent-run made to the scripted model."""
+    calls = []
+    real = offline.ScriptedModel.complete
+
+    def spy(self, messages, tools, on_text=None):
+        calls.append(messages)
+        return real(self, messages, tools, on_text)
+    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
+    return calls
+
+
+def paired(messages):
+    """Every tool message answers, once, a call of the assistant message before it (tool
+    messages only in between), and every call is answered before anything else comes."""
+    waiting = set()
+    for m in messages:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in waiting:
+                return False
+            waiting.discard(m["tool_call_id"])
+        elif waiting:
+            return False
+        else:
+            waiting = {c["id"] for c in m.get("tool_calls") or ()}
+    return not waiting
+
+
+def openai(ref):
+    result = agent("replay", "--format", "openai", ref)
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+@pytest.mark.parametrize("end", ["kill", "refused"])
+def test_a_child_of_a_voided_forking_turn_gets_no_result_without_its_call(tmp_path, sent, end):
+    """The parent's turn forks, then is voided (KILL outside a run; a request the API
+    refused for good, exit 69): its call is not in the child's context, nor is the
+    child's answer to it."""
+    steps = dict(FORKING, steps=FORKING["steps"][:1] + [{"fail": "error"}]) \
+        if end == "refused" else FORKING
+    fork("-n", "a", "-m", script(tmp_path, steps, {"reply": {"content": "done"}}), "go")
+    if end == "kill":
+        assert agent("run", "a").code == 75
+        assert agent("kill", "-s", "KILL", "a").code == 0
+    else:
+        assert agent("run", "a").code == 69
+    assert agent("replay", "--full", "kid").out.count("(void)") == 2
+    context = openai("kid")
+    assert paired(context)
+    assert [(m["role"], m["content"]) for m in context] == [("user", "go"),
+                                                           ("user", "child task")]
+    result = agent("run", "kid")
+    assert (result.code, result.out) == (0, "done\n"), result.err
+    assert sent[-1] == context and all(paired(m) for m in sent)
+
+
+def test_a_child_forked_at_a_call_sees_it_answered(tmp_path, sent, conn):
+    model = script(tmp_path, {"match": "^go$", "steps": [
+        {"tool_calls": [{"name": "ps", "arguments": {}}]}, {"content": "listed"}]},
+        {"reply": {"content": "ok"}})
+    fork("-n", "a", "-m", model, "go")
+    assert agent("run", "a").out == "listed\n"
+    call = conn.execute("SELECT id FROM messages WHERE kind = 'tool_call'").fetchone()[0]
+    fork("-p", "a", "-n", "b", "--at", call)
+    context = openai("b")
+    assert paired(context) and [m["role"] for m in context] == ["user", "assistant", "tool"]
+    assert agent("send", "b", "and now?").code == 0
+    assert agent("run", "b").out == "ok\n"
+    assert paired(sent[-1]) and sent[-1][:3] == context
