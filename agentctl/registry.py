@@ -149,8 +149,13 @@ def nearest_live_ancestor(conn, agent, dying=()):
 def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     """End `agent`: a zombie while its lifecycle parent lives (until
     agent-wait collects it), dead otherwise. Its children go to the nearest
-    live ancestor; the parent is told by mail. `dying` holds the ids exiting
-    together (a cascade): they don't count as live parents or heirs."""
+    live ancestor; the parent is told by mail. A clear still waiting for a
+    turn (HUP) is recorded. `dying` holds the ids exiting together (a
+    cascade): they don't count as live parents or heirs."""
+    if get(conn, agent["id"])["hup_pending"]:
+        # A clear that waited for a turn that will now never be committed.
+        history.append(conn, agent["id"], "clear", "HUP")
+        conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent["id"],))
     parent = get(conn, agent["parent_id"])
     collector = parent if is_live(parent) and parent["id"] not in dying else None
     status = "Z" if collector is not None else "X"

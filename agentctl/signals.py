@@ -2,7 +2,8 @@
 
 An agent in a turn (status R, a live lease) is not changed under the turn's
 feet: the signal is left in agents.pending_signal and agent-run honours it
-between steps. Every signal is recorded as an event.
+between steps. A HUP waits for the turn in progress, running or open
+(agents.hup_pending). Every signal is recorded as an event.
 """
 
 from . import history, registry
@@ -79,8 +80,9 @@ def _deliver(conn, agent, sig, actor, dying):
         if RANK[sig] > RANK.get(agent["pending_signal"], 0):
             conn.execute("UPDATE agents SET pending_signal = ? WHERE id = ?",
                          (sig, agent["id"]))
-    elif agent["status"] == "R" and sig == "HUP":
-        # The clear goes after the running turn: it must not cut the turn's own input.
+    elif sig == "HUP" and (agent["status"] == "R" or turns.open_turn(conn, agent["id"])):
+        # The clear goes after the turn in progress, running or open (cut short by a crash,
+        # a temporary failure or STOP): it must not cut the turn's own input.
         conn.execute("UPDATE agents SET hup_pending = 1 WHERE id = ?", (agent["id"],))
     elif sig in ("TERM", "KILL"):
         registry.exit_agent(conn, agent, code=128 + NUMBERS[sig], signal=sig,

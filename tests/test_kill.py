@@ -1,9 +1,14 @@
 """agent-kill: signals, cascade, zombies, reparenting, events."""
 
+import json
+
+import pytest
+
 from agentctl import registry
 from agentctl.ids import INIT_ID
 
 from .conftest import agent, fork
+from .test_run import kinds, script
 
 
 def status(conn, ref):
@@ -126,3 +131,61 @@ def test_actor_is_recorded(conn, monkeypatch):
     monkeypatch.setenv("AGENT_ID", boss)
     agent("kill", "-s", "STOP", w)
     assert events(conn, w, "signal") == [("STOP", boss)]
+
+
+# -- HUP on an agent whose turn is open (interrupted, or stopped): the clear follows it ----
+
+def interrupted(tmp_path):
+    """Agent a with an open turn: its first step called check_mail, the second failed for
+    now (exit 75). Returns a function that rewrites what that second step answers."""
+    def second_step(reply):
+        return script(tmp_path, {"match": "^go$", "steps": [
+            {"content": "s0", "tool_calls": [{"name": "check_mail", "arguments": {}}]}, reply]},
+            {"reply": {"content": "fallback: no user text"}})
+    fork("-n", "a", "-m", second_step({"fail": "tempfail"}), "go")
+    assert agent("run", "a").code == 75
+    return second_step
+
+
+def user_texts(ref):
+    return [m["content"] for m in json.loads(agent("replay", "--format", "openai", ref).out)
+            if m["role"] == "user"]
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_hup_on_an_open_turn_clears_after_it(conn, tmp_path, stopped):
+    second_step = interrupted(tmp_path)
+    if stopped:
+        assert agent("kill", "-s", "STOP", "a").code == 0
+    assert agent("kill", "-s", "HUP", "a").code == 0
+    assert status(conn, "a") == ("T" if stopped else "S")
+    assert user_texts("a") == ["go"], "the open turn keeps its own input"
+    assert registry.resolve(conn, "a")["hup_pending"] == 1
+    if stopped:
+        assert agent("kill", "-s", "CONT", "a").code == 0
+    second_step({"content": "done"})
+    assert agent("run", "a").out == "done\n"
+    assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
+    assert registry.resolve(conn, "a")["hup_pending"] == 0
+
+
+def test_a_hup_waiting_for_a_refused_turn_follows_the_turn_that_retakes_its_input(
+        conn, tmp_path):
+    second_step = interrupted(tmp_path)
+    assert agent("kill", "-s", "HUP", "a").code == 0
+    second_step({"fail": "error"})
+    assert agent("run", "a").code == 69          # voided: the prompt is pending again
+    assert user_texts("a") == ["go"] and "clear" not in kinds(conn, "a")
+    second_step({"content": "done"})
+    assert agent("run", "a").out == "done\n"
+    assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
+
+
+@pytest.mark.parametrize("sig", ["KILL", "TERM"])
+def test_a_hup_waiting_for_a_turn_is_recorded_when_the_agent_exits(conn, tmp_path, sig):
+    interrupted(tmp_path)
+    assert agent("kill", "-s", "HUP", "a").code == 0
+    assert agent("kill", "-s", sig, "a").code == 0
+    row = registry.resolve(conn, "a")
+    assert (row["status"], row["hup_pending"]) == ("Z", 0)
+    assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
