@@ -72,12 +72,14 @@ def as_openai(system_prompt, rows):
 
 
 def as_records(system_prompt, rows):
-    """One dict per message, for jsonl; the system prompt first, with id null."""
+    """One dict per message, for jsonl, each with the same keys; the system prompt first,
+    with id null."""
     out = []
     if system_prompt:
         out.append({"id": None, "agent_id": None, "kind": "system",
                     "content": system_prompt, "tool_name": None,
-                    "tool_call_id": None, "turn_id": None, "created_at": None})
+                    "tool_call_id": None, "turn_id": None, "created_at": None,
+                    "keep_from": None, "tokens": None, "void": 0})
     out.extend(dict(m) for m in rows)
     return out
 

@@ -219,3 +219,28 @@ def test_the_summary_request_on_the_wire_holds_no_tool_calls(model, fakeapi):
     assert "tool_use" not in text and "tool_calls" not in text and '"tool"' not in text
     step = json.dumps(fakeapi.requests[3]["body"])
     assert "Summary: asked to count mail; none." in step and "Anything new?" in step
+
+
+def test_a_blank_summary_records_nothing_and_is_charged(tmp_path, calls, conn):
+    """agentctl(7): the context goes over the window as it is, the summary call is paid."""
+    model = script(tmp_path, {"match": r"^\[COMPACT\]", "reply": {"content": " \n "}},
+                   {"reply": {"content": "ok", "usage": {"input_tokens": 5000,
+                                                         "output_tokens": 10}}})
+    assert agent("fork", "-n", "a", "-m", model, "-w", "3000", "first").code == 0
+    assert agent("run", "a").code == 0
+    agent("send", "a", "second")
+    assert agent("run", "a").out == "ok\n"
+    assert [k for k, _ in calls] == ["step", "summary", "step"]
+    assert all(r["kind"] != "compaction" for r in replay("a", "--full"))
+    turn = conn.execute("SELECT input_tokens FROM turns ORDER BY id DESC").fetchone()
+    assert turn[0] == 5000 + calls[1][1]
+    agent("send", "a", "third")
+    assert agent("run", "a").code == 0
+    assert [k for k, _ in calls][3:] == ["summary", "step"], "the next call tries again"
+
+
+def test_one_huge_message_is_sent_over_the_window_without_a_summary_call(tmp_path, calls):
+    assert agent("fork", "-n", "a", "-m", rules(tmp_path), "-w", "100",
+                 "Read this: " + "word " * 400).code == 0
+    assert agent("run", "a").code == 0
+    assert [k for k, _ in calls] == ["step"] and calls[0][1] > 400

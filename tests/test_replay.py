@@ -2,10 +2,11 @@
 test against a naive model that copies whole histories."""
 
 import json
+import re
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from agentctl import history, registry
+from agentctl import context, history, registry
 from agentctl.db import connect, transaction
 from agentctl.ids import INIT_ID
 
@@ -192,3 +193,48 @@ def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
         got = [m["id"] for m in history.replay(conn, registry.get(conn, agent_id))]
         assert got == model[agent_id]
     conn.close()
+
+
+# -- the page says what the program prints ------------------------------------
+
+def page_text():
+    from .test_man import MAN, plain_text
+    return plain_text(f"{MAN}/agent-replay.1")
+
+
+def test_the_page_names_the_jsonl_keys_replay_prints(conn):
+    fork("-n", "a", "-s", "Be brief.", "hello")
+    records = [json.loads(line) for line in agent("replay", "--format", "jsonl", "a").lines]
+    match = re.search(r"with the keys\s+([a-z_ \n]+?)\s+\(the columns", page_text())
+    documented = match.group(1).split()
+    assert [list(r) for r in records] == [documented] * 2
+
+
+def test_the_page_describes_the_summary_as_the_model_gets_it(conn):
+    a = fork("-n", "a", "hello")
+    append(conn, a, "compaction", "the summary")
+    first = json.loads(agent("replay", "--format", "openai", "a").out)[0]
+    assert first == {"role": "user", "content": context.SUMMARY_HEAD + "the summary"}
+    text = " ".join(page_text().split())
+    assert "A compaction is a user message" in text
+    assert " ".join(context.SUMMARY_HEAD.split()) + " followed by the summary" in text
+
+
+def test_the_synopsis_names_every_option():
+    from .test_man import click_options
+    synopsis = page_text().split("DESCRIPTION")[0]
+    for option in click_options("replay") - {"--db", "--version", "--help", "-h"}:
+        assert option in synopsis, option
+
+
+def test_full_shows_the_record_of_messages_not_events(conn):
+    fork("-n", "a", "hello")
+    agent("kill", "-s", "STOP", "a")
+    events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    kinds = [json.loads(line)["kind"]
+             for line in agent("replay", "--full", "--format", "jsonl", "a").lines]
+    assert events >= 2 and kinds == ["user"]
+    from .test_man import sections
+    options = sections(page_text())["OPTIONS"]
+    full = " ".join(options.split("--full")[1].split("--ranges")[0].split())
+    assert "clears and events" not in full and "events table" in full
