@@ -154,7 +154,7 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
     cascade): they don't count as live parents or heirs."""
     if get(conn, agent["id"])["hup_pending"]:
         # A clear that waited for a turn that will now never be committed.
-        history.append(conn, agent["id"], "clear", "HUP")
+        history.append(conn, agent["id"], "clear", "HUP")     # no next turn to keep input for
         conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent["id"],))
     parent = get(conn, agent["parent_id"])
     collector = parent if is_live(parent) and parent["id"] not in dying else None

@@ -226,7 +226,7 @@ def _commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
         signal = registry.get(conn, agent_id)["pending_signal"]
         turns.finish(conn, turn_id, status)
         if registry.get(conn, agent_id)["hup_pending"]:
-            history.append(conn, agent_id, "clear", "HUP")
+            history.clear(conn, agent_id)
         conn.execute("UPDATE agents SET failures = 0, retry_at = NULL, pending_signal = NULL, "
                      "hup_pending = 0 WHERE id = ?", (agent_id,))
         turns.release(conn, agent_id, "T" if signal == "STOP" else "S")

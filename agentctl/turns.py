@@ -63,7 +63,7 @@ def has_pending_input(conn, agent, now=None):
         conn.execute(f"SELECT 1 FROM mail WHERE recipient_id = ? AND {unread()} LIMIT 1",
                      (agent_id,)).fetchone()
         or conn.execute("SELECT 1 FROM messages WHERE agent_id = ? AND kind = 'user' "
-                        "AND turn_id IS NULL LIMIT 1", (agent_id,)).fetchone()
+                        "AND turn_id IS NULL AND void = 0 LIMIT 1", (agent_id,)).fetchone()
         or (agent["wake_at"] is not None and agent["wake_at"] <= now)
         or open_turn(conn, agent_id))
 
@@ -177,7 +177,7 @@ def start(conn, agent, model_name):
             return turn
         now = time.time()
         prompts = conn.execute("SELECT id FROM messages WHERE agent_id = ? AND kind = 'user' "
-                               "AND turn_id IS NULL", (agent["id"],)).fetchall()
+                               "AND turn_id IS NULL AND void = 0", (agent["id"],)).fetchall()
         due = agent["wake_at"] is not None and agent["wake_at"] <= now
         mails = count_unread(conn, agent["id"])
         if not (prompts or due or mails):

@@ -91,11 +91,24 @@ def test_stop_and_cont(conn):
 
 
 def test_hup_records_a_clear_and_replay_skips_what_came_before(conn):
-    fork("-n", "a", "old context")
+    fork("-n", "a", "-m", "echo", "old context")
+    assert agent("run", "a").code == 0
     assert agent("kill", "-s", "HUP", "a").code == 0
     assert agent("replay", "a").out == ""
     kinds = [r[0] for r in conn.execute("SELECT kind FROM messages ORDER BY id")]
-    assert kinds == ["user", "clear"]
+    assert kinds == ["user", "assistant", "clear"]
+
+
+def test_hup_keeps_a_prompt_that_waits_for_its_turn(conn):
+    """A prompt not yet taken is input, not conversation: the clear must not
+    leave the next turn with nothing to send."""
+    fork("-n", "a", "-m", "echo", "the task")
+    assert agent("kill", "-s", "HUP", "a").code == 0
+    rows = [tuple(r) for r in conn.execute("SELECT kind, content, void FROM messages "
+                                           "ORDER BY id")]
+    assert rows == [("user", "the task", 1), ("clear", "HUP", 0), ("user", "the task", 0)]
+    assert agent("run", "a").out == "the task\n"
+    assert agent("run", "a").code == 1                # taken once, not twice
 
 
 def test_init_cant_be_killed_but_cascade_reaches_its_children(conn):
