@@ -20,6 +20,7 @@ from .errors import NotFound, Refused, TempFail
 from .ids import INIT_ID
 from .mail import count_unread, unread
 
+TIMER_HEAD = "[TIMER]"
 LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
 BACKOFF_MAX = 3600.0
 
@@ -191,7 +192,7 @@ def start(conn, agent, model_name):
         if due:
             from .output import iso
             history.append(conn, agent["id"], "user",
-                           f"[TIMER] You asked to be woken at {iso(agent['wake_at'])}.",
+                           f"{TIMER_HEAD} You asked to be woken at {iso(agent['wake_at'])}.",
                            turn_id=turn_id)
             conn.execute("UPDATE agents SET wake_at = NULL WHERE id = ?", (agent["id"],))
         take_mail(conn, agent["id"], turn_id, "INBOX")
@@ -224,8 +225,15 @@ def finish(conn, turn_id, status="done", error=None):
 
 def void(conn, turn, status, error=None):
     """End a turn as if it never ran: its messages are never replayed, the
-    prompts it took are pending again, the mail it took is unread again."""
+    prompts it took are pending again, the mail it took is unread again, the
+    timer it took is due again."""
     first = turn["first_msg_id"] or 0
+    timer = conn.execute("SELECT 1 FROM messages WHERE turn_id = ? AND id >= ? AND "
+                         "kind = 'user' AND substr(content, 1, ?) = ?",
+                         (turn["id"], first, len(TIMER_HEAD), TIMER_HEAD)).fetchone()
+    if timer:
+        conn.execute("UPDATE agents SET wake_at = coalesce(wake_at, ?) WHERE id = ?",
+                     (turn["started_at"], turn["agent_id"]))
     conn.execute("UPDATE messages SET turn_id = NULL WHERE turn_id = ? AND id < ?",
                  (turn["id"], first))
     conn.execute("UPDATE messages SET void = 1 WHERE turn_id = ?", (turn["id"],))

@@ -199,3 +199,16 @@ def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):
 def test_wake_and_due_show_two_units(ahead, shown):
     """A timer set for 2h reads "in 1h59m" a second later, not "in 1h"."""
     assert until(None if ahead is None else 1000 + ahead, now=1000) == shown
+
+
+def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
+    """A turn the API refused (exit 69) gives back what it took: its timer too."""
+    rules = tmp_path / "m.jsonl"
+    rules.write_text('{"reply": {"fail": "error"}}\n')
+    fork("-n", "a", "-m", f"scripted:{rules}")
+    conn.execute("UPDATE agents SET wake_at = ? WHERE name = 'a'", (time.time() - 5,))
+    conn.commit()
+    assert agent("run", "a").code == 69
+    row = conn.execute("SELECT wake_at, retry_at FROM agents WHERE name = 'a'").fetchone()
+    assert row["wake_at"] is not None and row["wake_at"] <= time.time()
+    assert agent("run", "a").code == 69                   # still something to do
