@@ -9,7 +9,6 @@ deleted: the summarised messages stay in the table, and `agent-replay --full` sh
 import os
 
 from . import context, history, turns
-from .db import transaction
 from .errors import UsageError
 from .models.base import estimate_tokens
 
@@ -101,7 +100,7 @@ def prepare(conn, agent, turn_id, client):
         return system, rows
     reply = client.complete(summary_request(conn, system, rows[:index]), [])
     summary = (reply.text or "").strip()
-    with transaction(conn):
+    with turns.holding(conn, agent["id"]):
         turns.charge(conn, turn_id, agent["id"], reply.usage)
         if summary:
             history.append(conn, agent["id"], "compaction", summary, turn_id=turn_id,

@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 
 from . import budget, compaction, context, history, registry, tools, turns
-from .db import transaction
 from .errors import TempFail, UsageError
 from .models.base import ModelError
 
@@ -62,21 +61,24 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
         _release(conn, agent_id)
         raise
     try:
-        return _loop(conn, agent_id, turn, spec, client, max_steps, on_text)
+        with turns.heartbeat(conn, agent_id):   # the lease lives as long as this process
+            return _loop(conn, agent_id, turn, spec, client, max_steps, on_text)
+    except turns.LostClaim:
+        raise                   # the agent is another run's now: touch nothing
     except TempFail:
-        with transaction(conn):
+        with turns.holding(conn, agent_id):
             turns.back_off(conn, agent_id)
         _release(conn, agent_id)
         raise
-    except ModelError as e:      # the API refused for good: void the turn, retry later
-        with transaction(conn):
-            turns.void(conn, turns.open_turn(conn, agent_id), "failed", str(e))
+    except ModelError as e:      # the API refused for good: end the turn, retry later
+        with turns.holding(conn, agent_id):
+            turns.fail(conn, turns.open_turn(conn, agent_id), str(e))
             turns.back_off(conn, agent_id)
         _release(conn, agent_id)
         raise
     except Exception:
         # A bug (exit 70): the turn stays open, but cron must not hit it every minute.
-        with transaction(conn):
+        with turns.holding(conn, agent_id):
             turns.back_off(conn, agent_id)
         _release(conn, agent_id)
         raise
@@ -89,7 +91,7 @@ def _release(conn, agent_id):
     """Give the agent back; a signal that arrived for the turn that is now not
     going to finish takes effect here (TERM and KILL end the agent, STOP stops it)."""
     from . import signals
-    with transaction(conn):
+    with turns.holding(conn, agent_id):
         turns.release(conn, agent_id)
         agent = registry.get(conn, agent_id)
         if agent["pending_signal"]:
@@ -169,16 +171,15 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
             break
         if _over_budget(conn, agent_id):
             return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
-        with transaction(conn):
+        with turns.holding(conn, agent_id):
             if steps:
                 turns.take_mail(conn, agent_id, turn_id, "MID-TURN UPDATE")
             turns.renew(conn, agent_id)
-        with turns.heartbeat(conn, agent_id):
-            system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
-            if _over_budget(conn, agent_id):        # the summary's call spent the rest
-                return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
-            reply = client.complete(context.as_openai(system, rows), offered, on_text=on_text)
-        with transaction(conn):
+        system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
+        if _over_budget(conn, agent_id):        # the summary's call spent the rest
+            return _commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
+        reply = client.complete(context.as_openai(system, rows), offered, on_text=on_text)
+        with turns.holding(conn, agent_id):
             history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id,
                            tokens=_measured(reply.usage))
             for call, call_id in zip(reply.tool_calls, _call_ids(conn, turn_id, reply.tool_calls)):
@@ -222,13 +223,12 @@ def _commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
     does not exit on it."""
     if registry.get(conn, agent_id)["pending_signal"] == "KILL":
         return _killed(conn, agent_id, turn_id, spec)
-    with transaction(conn):
+    with turns.holding(conn, agent_id):
         signal = registry.get(conn, agent_id)["pending_signal"]
         turns.finish(conn, turn_id, status)
-        if registry.get(conn, agent_id)["hup_pending"]:
-            history.clear(conn, agent_id)
-        conn.execute("UPDATE agents SET failures = 0, retry_at = NULL, pending_signal = NULL, "
-                     "hup_pending = 0 WHERE id = ?", (agent_id,))
+        turns.clear_if_pending(conn, agent_id)
+        conn.execute("UPDATE agents SET failures = 0, retry_at = NULL, pending_signal = NULL "
+                     "WHERE id = ?", (agent_id,))
         turns.release(conn, agent_id, "T" if signal == "STOP" else "S")
         agent = registry.get(conn, agent_id)
         text = _final_text(conn, turn_id)
@@ -248,7 +248,7 @@ def _commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
 
 def _killed(conn, agent_id, turn_id, spec):
     """KILL: stop now; the partial turn is never replayed."""
-    with transaction(conn):
+    with turns.holding(conn, agent_id):
         turn = conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
         turns.void(conn, turn, "killed", "killed by KILL")
         conn.execute("UPDATE agents SET pending_signal = NULL WHERE id = ?", (agent_id,))
@@ -259,7 +259,7 @@ def _killed(conn, agent_id, turn_id, spec):
 
 def _stopped(conn, agent_id, turn_id, spec):
     """STOP: the turn stays open and resumes after CONT."""
-    with transaction(conn):
+    with turns.holding(conn, agent_id):
         conn.execute("UPDATE agents SET pending_signal = NULL WHERE id = ?", (agent_id,))
         turns.release(conn, agent_id, "T")
     return _outcome(conn, agent_id, turn_id, "stopped", spec)

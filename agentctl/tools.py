@@ -10,8 +10,8 @@ one transaction, so a crash leaves either both or neither.
 
 import json
 
-from . import docs, history, lifecycle, mail, registry, signals
-from .db import INTEGER_MAX, transaction
+from . import docs, history, lifecycle, mail, registry, signals, turns
+from .db import INTEGER_MAX
 from .errors import AgentctlError
 from .ids import ROLES
 from .text import quoted, valid_json
@@ -135,17 +135,19 @@ def execute(conn, agent_id, turn_id, call):
         except (ToolError, AgentctlError) as e:
             return _record(conn, agent_id, turn_id, call, f"error: {e}")
     try:
-        with transaction(conn):
+        with turns.holding(conn, agent_id):
             text = handler(conn, agent_id, args, call)
             history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                            tool_call_id=call["tool_call_id"], turn_id=turn_id)
         return text
+    except turns.LostClaim:
+        raise
     except (ToolError, AgentctlError) as e:
         return _record(conn, agent_id, turn_id, call, f"error: {e}")
 
 
 def _record(conn, agent_id, turn_id, call, text):
-    with transaction(conn):
+    with turns.holding(conn, agent_id):
         history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                        tool_call_id=call["tool_call_id"], turn_id=turn_id)
     return text

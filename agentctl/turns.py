@@ -88,6 +88,24 @@ def claim(conn, ref):
         return registry.get(conn, agent["id"])
 
 
+class LostClaim(TempFail):
+    """Another agent-run has claimed the agent since this run did (this run's
+    lease ran out, its process stalled): this run must write nothing more."""
+
+
+@contextmanager
+def holding(conn, agent_id):
+    """A write transaction of the run that holds the agent's claim. The claim
+    is checked inside it, so no write of a run that lost its claim can land
+    beside those of the run that took the agent over: LostClaim instead."""
+    with transaction(conn):
+        row = conn.execute("SELECT lease_owner FROM agents WHERE id = ?", (agent_id,)).fetchone()
+        if row is None or row[0] != owner_token():
+            raise LostClaim(f"{agent_id}: claimed by another agent-run while this one ran "
+                            "(its lease ran out); it wrote nothing more")
+        yield conn
+
+
 def renew(conn, agent_id):
     conn.execute("UPDATE agents SET lease_until = ? WHERE id = ? AND lease_owner = ?",
                  (time.time() + lease_seconds(), agent_id, owner_token()))
@@ -240,6 +258,25 @@ def void(conn, turn, status, error=None):
     conn.execute("UPDATE mail SET read_at = NULL, read_turn = NULL WHERE read_turn = ?",
                  (turn["id"],))
     finish(conn, turn["id"], status, error)
+
+
+def fail(conn, turn, error):
+    """End a turn the model's API refused for good. The steps it completed stay
+    in the history, their input taken: their tool calls' effects happened, and
+    a turn redone from its input would do them twice. A turn with no step is
+    voided, its input pending again. A clear waiting for the turn follows it."""
+    if not turn["steps"]:
+        void(conn, turn, "failed", error)
+        return
+    finish(conn, turn["id"], "failed", error)
+    clear_if_pending(conn, turn["agent_id"])
+
+
+def clear_if_pending(conn, agent_id):
+    """Record the clear a HUP left waiting for the turn that has just ended."""
+    if conn.execute("SELECT hup_pending FROM agents WHERE id = ?", (agent_id,)).fetchone()[0]:
+        history.clear(conn, agent_id)
+        conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent_id,))
 
 
 def back_off(conn, agent_id):

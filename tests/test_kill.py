@@ -182,14 +182,31 @@ def test_hup_on_an_open_turn_clears_after_it(conn, tmp_path, stopped):
     assert registry.resolve(conn, "a")["hup_pending"] == 0
 
 
-def test_a_hup_waiting_for_a_refused_turn_follows_the_turn_that_retakes_its_input(
-        conn, tmp_path):
+def test_a_hup_waiting_for_a_refused_turn_is_recorded_as_it_ends(conn, tmp_path):
+    """A turn refused (exit 69) after a completed step ends as it stands, its
+    step kept: the clear that waited for it follows it."""
     second_step = interrupted(tmp_path)
     assert agent("kill", "-s", "HUP", "a").code == 0
     second_step({"fail": "error"})
-    assert agent("run", "a").code == 69          # voided: the prompt is pending again
+    assert agent("run", "a").code == 69
+    assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
+    assert registry.resolve(conn, "a")["hup_pending"] == 0
+    assert agent("run", "a").code == 1           # its input was taken, once
+
+
+def test_a_hup_waiting_for_a_turn_refused_before_any_step_follows_the_next_turn(
+        conn, tmp_path):
+    """A turn refused at its first call is voided, its prompt pending again:
+    the clear waits for the turn that takes it."""
+    rules = tmp_path / "m.jsonl"
+    rules.write_text('{"match": "^go$", "steps": [{"fail": "tempfail"}]}\n')
+    fork("-n", "a", "-m", f"scripted:{rules}", "go")
+    assert agent("run", "a").code == 75
+    assert agent("kill", "-s", "HUP", "a").code == 0
+    rules.write_text('{"match": "^go$", "steps": [{"fail": "error"}]}\n')
+    assert agent("run", "a").code == 69
     assert user_texts("a") == ["go"] and "clear" not in kinds(conn, "a")
-    second_step({"content": "done"})
+    rules.write_text('{"match": "^go$", "reply": {"content": "done"}}\n')
     assert agent("run", "a").out == "done\n"
     assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
 

@@ -3,6 +3,7 @@ signals, tools, roles and --all."""
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -406,6 +407,49 @@ def test_the_lease_outlives_a_model_call_longer_than_itself(conn, fakeapi, monke
     thread.join()
     assert seen[0].code == 75 and "claimed" in seen[0].err
     assert len(fakeapi.requests) == 1
+
+
+def test_the_lease_outlives_tool_calls_longer_than_itself(conn, tmp_path, monkeypatch):
+    """A step's tool calls can block longer than the lease (the wait tool, up to 60 s
+    each): the heartbeat covers the whole turn, so no second run takes it over."""
+    monkeypatch.setenv("AGENTCTL_LEASE", "1.5")
+    model = script(tmp_path, {"match": "go", "steps": [
+        {"tool_calls": [{"name": "wait", "arguments": {"timeout": 4}},
+                        {"name": "send", "arguments": {"to": "peer", "body": "after the wait"}}]},
+        {"content": "done"}]})
+    fork("-n", "peer")
+    fork("-n", "lead", "-m", model, "go")
+    fork("-p", "lead", "-n", "w1")                      # alive: the wait runs its full time
+    rival = threading.Timer(2.5, lambda: seen.append(
+        shell("agent-run lead", env={"AGENTCTL_LEASE": "1.5"})))
+    seen = []
+    rival.start()
+    assert agent("run", "lead").out == "done\n"
+    rival.join()
+    assert seen[0].code == 75 and "claimed" in seen[0].err, seen[0]
+    assert agent("mail", "-c", "peer").out == "1\n"
+    assert kinds(conn, "lead").count("assistant") == 2
+
+
+def test_a_run_that_lost_its_claim_writes_nothing_more(conn, monkeypatch):
+    """Should a run stall past its lease and another take the agent over, the
+    first one's next write is refused inside its transaction: exit 75."""
+    from agentctl.models import offline
+    fork("-n", "a", "-m", "echo", "hello")
+
+    def stalled(self, *args, **kwargs):
+        other = sqlite3.connect(os.environ["AGENTCTL_DB"], isolation_level=None)
+        other.execute("UPDATE agents SET lease_owner = 'elsewhere:1', lease_until = ? "
+                      "WHERE name = 'a'", (time.time() + 300,))
+        other.close()
+        return real(self, *args, **kwargs)
+    real = offline.EchoModel.complete
+    monkeypatch.setattr(offline.EchoModel, "complete", stalled)
+    result = agent("run", "a")
+    assert result.code == 75 and "claimed by another agent-run while this one ran" in result.err
+    assert kinds(conn, "a") == ["user"]                  # the reply was not recorded
+    row = registry.resolve(conn, "a")
+    assert (row["status"], row["lease_owner"], row["failures"]) == ("R", "elsewhere:1", 0)
 
 
 def test_several_forks_in_one_step_give_each_child_a_valid_context(conn, tmp_path):

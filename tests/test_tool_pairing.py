@@ -52,19 +52,12 @@ def openai(ref):
     return json.loads(result.out)
 
 
-@pytest.mark.parametrize("end", ["kill", "refused"])
-def test_a_child_of_a_voided_forking_turn_gets_no_result_without_its_call(tmp_path, sent, end):
-    """The parent's turn forks, then is voided (KILL outside a run; a request the API
-    refused for good, exit 69): its call is not in the child's context, nor is the
-    child's answer to it."""
-    steps = dict(FORKING, steps=FORKING["steps"][:1] + [{"fail": "error"}]) \
-        if end == "refused" else FORKING
-    fork("-n", "a", "-m", script(tmp_path, steps, {"reply": {"content": "done"}}), "go")
-    if end == "kill":
-        assert agent("run", "a").code == 75
-        assert agent("kill", "-s", "KILL", "a").code == 0
-    else:
-        assert agent("run", "a").code == 69
+def test_a_child_of_a_voided_forking_turn_gets_no_result_without_its_call(tmp_path, sent):
+    """The parent's turn forks, then is voided (KILL outside a run): its call is not
+    in the child's context, nor is the child's answer to it."""
+    fork("-n", "a", "-m", script(tmp_path, FORKING, {"reply": {"content": "done"}}), "go")
+    assert agent("run", "a").code == 75
+    assert agent("kill", "-s", "KILL", "a").code == 0
     assert agent("replay", "--full", "kid").out.count("(void)") == 2
     context = openai("kid")
     assert paired(context)
@@ -73,6 +66,20 @@ def test_a_child_of_a_voided_forking_turn_gets_no_result_without_its_call(tmp_pa
     result = agent("run", "kid")
     assert (result.code, result.out) == (0, "done\n"), result.err
     assert sent[-1] == context and all(paired(m) for m in sent)
+
+
+def test_a_turn_refused_after_it_forked_keeps_the_fork(tmp_path, sent, conn):
+    """A request refused for good (exit 69) after a step ran its calls ends the turn
+    as it stands: the fork happened, so the step stays, and is not done again."""
+    steps = dict(FORKING, steps=FORKING["steps"][:1] + [{"fail": "error"}])
+    fork("-n", "a", "-m", script(tmp_path, steps, {"reply": {"content": "done"}}), "go")
+    assert agent("run", "a").code == 69
+    assert agent("run", "a").code == 1                       # nothing to redo
+    assert conn.execute("SELECT count(*) FROM agents WHERE name = 'kid'").fetchone()[0] == 1
+    assert conn.execute("SELECT status FROM turns").fetchone()[0] == "failed"
+    context = openai("kid")
+    assert paired(context)
+    assert [m["role"] for m in context] == ["user", "assistant", "tool", "user"]
 
 
 def test_a_child_forked_at_a_call_sees_it_answered(tmp_path, sent, conn):
