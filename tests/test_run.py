@@ -340,6 +340,39 @@ def test_all_runs_every_agent_with_input_in_parallel_and_skips_stopped(conn):
     assert shell("agent-run --all").code == 1
 
 
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:             # gone meanwhile
+        return b""
+
+
+def test_all_names_a_turn_killed_by_a_signal_and_exits_128_plus_it(conn, fakeapi):
+    fork("-n", "a", "-m", "echo", "hi a")
+    slow = fork("-n", "b", "-m", "openai:gpt-test", "hi b")
+    fakeapi.reply("too late", delay=20)
+    env = dict(os.environ, PATH=os.path.join(ROOT, "bin") + os.pathsep + os.environ["PATH"],
+               AGENTCTL_HTTP_TIMEOUT="30")
+    proc = subprocess.Popen(["agent-run", "--all", "-j", "2"], env=env, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not fakeapi.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child = [p for p in os.listdir("/proc") if p.isdigit() and slow.encode() in cmdline(p)]
+    assert len(child) == 1
+    os.kill(int(child[0]), 9)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 137, err
+    assert f"agent-run: {slow}: killed by signal 9\n" in err
+    assert err.endswith("2 agents: 1 ran, 0 had nothing to do, 0 skipped, "
+                        "0 busy or temporarily failing, 1 failed\n")
+    fakeapi.queue.clear()
+    fakeapi.reply("on time")
+    assert agent("run", "b").out == "on time\n"              # its open turn resumes
+
+
 def test_usage_errors():
     assert agent("run").err == "agent-run: missing AGENT (and AGENT_ID is not set)\n"
     assert agent("run", "--all", "x").code == 2

@@ -90,6 +90,9 @@ def _all(db_path, jobs, model, max_steps, as_json):
             codes[agent_id] = proc.returncode
             if proc.stderr:
                 sys.stderr.write(proc.stderr)
+            if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
+                codes[agent_id] = 128 - proc.returncode
+                warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
             if as_json and proc.stdout:
                 sys.stdout.write(proc.stdout)
     # 3: stopped, exited, killed or out of budget since the list was made: skipped, not failed
