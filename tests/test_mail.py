@@ -181,3 +181,45 @@ def test_read_in_machine_formats_goes_through_the_shared_renderer(conn):
     tsv = agent("mail", "-r", "--format", "tsv", "-o", "id,body", "--no-headers", "a").out
     assert tsv == "1\tline one\\nline two\n"
     assert unread(conn, "a") == 0
+
+
+def test_two_readers_of_one_mailbox_never_get_the_same_mail(conn, tmp_path):
+    """A work queue: mail is marked read before it is printed, in one
+    transaction, so each mail goes to one reader (-q prints the ids taken)."""
+    fork("-n", "box")
+    result = shell(f"cd {tmp_path}" + """
+        for i in 1 2 3 4; do
+            ( for k in $(seq 15); do agent-mail --wait 3 -r -q box; done > reader$i.out ) &
+        done
+        sleep 0.5
+        for k in $(seq 30); do agent-send box "job $k" >/dev/null; done
+        wait
+        cat reader*.out
+    """)
+    taken = result.out.split()
+    assert sorted(map(int, taken)) == list(range(1, 31)), result
+    assert agent("mail", "-c", "box").out == "0\n"
+
+
+def test_a_read_that_meets_a_locked_database_prints_nothing(conn, home, monkeypatch):
+    import sqlite3
+    fork("-n", "box")
+    agent("send", "box", "secret")
+    holder = sqlite3.connect(home, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", "0.2")
+    try:
+        result = agent("mail", "-r", "box")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert (result.code, result.out) == (75, "")
+    assert agent("mail", "-r", "box").out.endswith("\nsecret\n")
+
+
+def test_wait_with_ids_waits_for_those_read_or_not(conn):
+    fork("-n", "box")
+    agent("send", "box", "one")
+    assert agent("mail", "-r", "box").code == 0
+    result = agent("mail", "--wait", "5", "-r", "box", "1")
+    assert result.code == 0 and result.out.endswith("\none\n")

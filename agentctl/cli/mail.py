@@ -50,38 +50,52 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     if filtering and sender != "-":
         sender_id = resolve(conn, sender)["id"]
 
-    def matching(unread_only=True):
+    def matching(unread_only=not ids):      # ids: exactly those, read before or not
         return mail.select(conn, owner_id, ids=ids, sender=filtering, sender_id=sender_id,
                            unread_only=unread_only, waiting=deferred)
 
-    if wait is not None:
-        from ..db import wait_for_commit
-        arrived = wait_for_commit(conn, time.monotonic() + wait, lambda: bool(matching()),
-                                  next_due=lambda: mail.next_deferred(conn, owner_id))
-        if not arrived:
-            if check:
-                click.echo(0)
-            return 1
-    if check:
-        count = mail.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \
-            if not (ids or deferred) else len(matching())
-        click.echo(count)
-        return 0 if count else 1
-    rows = matching(unread_only=not (everything or (read and ids)))
-    if ids and len(rows) < len(set(ids)):
+    def all_there(rows):
+        """The rows, when they hold every mail id asked for; else nothing is read."""
         missing = sorted(set(ids) - {r["id"] for r in rows})
-        raise NotFound(f"no such mail{' for ' + owner['name'] if owner and owner['name'] else ''}: "
-                       f"{', '.join(map(str, missing))}")
+        if missing:
+            whose = f" for {owner['name']}" if owner and owner["name"] else ""
+            raise NotFound(f"no such mail{whose}: {', '.join(map(str, missing))}")
+        return rows
+
+    def take():
+        """The mail to print; with -r, marked read in the same transaction, before it
+        is printed: of two readers of one mailbox, each mail goes to one."""
+        if not read or peek:
+            return all_there(matching(unread_only=not (everything or ids)))
+        from ..db import transaction
+        with transaction(conn):
+            rows = all_there(matching())
+            mail.mark_read(conn, [r["id"] for r in rows])
+        return rows
+
+    deadline = None if wait is None else time.monotonic() + wait
+    while True:
+        if deadline is not None:
+            from ..db import wait_for_commit
+            if not wait_for_commit(conn, deadline, lambda: bool(matching()),
+                                   next_due=lambda: mail.next_deferred(conn, owner_id)):
+                if check:
+                    click.echo(0)   # -c always prints the count
+                return 1
+        if check:
+            count = mail.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \
+                if not (ids or deferred) else len(matching())
+            click.echo(count)
+            return 0 if count else 1
+        rows = take()
+        if rows or deadline is None or ids:
+            break           # else another reader took what woke this one: wait on
     if read:
-        if fmt == "table":
+        if fmt == "table" and not (quiet or null):
             _print_bodies(rows)
-        else:           # the machine formats: the one rendering path, bodies included
+        else:           # the machine formats, -q, -0: the one rendering path
             render([_item(r) for r in rows], pick(_columns(), columns, DEFAULT_READ),
                    fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
-        if not peek:
-            from ..db import transaction
-            with transaction(conn):
-                mail.mark_read(conn, [r["id"] for r in rows])
         return 0
     items = [_item(r) for r in rows]
     chosen = pick(_columns(), columns,
