@@ -193,3 +193,21 @@ def test_title_and_name_match_the_program(name):
         text = f.read()
     assert re.search(rf"^\.TH AGENT-{name.upper()} 1 ", text, re.M)
     assert re.search(rf"^\.SH NAME\nagent-{name} \\- \S", text, re.M)
+
+
+def documented_columns(page):
+    """The column keys a page's Columns section lists, one `.TP` entry each."""
+    text = open(os.path.join(MAN, page)).read()
+    section = text.split(".SS Columns\n", 1)[1]
+    section = re.split(r"^\.S[SH] ", section, flags=re.M)[0]
+    return re.findall(r"^\.TP\n\.BR? (\w+)", section, flags=re.M)
+
+
+def test_the_columns_pages_list_are_those_the_programs_have():
+    """agent-ps(1) once documented an `exit` column, and used it in an example,
+    that the program did not have."""
+    from agentctl import proctable
+    from agentctl.cli import mail, wait
+    assert documented_columns("agent-ps.1") == [c.key for c in proctable.COLUMNS] + ["depth"]
+    assert documented_columns("agent-mail.1") == [c.key for c in mail._columns()]
+    assert documented_columns("agent-wait.1") == [c.key for c in wait._columns()]

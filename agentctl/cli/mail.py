@@ -131,10 +131,10 @@ def _columns():
         Column("kind", "KIND"),
         Column("age", "AGE", human=lambda r: age(r["age"])),
         Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
-        Column("read", "READ", machine=lambda r: iso(r["read_at"]),
-               human=lambda r: "yes" if r["read_at"] else "no"),
         Column("due", "DUE", machine=lambda r: iso(r["deliver_at"]),
                human=lambda r: until(r["deliver_at"])),
+        Column("read", "READ", machine=lambda r: iso(r["read_at"]),
+               human=lambda r: "yes" if r["read_at"] else "no"),
         Column("subject", "SUBJECT"),
         Column("body", "BODY"),
     ]

@@ -18,8 +18,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     """List agents: all that are not dead, or with -a every agent ever forked.
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
-    budget, and spent in machine formats), and model created exit forked_from
-    fork_msg wake budget spent with -o.
+    budget, and spent in machine formats), and model created exit_code signal
+    forked_from fork_msg wake budget spent with -o.
     """
     from .. import proctable
     from ..errors import UsageError
