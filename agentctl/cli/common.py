@@ -140,15 +140,13 @@ def stdin_is_data():
 
 def stdin_words(args, what="AGENT"):
     """Arguments, else whitespace-separated words from stdin when it carries
-    data (`agent-ps -q | agent-kill`)."""
+    data (`agent-ps -q | agent-kill`); an empty pipe gives none (as xargs -r:
+    a pipeline that selected nothing has nothing to do, and that is no error)."""
     if args:
         return list(args)
     if not stdin_is_data():
         raise UsageError(f"missing {what} (give it, or pipe ids on stdin)")
-    words = read_words()
-    if not words:
-        raise UsageError(f"missing {what}: nothing on stdin")
-    return words
+    return read_words()
 
 
 def read_words():
