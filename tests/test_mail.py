@@ -223,3 +223,9 @@ def test_wait_with_ids_waits_for_those_read_or_not(conn):
     assert agent("mail", "-r", "box").code == 0
     result = agent("mail", "--wait", "5", "-r", "box", "1")
     assert result.code == 0 and result.out.endswith("\none\n")
+
+
+def test_bulk_send_with_a_from_that_is_no_string_is_a_usage_error():
+    fork("-n", "w1")
+    result = agent("send", "--jsonl", stdin='{"to": "w1", "body": "a", "from": 5}\n')
+    assert result.code == 2 and result.err.startswith('agent-send: line 1: "from" must be')

@@ -90,3 +90,12 @@ def test_ids_from_a_pipe():
 def test_unknown_agent():
     result = agent("wait", "nobody")
     assert (result.code, result.err) == (1, "agent-wait: no such agent: nobody\n")
+
+
+def test_waiting_for_init_or_for_itself_is_a_usage_error(monkeypatch):
+    a = fork("-n", "a")
+    result = agent("wait", "init")
+    assert (result.code, result.err) == (2, "agent-wait: init never exits: it can't be waited for\n")
+    monkeypatch.setenv("AGENT_ID", a)
+    result = agent("wait", "--timeout", "5", "a")
+    assert (result.code, result.err) == (2, "agent-wait: a: can't wait for itself ($AGENT_ID)\n")

@@ -114,6 +114,8 @@ def _bulk(conn, default_sender, default_at):
                     to = lookup(recipients, item["to"], lambda r: resolve(conn, r))
                     check_recipient(to)
                     frm = item.get("from")
+                    if frm is not None and not isinstance(frm, str):
+                        raise ValueError('"from" must be a string (an agent, or - for the operator)')
                     from_id = default_id if frm is None else lookup(
                         senders, frm, lambda r: None if r == "-" else resolve(conn, r)["id"])
                     at = item.get("at")

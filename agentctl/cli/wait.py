@@ -19,6 +19,7 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     Exit 0 when all exited normally, 1 on timeout, 3 when one failed or was killed.
     """
     from .. import lifecycle
+    from ..errors import UsageError
     from ..ids import INIT_ID
     from ..output import pick, render
     from ..registry import resolve
@@ -31,6 +32,10 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     me = actor(conn)
     if refs:
         ids = [resolve(conn, ref)["id"] for ref in refs]
+        if INIT_ID in ids:
+            raise UsageError("init never exits: it can't be waited for")
+        if me and me["id"] in ids:
+            raise UsageError(f"{refs[ids.index(me['id'])]}: can't wait for itself ($AGENT_ID)")
     else:
         parent = me["id"] if me else INIT_ID
         ids = [r[0] for r in conn.execute(
