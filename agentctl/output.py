@@ -37,17 +37,24 @@ def pick(columns, spec, default):
     """Columns named by -o (comma-separated, any case), else the default ones."""
     by_key = {c.key: c for c in columns}
     keys = [k.strip().lower() for k in spec.split(",") if k.strip()] if spec else default
+    if not keys:
+        raise UsageError(f"no columns in -o {spec!r} (one or more of {', '.join(by_key)})")
     unknown = [k for k in keys if k not in by_key]
     if unknown:
         raise UsageError(f"unknown column: {unknown[0]} (one of {', '.join(by_key)})")
     return [by_key[k] for k in keys]
 
 
+TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
+# In the table, what a terminal would act on (ESC, BEL, C1 codes: a title set,
+# a screen cleared by a mail's subject) shows as ?, as ls and ps do.
+UNPRINTABLE = {c: "?" for c in (*range(32), 127, *range(0x80, 0xa0))}
+
+
 def _tsv_field(value):
     if value is None:
         return ""
-    text = str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return str(value).translate(TSV_ESCAPES)
 
 
 def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=False,
@@ -75,7 +82,7 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
     if not rows:
         return
     from tabulate import tabulate
-    table = [[c.text(row) for c in columns] for row in rows]
+    table = [[c.text(row).translate(UNPRINTABLE) for c in columns] for row in rows]
     headers = () if no_headers else [c.header for c in columns]
     # preserve_whitespace: the -f tree indents names
     out.write(tabulate(table, headers=headers, tablefmt="plain", disable_numparse=True,

@@ -112,3 +112,18 @@ def test_dev_null_on_stdin_is_no_input():
     assert result.out == "rc=2\nrc=2\n"
     assert shell("echo hi | agent-send a").out == "1\n"
     assert shell("agent-send a < /dev/null").code == 2
+
+
+def test_tables_show_control_characters_as_question_marks_and_tsv_escapes_nul():
+    """A mail's subject must not set a terminal's title or clear its screen; a
+    NUL in a tsv value must not split a -0 record."""
+    assert agent("fork", "-n", "box").code == 0
+    assert agent("send", "box", "\x1b]0;pwned\x07\x1b[2Jhello\x9b").code == 0
+    assert agent("send", "box", "-", stdin=b"a\x00b").code == 0
+    table = agent("mail", "box").out
+    assert "\x1b" not in table and "\x07" not in table and "\x9b" not in table
+    assert "?]0;pwned??[2Jhello?" in table
+    tsv = agent("mail", "box", "--format", "tsv", "-0", "--no-headers", "-o", "id,subject").out
+    assert tsv.split("\0") == ["1\t\x1b]0;pwned\x07\x1b[2Jhello\x9b", "2\ta\\0b", ""]
+    result = agent("mail", "box", "-o", ",")
+    assert result.code == 2 and "no columns" in result.err
