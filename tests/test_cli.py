@@ -127,3 +127,22 @@ def test_tables_show_control_characters_as_question_marks_and_tsv_escapes_nul():
     assert tsv.split("\0") == ["1\t\x1b]0;pwned\x07\x1b[2Jhello\x9b", "2\ta\\0b", ""]
     result = agent("mail", "box", "-o", ",")
     assert result.code == 2 and "no columns" in result.err
+
+
+def test_an_interrupt_is_one_line_and_exit_130(home):
+    import os
+    import signal
+    import time
+    assert agent("fork", "-n", "box").code == 0
+    proc = subprocess.Popen([os.path.join(ROOT, "bin", "agent-mail"), "--wait", "30", "box"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20         # until it has the database open: it waits
+    while time.monotonic() < deadline and not any(
+            os.path.realpath(f"/proc/{proc.pid}/fd/{fd}") == str(home)
+            for fd in os.listdir(f"/proc/{proc.pid}/fd")):
+        time.sleep(0.02)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (130, b"", b"agent-mail: interrupted\n")

@@ -19,13 +19,21 @@ class PipeClosed(Exception):
     EPIPE into exit 1, which here means "nothing", so run() must see it."""
 
 
-def _pipe_aware(cls):
+class Interrupted(Exception):
+    """^C. Not a KeyboardInterrupt: click's main writes an empty line for one,
+    and an error is one line."""
+
+
+def _ours(cls):
+    """`cls` with what click's main would mishandle passed on to run()."""
     class Command(cls):
         def invoke(self, ctx):
             try:
                 return super().invoke(ctx)
             except BrokenPipeError as e:
                 raise PipeClosed() from e
+            except KeyboardInterrupt as e:
+                raise Interrupted() from e
     return Command
 
 
@@ -37,7 +45,7 @@ def program(name, cls=click.Command, **kwargs):
                                "$XDG_DATA_HOME/agentctl/agents.db).")(fn)
         fn = click.version_option(__version__, "--version", prog_name=name,
                                   message="%(prog)s (agentctl) %(version)s")(fn)
-        return click.command(name, cls=_pipe_aware(cls), context_settings=CONTEXT,
+        return click.command(name, cls=_ours(cls), context_settings=CONTEXT,
                              **kwargs)(fn)
     return decorate
 
@@ -209,7 +217,7 @@ def run(command, argv=None):
         # The reader went away (agent-ps | head): not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (KeyboardInterrupt, click.Abort):
+    except (KeyboardInterrupt, Interrupted, click.Abort):
         warn(name, "interrupted")
         return 130
     except Exception as e:
