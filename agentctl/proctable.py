@@ -12,8 +12,9 @@ LISTED = ("R", "S", "T", "Z")       # without -a: everything not yet dead
 def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     where, params = [], []
     if statuses:
-        where.append(f"a.status IN ({','.join('?' * len(statuses))})")
-        params += list(statuses)
+        stored = set(statuses) | ({"R"} if "S" in statuses else set())    # R with a dead run
+        where.append(f"a.status IN ({','.join('?' * len(stored))})")
+        params += sorted(stored)
     elif not everything:
         where.append("a.status IN ('R', 'S', 'T', 'Z')")
     if parent is not None:
@@ -26,6 +27,7 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         SELECT a.id, a.name, a.parent_id, p.name AS parent_name, a.status, a.role,
                a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
                a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent,
+               a.lease_owner, a.lease_until,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
                   AND {deferred()}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,
@@ -39,6 +41,12 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     found = []
     for row in conn.execute(sql, params):
         item = dict(row)
+        if item["status"] == "R":
+            from .turns import lease_is_live
+            if not lease_is_live(item, now):
+                item["status"] = "S"    # its agent-run died: idle; the next run resumes its turn
+        if statuses and item["status"] not in statuses:
+            continue
         item["age"] = int(now - item["created_at"])
         times = [t for t in (item["wake_at"], item.pop("mail_at")) if t is not None]
         # an agent that has exited wakes no more, whatever mail comes due for it

@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 
 from .conftest import agent, fork
 
@@ -66,3 +67,20 @@ def test_filters_and_errors():
     assert result.code == 2 and result.err.startswith("agent-ps: unknown column: bogus (one of id,")
     assert agent("ps", "--format", "xml").code == 2
     assert agent("ps", "--parent", "nobody").code == 1
+
+
+def test_an_agent_whose_run_died_shows_sleeping(conn):
+    """kill -9 of agent-run leaves status R in the table; a dead run holds nothing."""
+    fork("-n", "a")
+    fork("-n", "b")
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = 'nohost:1', lease_until = ? "
+                 "WHERE name = 'a'", (time.time() - 1,))
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = 'elsewhere:1', lease_until = ? "
+                 "WHERE name = 'b'", (time.time() + 300,))
+    conn.commit()
+    rows = json.loads(agent("ps", "--format", "json", "-o", "name,stat").out)
+    assert rows[1:] == [{"name": "a", "stat": "S"}, {"name": "b", "stat": "R"}]
+    assert agent("ps", "--status", "S", "-o", "name", "--format", "tsv",
+                 "--no-headers").out == "init\na\n"
+    assert agent("ps", "--status", "R", "-o", "name", "--format", "tsv",
+                 "--no-headers").out == "b\n"

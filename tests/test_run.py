@@ -206,7 +206,8 @@ def test_a_crashed_runs_lease_is_taken_over(conn):
     import socket
     conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ? WHERE name = 'a'",
                  (f"{socket.gethostname()}:{dead}", time.time() + 300))
-    assert agent("ps", "-o", "stat", "--format", "tsv", "--no-headers", "--role", "agent").out == "R\n"
+    shown = agent("ps", "-o", "stat", "--format", "tsv", "--no-headers", "--role", "agent").out
+    assert shown == "S\n"                                    # its run is dead: idle
     assert agent("run", "a").out == "hi\n"
     conn.execute("UPDATE agents SET status = 'R', lease_owner = 'elsewhere:1', lease_until = ? "
                  "WHERE name = 'a'", (time.time() - 1,))
