@@ -303,6 +303,7 @@ def test_signals_during_a_turn(conn, fakeapi, monkeypatch):
         row = registry.resolve(conn, name)
         if sig == "KILL":
             assert result.code == 3 and row["status"] == "Z" and row["exit_signal"] == "KILL"
+            assert result.err == "agent-run: k: killed by KILL during its turn (voided)\n"
             assert kinds(conn, name) == ["user"]           # the partial turn is never replayed
             fakeapi.queue.clear()
         elif sig == "TERM":

@@ -56,7 +56,12 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
         me = registry.get(conn, outcome.agent_id)
         warn("agent-run", f"{registry.label(me)}: turn ended over budget "
                           f"({budget.words(budget.account(conn, me))})")
-    return 3 if outcome.status == "killed" else 0
+    if outcome.status == "killed":
+        from .. import registry
+        warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
+                          "killed by KILL during its turn (voided)")
+        return 3
+    return 0
 
 
 def _all(db_path, jobs, model, max_steps, as_json):
