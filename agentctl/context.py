@@ -19,55 +19,47 @@ UNANSWERED = ("(no result in this context: the conversation was forked, or read,
               "call finished)")
 
 
-def _open_calls(out):
-    """The ids of the calls still waiting for a result: those of the assistant message that
-    `out` ends in, past its results so far."""
-    for index in range(len(out) - 1, -1, -1):
-        if out[index]["role"] == "assistant":
-            answered = {m["tool_call_id"] for m in out[index + 1:]}
-            return [call["id"] for call in out[index].get("tool_calls", ())
-                    if call["id"] not in answered]
-        if out[index]["role"] != "tool":
-            return []
-    return []
-
-
-def _answer_open_calls(out):
+def _answer(out, waiting):
     """The APIs reject a tool call without its result. A child forked in a
     step with several calls, or at a call, inherits calls that were answered
     only in its parent: give each an explicit placeholder result."""
-    for call_id in _open_calls(out):
-        out.append({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED})
+    out.extend({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED}
+               for call_id in waiting)
+    waiting.clear()
 
 
 def as_openai(system_prompt, rows):
     """The messages array of the OpenAI Chat Completions API. Every call has a result and
     every result its call: the APIs reject either alone."""
     out = []
+    waiting = {}        # the calls of the latest assistant message still without a result
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     for m in rows:
         kind = m["kind"]
-        if kind not in ("tool_call", "tool_result"):
-            _answer_open_calls(out)
         if kind == "tool_call":
             if not out or out[-1]["role"] != "assistant":
+                _answer(out, waiting)
                 out.append({"role": "assistant", "content": None})
             out[-1].setdefault("tool_calls", []).append({
                 "id": m["tool_call_id"], "type": "function",
                 "function": {"name": m["tool_name"], "arguments": m["content"]}})
-        elif kind == "tool_result" and m["tool_call_id"] in _open_calls(out):
-            # Else its call is not in this context: a child's answer to the fork call of
-            # its parent's turn that was voided afterwards.
-            out.append({"role": "tool", "tool_call_id": m["tool_call_id"],
-                        "content": m["content"]})
+            waiting[m["tool_call_id"]] = True
+        elif kind == "tool_result":
+            # Without its call in this context (a child's answer to the fork call of its
+            # parent's turn that was voided afterwards), a result is left out.
+            if waiting.pop(m["tool_call_id"], None):
+                out.append({"role": "tool", "tool_call_id": m["tool_call_id"],
+                            "content": m["content"]})
         elif kind == "compaction":
+            _answer(out, waiting)
             # A user message, never a system one: the summary was written from text that
             # includes mail, and mail must never gain a system message's authority.
             out.append({"role": "user", "content": SUMMARY_HEAD + m["content"]})
         elif kind in ("system", "user", "assistant"):
+            _answer(out, waiting)
             out.append({"role": kind, "content": m["content"]})
-    _answer_open_calls(out)
+    _answer(out, waiting)
     return out
 
 
