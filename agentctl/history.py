@@ -34,19 +34,6 @@ def append(conn, agent_id, kind, content="", tool_name=None, tool_call_id=None,
     return cur.lastrowid
 
 
-def clear(conn, agent_id, reason="HUP"):
-    """Record a clear. A prompt still waiting for a turn is input, not
-    conversation: it is written again past the clear (the one before it
-    voided), so the next turn still gets it."""
-    waiting = conn.execute("SELECT id, content FROM messages WHERE agent_id = ? AND "
-                           "kind = 'user' AND turn_id IS NULL AND void = 0 ORDER BY id",
-                           (agent_id,)).fetchall()
-    append(conn, agent_id, "clear", reason)
-    for message_id, content in waiting:
-        conn.execute("UPDATE messages SET void = 1 WHERE id = ?", (message_id,))
-        append(conn, agent_id, "user", content)
-
-
 def latest(conn, agent):
     """The id of the newest message in `agent`'s context: its own newest, else
     the point it forked at, else 0 (an empty history)."""

@@ -96,4 +96,4 @@ def _deliver(conn, agent, sig, actor, dying):
         conn.execute("UPDATE agents SET pending_signal = NULL WHERE id = ? "
                      "AND pending_signal = 'STOP'", (agent["id"],))
     elif sig == "HUP":
-        history.clear(conn, agent["id"])
+        history.append(conn, agent["id"], "clear", "HUP")

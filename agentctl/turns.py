@@ -195,8 +195,9 @@ def start(conn, agent, model_name):
         if turn is not None:
             return turn
         now = time.time()
-        prompts = conn.execute("SELECT id FROM messages WHERE agent_id = ? AND kind = 'user' "
-                               "AND turn_id IS NULL AND void = 0", (agent["id"],)).fetchall()
+        prompts = conn.execute("SELECT id, content FROM messages WHERE agent_id = ? AND "
+                               "kind = 'user' AND turn_id IS NULL AND void = 0 ORDER BY id",
+                               (agent["id"],)).fetchall()
         due = agent["wake_at"] is not None and agent["wake_at"] <= now
         mails = count_unread(conn, agent["id"])
         if not (prompts or due or mails):
@@ -207,6 +208,11 @@ def start(conn, agent, model_name):
         conn.executemany("UPDATE messages SET turn_id = ? WHERE id = ?",
                          [(turn_id, p[0]) for p in prompts])
         first = history.latest(conn, agent) + 1
+        cleared = conn.execute("SELECT max(id) FROM messages WHERE agent_id = ? AND "
+                               "kind = 'clear' AND void = 0", (agent["id"],)).fetchone()[0] or 0
+        for prompt_id, content in prompts:
+            if prompt_id < cleared:     # a HUP came before the turn took it: input all the same
+                history.append(conn, agent["id"], "user", content, turn_id=turn_id)
         if due:
             from .output import iso
             history.append(conn, agent["id"], "user",
@@ -275,7 +281,7 @@ def fail(conn, turn, error):
 def clear_if_pending(conn, agent_id):
     """Record the clear a HUP left waiting for the turn that has just ended."""
     if conn.execute("SELECT hup_pending FROM agents WHERE id = ?", (agent_id,)).fetchone()[0]:
-        history.clear(conn, agent_id)
+        history.append(conn, agent_id, "clear", "HUP")
         conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent_id,))
 
 
@@ -293,7 +299,8 @@ def runnable(conn, now=None):
     dead lease), with pending input or a due timer, not backing off."""
     now = now or time.time()
     rows = conn.execute(
-        f"SELECT {registry.AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') AND role != 'kernel' ORDER BY created_at").fetchall()
+        f"SELECT {registry.AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') "
+        "AND role != 'kernel' ORDER BY created_at").fetchall()
     spent = {r[0] for r in conn.execute(
         "SELECT id FROM agents WHERE budget IS NOT NULL AND spent >= budget")}
     return [r["id"] for r in rows

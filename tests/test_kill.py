@@ -101,14 +101,21 @@ def test_hup_records_a_clear_and_replay_skips_what_came_before(conn):
 
 def test_hup_keeps_a_prompt_that_waits_for_its_turn(conn):
     """A prompt not yet taken is input, not conversation: the clear must not
-    leave the next turn with nothing to send."""
+    leave the next turn with nothing to send. Nor may it change what a child
+    forked before the HUP inherited."""
     fork("-n", "a", "-m", "echo", "the task")
+    fork("-p", "a", "-n", "kid")
     assert agent("kill", "-s", "HUP", "a").code == 0
-    rows = [tuple(r) for r in conn.execute("SELECT kind, content, void FROM messages "
-                                           "ORDER BY id")]
-    assert rows == [("user", "the task", 1), ("clear", "HUP", 0), ("user", "the task", 0)]
+    assert agent("replay", "a").out == ""
+    assert agent("replay", "kid").out.endswith("user @a\nthe task\n")
     assert agent("run", "a").out == "the task\n"
     assert agent("run", "a").code == 1                # taken once, not twice
+    rows = [tuple(r) for r in conn.execute("SELECT kind, content, void FROM messages "
+                                           "WHERE agent_id = (SELECT id FROM agents "
+                                           "WHERE name = 'a') ORDER BY id")]
+    assert rows == [("user", "the task", 0), ("clear", "HUP", 0), ("user", "the task", 0),
+                    ("assistant", "the task", 0)]
+    assert agent("replay", "kid").out.endswith("user @a\nthe task\n")
 
 
 def test_init_cant_be_killed_but_cascade_reaches_its_children(conn):
