@@ -229,3 +229,27 @@ def test_bulk_send_with_a_from_that_is_no_string_is_a_usage_error():
     fork("-n", "w1")
     result = agent("send", "--jsonl", stdin='{"to": "w1", "body": "a", "from": 5}\n')
     assert result.code == 2 and result.err.startswith('agent-send: line 1: "from" must be')
+
+
+def test_read_all_prints_mail_read_before_too(conn):
+    fork("-n", "bob")
+    agent("send", "bob", "first")
+    agent("send", "bob", "second")
+    assert agent("mail", "-r", "bob").code == 0
+    agent("send", "bob", "third")
+    result = agent("mail", "-r", "-a", "--format", "jsonl", "-o", "id", "bob")
+    assert result.out.splitlines() == ['{"id": 1}', '{"id": 2}', '{"id": 3}']
+    assert agent("mail", "-c", "bob").code == 1
+
+
+def test_wait_with_several_ids_waits_for_all_of_them(conn):
+    fork("-n", "bob")
+    agent("send", "bob", "one")
+    later = threading.Timer(1.0, lambda: agent("send", "bob", "two"))
+    later.start()
+    try:
+        result = agent("mail", "--wait", "10", "-r", "--format", "jsonl", "-o", "id", "bob",
+                       "1", "2")
+    finally:
+        later.join()
+    assert (result.code, result.out.splitlines()) == (0, ['{"id": 1}', '{"id": 2}']), result

@@ -69,15 +69,20 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
             return all_there(matching(unread_only=not (everything or ids)))
         from ..db import transaction
         with transaction(conn):
-            rows = all_there(matching())
+            rows = all_there(matching(unread_only=not (everything or ids)))
             mail.mark_read(conn, [r["id"] for r in rows])
         return rows
+
+    def arrived():
+        """What --wait waits for: matching unread mail; with ids, every one of them."""
+        found = matching()
+        return len({r["id"] for r in found}) == len(set(ids)) if ids else bool(found)
 
     deadline = None if wait is None else time.monotonic() + wait
     while True:
         if deadline is not None:
             from ..db import wait_for_commit
-            if not wait_for_commit(conn, deadline, lambda: bool(matching()),
+            if not wait_for_commit(conn, deadline, arrived,
                                    next_due=lambda: mail.next_deferred(conn, owner_id)):
                 if check:
                     click.echo(0)   # -c always prints the count
