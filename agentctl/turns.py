@@ -141,8 +141,10 @@ def heartbeat(conn, agent_id):
 
 
 def release(conn, agent_id, status="S"):
-    conn.execute("UPDATE agents SET status = ?, lease_owner = NULL, lease_until = NULL "
-                 "WHERE id = ? AND status = 'R'", (status, agent_id))
+    """Give up the claim: a running agent becomes `status`; one that exited
+    during its turn keeps its Z or X."""
+    conn.execute("UPDATE agents SET status = CASE status WHEN 'R' THEN ? ELSE status END, "
+                 "lease_owner = NULL, lease_until = NULL WHERE id = ?", (status, agent_id))
 
 
 def inbox_text(mails, label="INBOX"):
@@ -270,12 +272,19 @@ def fail(conn, turn, error):
     """End a turn the model's API refused for good. The steps it completed stay
     in the history, their input taken: their tool calls' effects happened, and
     a turn redone from its input would do them twice. A turn with no step is
-    voided, its input pending again. A clear waiting for the turn follows it."""
+    voided, its input pending again. A clear waiting for the turn follows it.
+    A task, whose one turn this was, exits failed (status 69, the error as its
+    result), so that whoever waits for it learns."""
     if not turn["steps"]:
         void(conn, turn, "failed", error)
         return
     finish(conn, turn["id"], "failed", error)
     clear_if_pending(conn, turn["agent_id"])
+    agent = registry.get(conn, turn["agent_id"])
+    if agent["role"] == "task":
+        from .errors import UNAVAILABLE
+        registry.exit_agent(conn, registry.get(conn, agent["id"]), code=UNAVAILABLE,
+                            result=error)
 
 
 def clear_if_pending(conn, agent_id):

@@ -95,3 +95,17 @@ def test_a_child_forked_at_a_call_sees_it_answered(tmp_path, sent, conn):
     assert agent("send", "b", "and now?").code == 0
     assert agent("run", "b").out == "ok\n"
     assert paired(sent[-1]) and sent[-1][:3] == context
+
+
+def test_a_task_refused_after_a_step_exits_failed(tmp_path, conn):
+    """Its input was taken and its steps kept: nothing is left to run, so a task
+    would wait for ever; it exits 69 instead, and its parent learns."""
+    steps = dict(FORKING, steps=[{"tool_calls": [{"name": "ps", "arguments": {}}]},
+                                 {"fail": "error"}])
+    fork("-n", "boss")
+    fork("-p", "boss", "-n", "t", "-r", "task", "-m", script(tmp_path, steps), "go")
+    assert agent("run", "t").code == 69
+    result = agent("wait", "--format", "json", "-o", "name,status,exit_code", "t")
+    assert result.code == 3 and json.loads(result.out) == [
+        {"name": "t", "status": "failed", "exit_code": 69}]
+    assert agent("mail", "-c", "boss").out == "1\n"          # the exit notification
