@@ -95,14 +95,13 @@ def refusal(conn, agent):
     return f"{label(agent)}: over budget ({owner}{words(acc)})"
 
 
-def _in_use(conn, account_id, dying):
-    """Whether an agent that lives, and is not exiting with this one, is charged to it."""
-    return any(row[0] not in dying for row in conn.execute(
-        "SELECT id FROM agents WHERE budget_id = ? AND status IN ('R', 'S', 'T')",
-        (account_id,)))
+def _in_use(conn, account_id):
+    """Whether an agent that lives is charged to the account."""
+    return conn.execute("SELECT 1 FROM agents WHERE budget_id = ? AND status IN ('R', 'S', 'T') "
+                        "LIMIT 1", (account_id,)).fetchone() is not None
 
 
-def _heir(conn, account_id, dying):
+def _heir(conn, account_id):
     """The account that takes back what `account_id` has left: the one it was carved
     out of (its owner's fork parent's account), or, when no one alive is charged to
     that one any more, the next one up; None at an agent without a budget."""
@@ -111,21 +110,22 @@ def _heir(conn, account_id, dying):
                            "ON p.id = a.forked_from WHERE a.id = ?", (account_id,)).fetchone()
         if row is None or row[0] is None:
             return None
-        if _in_use(conn, row[0], dying):
+        if _in_use(conn, row[0]):
             return row[0]
         account_id = row[0]
 
 
-def give_back(conn, agent, dying=()):
+def give_back(conn, agent):
     """After `agent` exited: once no living agent is charged to its account (its
     own, or the one it shares), what the account has left goes back up (_heir).
-    `dying` holds the ids exiting with it (a cascade)."""
+    A cascade ends the deepest agents first, so each account gives back to the
+    one just above it, which gives back in turn as its own owner exits."""
     account_id = agent["budget_id"]
-    if account_id is None or _in_use(conn, account_id, dying):
+    if account_id is None or _in_use(conn, account_id):
         return
     acc = _row(conn, account_id)
     left = acc["budget"] - acc["spent"]
-    heir = _heir(conn, account_id, dying) if left > 0 else None
+    heir = _heir(conn, account_id) if left > 0 else None
     if heir is None:
         return
     conn.execute("UPDATE agents SET budget = budget + ? WHERE id = ?", (left, heir))

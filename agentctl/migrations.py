@@ -139,6 +139,7 @@ def long_lived(db):
     ALTER TABLE messages ADD COLUMN keep_from INTEGER;
     ALTER TABLE messages ADD COLUMN tokens INTEGER;
     ALTER TABLE mail ADD COLUMN deliver_at REAL;
+    CREATE INDEX agents_budget ON agents(budget_id) WHERE budget_id IS NOT NULL;
     CREATE INDEX mail_deferred ON mail(deliver_at)
         WHERE deliver_at IS NOT NULL AND read_at IS NULL;
     CREATE TABLE documents (

@@ -165,7 +165,7 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
     how = f"killed by {signal}" if signal else f"exited {code}"
     record(conn, agent["id"], "exit", how, actor)
     from .budget import give_back
-    give_back(conn, get(conn, agent["id"]), dying)
+    give_back(conn, get(conn, agent["id"]))
     orphans = conn.execute("SELECT id FROM agents WHERE parent_id = ? AND status != 'X'",
                            (agent["id"],)).fetchall()
     orphans = [o[0] for o in orphans if o[0] not in dying]

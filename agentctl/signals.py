@@ -48,7 +48,8 @@ def apply(conn, target, sig, *, cascade=False, actor=None):
     if refusal:
         victims = victims[1:] if cascade else []
     dying = {v["id"] for v in victims} if sig in ("TERM", "KILL") else set()
-    for victim in victims:
+    # The deepest first: a budget goes back up one account at a time (budget.give_back)
+    for victim in reversed(victims):
         _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying)
     return len(victims), refusal
 

@@ -231,3 +231,22 @@ def test_ps_f_in_machine_formats_gives_spent_beside_budget(conn):
                              "wake", "budget", "spent", "depth"]
     assert (rows[1]["budget"], rows[1]["spent"]) == (1000, 0)
     assert agent("ps", "-f").lines[0].split()[-2:] == ["WAKE", "BUDGET"]
+
+
+def test_a_cascade_down_a_deep_chain_of_budgets_returns_everything(conn):
+    """Ended deepest first, each account gives back to the one just above: the
+    top gets every token back, and the work is one step per account."""
+    from agentctl import registry
+    from agentctl.db import transaction
+    with transaction(conn):
+        top = registry.fork(conn, registry.get(conn, "AAAAAAAAAAAAAAAAAAAAAA"), name="top",
+                            budget=100000)
+        parent = top
+        for depth in range(60):
+            parent = registry.fork(conn, registry.get(conn, parent), budget=50000 - depth * 500)
+    first = conn.execute("SELECT id FROM agents WHERE parent_id = ?", (top,)).fetchone()[0]
+    assert agent("kill", "--cascade", first).code == 0
+    assert ps("top") == (100000, 0)
+    statuses = {r[0] for r in conn.execute("SELECT status FROM agents WHERE id NOT IN (?, ?)",
+                                           ("AAAAAAAAAAAAAAAAAAAAAA", top))}
+    assert statuses == {"Z", "X"}

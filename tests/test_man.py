@@ -211,3 +211,14 @@ def test_the_columns_pages_list_are_those_the_programs_have():
     assert documented_columns("agent-ps.1") == [c.key for c in proctable.COLUMNS] + ["depth"]
     assert documented_columns("agent-mail.1") == [c.key for c in mail._columns()]
     assert documented_columns("agent-wait.1") == [c.key for c in wait._columns()]
+
+
+def test_agentctl_5_lists_every_index(conn):
+    """The schema is a public interface: every index it has is documented."""
+    text = open(os.path.join(MAN, "agentctl.5")).read().split(".SS Indexes\n", 1)[1]
+    text = re.split(r"^\.S[SH] ", text, flags=re.M)[0]
+    documented = set(re.findall(r"\b([a-z]+_[a-z_]+)\b", text))
+    actual = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                         "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE "
+                                         "'idx__sqlite_migrations%'")}
+    assert actual <= documented, sorted(actual - documented)
