@@ -12,7 +12,7 @@ LISTED = ("R", "S", "T", "Z")       # without -a: everything not yet dead
 def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     where, params = [], []
     if statuses:
-        stored = set(statuses) | ({"R"} if "S" in statuses else set())    # R with a dead run
+        stored = set(statuses) | ({"R"} if {"S", "T"} & set(statuses) else set())  # a dead run
         where.append(f"a.status IN ({','.join('?' * len(stored))})")
         params += sorted(stored)
     elif not everything:
@@ -27,7 +27,7 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         SELECT a.id, a.name, a.parent_id, p.name AS parent_name, a.status, a.role,
                a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
                a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent,
-               a.lease_owner, a.lease_until,
+               a.lease_owner, a.lease_until, a.pending_signal,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
                   AND {deferred()}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,
@@ -43,8 +43,8 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         item = dict(row)
         if item["status"] == "R":
             from .turns import lease_is_live
-            if not lease_is_live(item, now):
-                item["status"] = "S"    # its agent-run died: idle; the next run resumes its turn
+            if not lease_is_live(item, now):    # its agent-run died: idle, or stopped
+                item["status"] = "T" if item["pending_signal"] == "STOP" else "S"
         if statuses and item["status"] not in statuses:
             continue
         item["age"] = int(now - item["created_at"])

@@ -26,10 +26,13 @@ BACKOFF_MAX = 3600.0
 
 
 def lease_seconds():
+    """$AGENTCTL_LEASE when it is a finite number of seconds above 0, else the
+    default (0, nan or inf would make the heartbeat spin, or never beat)."""
     try:
-        return float(os.environ.get("AGENTCTL_LEASE", LEASE_SECONDS))
+        seconds = float(os.environ.get("AGENTCTL_LEASE", LEASE_SECONDS))
     except ValueError:
         return LEASE_SECONDS
+    return seconds if 0 < seconds < float("inf") else LEASE_SECONDS
 
 
 def owner_token():
@@ -99,10 +102,10 @@ def holding(conn, agent_id):
     is checked inside it, so no write of a run that lost its claim can land
     beside those of the run that took the agent over: LostClaim instead."""
     with transaction(conn):
-        row = conn.execute("SELECT lease_owner FROM agents WHERE id = ?", (agent_id,)).fetchone()
-        if row is None or row[0] != owner_token():
-            raise LostClaim(f"{agent_id}: claimed by another agent-run while this one ran "
-                            "(its lease ran out); it wrote nothing more")
+        row = registry.get(conn, agent_id)
+        if row is None or row["lease_owner"] != owner_token():
+            raise LostClaim(f"{registry.label(row)}: claimed by another agent-run while this "
+                            "one ran (its lease ran out); it wrote nothing more")
         yield conn
 
 
@@ -154,6 +157,8 @@ def inbox_text(mails, label="INBOX"):
     from .output import age, iso
     now = time.time()
     lines = [f"[{label} - {len(mails)} new]", ""]
+    # in the order it became mail: deferred mail counts from when it came due
+    mails = sorted(mails, key=lambda m: (max(m["deliver_at"] or 0, m["created_at"]), m["id"]))
     for n, m in enumerate(mails, 1):
         who = "the operator" if m["sender_id"] is None else \
             f"{sender_label(m)} ({m['sender_id']})"

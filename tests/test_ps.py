@@ -84,3 +84,12 @@ def test_an_agent_whose_run_died_shows_sleeping(conn):
                  "--no-headers").out == "init\na\n"
     assert agent("ps", "--status", "R", "-o", "name", "--format", "tsv",
                  "--no-headers").out == "b\n"
+
+
+def test_an_agent_stopped_while_its_run_died_shows_stopped(conn):
+    fork("-n", "a")
+    conn.execute("UPDATE agents SET status = 'R', pending_signal = 'STOP', "
+                 "lease_owner = 'nohost:1', lease_until = ? WHERE name = 'a'", (time.time() - 1,))
+    conn.commit()
+    assert agent("ps", "--status", "T", "-o", "name,stat", "--format", "tsv",
+                 "--no-headers").out == "a\tT\n"

@@ -559,3 +559,10 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
     assert result.code == 2 and "AGENTCTL_CONTEXT_WINDOW" in result.err, result
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
     assert registry.resolve(conn, "a")["status"] == "S"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "soon"])
+def test_a_lease_that_is_no_finite_positive_number_is_ignored(monkeypatch, value):
+    from agentctl import turns
+    monkeypatch.setenv("AGENTCTL_LEASE", value)
+    assert turns.lease_seconds() == turns.LEASE_SECONDS

@@ -212,3 +212,13 @@ def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
     row = conn.execute("SELECT wake_at, retry_at FROM agents WHERE name = 'a'").fetchone()
     assert row["wake_at"] is not None and row["wake_at"] <= time.time()
     assert agent("run", "a").code == 69                   # still something to do
+
+
+def test_an_inbox_lists_mail_in_the_order_it_became_mail(conn):
+    fork("-n", "a", "-m", "echo")
+    agent("send", "--in", "1", "a", "deferred, sent first")
+    agent("send", "a", "direct, sent second")
+    time.sleep(1.1)
+    text = agent("run", "a").out
+    assert text.index("direct, sent second") < text.index("deferred, sent first"), text
+    assert "1. mail 2 from the operator" in text and "2. mail 1 from the operator" in text
