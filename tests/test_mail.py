@@ -253,3 +253,11 @@ def test_wait_with_several_ids_waits_for_all_of_them(conn):
     finally:
         later.join()
     assert (result.code, result.out.splitlines()) == (0, ['{"id": 1}', '{"id": 2}']), result
+
+
+def test_bulk_lines_that_are_not_utf8_are_read_as_u_fffd(conn):
+    fork("-n", "w1")
+    result = agent("send", "--jsonl", stdin=b'{"to": "w1", "body": "x\xffy"}\n')
+    assert result.code == 0, result.err
+    assert agent("mail", "-r", "--format", "jsonl", "-o", "body", "w1").out == \
+        '{"body": "x\ufffdy"}\n'

@@ -93,6 +93,7 @@ def _bulk(conn, default_sender, default_at):
         return cache[ref]
 
     default_id = _sender(conn, default_sender)
+    decode = json.JSONDecoder().decode      # json.loads would sniff each line's encoding
     while True:
         lines = [stream.readline() for _ in range(BATCH)]
         lines = [line for line in lines if line]
@@ -105,7 +106,7 @@ def _bulk(conn, default_sender, default_at):
                 if not raw.strip():
                     continue
                 try:
-                    item = json.loads(raw)
+                    item = decode(raw.decode("utf-8", "replace"))     # as all stdin: U+FFFD
                     if not isinstance(item, dict) or not isinstance(item.get("to"), str) \
                             or not isinstance(item.get("body"), str):
                         raise ValueError('want an object with string "to" and "body"')
