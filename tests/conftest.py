@@ -3,6 +3,7 @@ a real one, and nothing reaches the network."""
 
 import io
 import os
+from contextlib import contextmanager
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -69,6 +70,19 @@ def shell(script, env=None, timeout=120, stdin=subprocess.DEVNULL):
     proc = subprocess.run(["bash", "-c", script], env=full, stdin=stdin, timeout=timeout,
                           capture_output=True, text=True)
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@contextmanager
+def write_locked(path):
+    """Another connection holding the database's write lock, as a long writer would."""
+    import sqlite3
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
 
 
 @pytest.fixture

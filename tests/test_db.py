@@ -11,7 +11,7 @@ import pytest
 from agentctl import db, migrations
 from agentctl.errors import DatabaseFault
 
-from .conftest import ROOT, agent
+from .conftest import ROOT, agent, write_locked
 
 
 def mode(path):
@@ -108,14 +108,9 @@ def test_directory_that_cant_be_made(tmp_path):
 
 def test_locked_longer_than_busy_timeout_is_tempfail(home, monkeypatch):
     db.connect(str(home)).close()
-    holder = sqlite3.connect(home, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
     monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", "0.2")
-    try:
+    with write_locked(home):
         result = agent("fork", "-n", "x")
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     assert result.code == 75
     assert result.err == "agent-fork: database is locked (gave up after 0.2s)\n"
     assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]

@@ -6,7 +6,7 @@ import time
 
 from agentctl.mail import MAX_BODY
 
-from .conftest import agent, fork, shell
+from .conftest import agent, fork, shell, write_locked
 
 
 def unread(conn, name):
@@ -202,17 +202,11 @@ def test_two_readers_of_one_mailbox_never_get_the_same_mail(conn, tmp_path):
 
 
 def test_a_read_that_meets_a_locked_database_prints_nothing(conn, home, monkeypatch):
-    import sqlite3
     fork("-n", "box")
     agent("send", "box", "secret")
-    holder = sqlite3.connect(home, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
     monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", "0.2")
-    try:
+    with write_locked(home):
         result = agent("mail", "-r", "box")
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     assert (result.code, result.out) == (75, "")
     assert agent("mail", "-r", "box").out.endswith("\nsecret\n")
 

@@ -14,7 +14,7 @@ import pytest
 
 from agentctl import db, registry
 
-from .conftest import PROGRAMS, ROOT, agent, fork, shell
+from .conftest import PROGRAMS, ROOT, agent, fork, shell, write_locked
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -182,15 +182,10 @@ def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp
 
 def test_locked_database_writes_nothing_half(home, monkeypatch):
     fork("-n", "a")
-    holder = sqlite3.connect(home, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
     monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", "0.1")
-    try:
+    with write_locked(home):
         results = [agent("send", "a", "hi"), agent("fork", "-p", "a", "-n", "b", "go"),
                    agent("kill", "a"), agent("mail", "-r", "a")]
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     for result in results:
         assert (result.code, result.out) == (75, "") and result.err.count("\n") == 1, result
         assert "database is locked (gave up after 0.1s)" in result.err
