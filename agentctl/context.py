@@ -87,20 +87,38 @@ def owner_names(conn, rows):
 
 
 def as_text(system_prompt, rows, names):
-    """For people: a header line per message, then its content."""
+    """For people, and the transcript a compaction summarises: a header line per
+    message, then its content indented, so that no content (a mail, a document, a
+    model's reply) can start a line that poses as a header."""
     parts = []
     if system_prompt:
-        parts.append(f"# system prompt\n{system_prompt}\n")
+        parts.append(f"# system prompt\n{indented(system_prompt)}")
     for m in rows:
         owner = names.get(m["agent_id"]) or short(m["agent_id"])
         head = f"#{m['id']} {m['kind']} @{owner}"
         if m["tool_name"]:
-            head += f" {m['tool_name']}"
+            head += f" {field(m['tool_name'])}"
         if m["tool_call_id"]:
-            head += f" [{m['tool_call_id']}]"
+            head += f" [{field(m['tool_call_id'])}]"
         if m["kind"] == "compaction" and m["keep_from"]:
             head += f" (keeps #{m['keep_from']} on)"
         if m["void"]:
             head += " (void)"
-        parts.append(f"{head}\n{m['content']}\n")
+        parts.append(f"{head}\n{indented(m['content'])}")
     return "\n".join(parts)
+
+
+def indented(content):
+    """Every line of `content` indented by two spaces: every line break Python
+    knows (\\r, U+2028 ...) starts a line, so each is counted."""
+    return "".join(f"  {line}\n" if line else "\n" for line in content.splitlines())
+
+
+def field(value):
+    """A tool name or call id (the model's choice) for a header: as it is when it
+    is a plain word, else quoted on one line."""
+    import re
+    if re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
+        return value
+    from .text import quoted
+    return quoted(value)

@@ -81,7 +81,7 @@ def test_invalid_utf8_and_nul_free_arguments_never_crash():
                    "agent-mail -r a; agent-replay a")
     lines = result.out.splitlines()
     assert lines[:3] == ["2", "rc=1", "rc=1"] and lines[3].startswith("--- mail 2 from - at ")
-    assert lines[4:] == ["caf\ufffd", "# system prompt", "sys\ufffd", "", "#1 user @a", "pr\ufffd"]
+    assert lines[4:] == ["caf\ufffd", "# system prompt", "  sys\ufffd", "", "#1 user @a", "  pr\ufffd"]
     assert result.err == "agent-mail: no such agent: \ufffd\nagent-mail: AGENT_ID=\ufffd: no such agent\n"
 
 

@@ -107,7 +107,7 @@ def test_hup_keeps_a_prompt_that_waits_for_its_turn(conn):
     fork("-p", "a", "-n", "kid")
     assert agent("kill", "-s", "HUP", "a").code == 0
     assert agent("replay", "a").out == ""
-    assert agent("replay", "kid").out.endswith("user @a\nthe task\n")
+    assert agent("replay", "kid").out.endswith("user @a\n  the task\n")
     assert agent("run", "a").out == "the task\n"
     assert agent("run", "a").code == 1                # taken once, not twice
     rows = [tuple(r) for r in conn.execute("SELECT kind, content, void FROM messages "
@@ -115,7 +115,7 @@ def test_hup_keeps_a_prompt_that_waits_for_its_turn(conn):
                                            "WHERE name = 'a') ORDER BY id")]
     assert rows == [("user", "the task", 0), ("clear", "HUP", 0), ("user", "the task", 0),
                     ("assistant", "the task", 0)]
-    assert agent("replay", "kid").out.endswith("user @a\nthe task\n")
+    assert agent("replay", "kid").out.endswith("user @a\n  the task\n")
 
 
 def test_init_cant_be_killed_but_cascade_reaches_its_children(conn):
