@@ -226,6 +226,7 @@ def start(conn, agent, model_name):
                            f"{TIMER_HEAD} You asked to be woken at {iso(agent['wake_at'])}.",
                            turn_id=turn_id)
             conn.execute("UPDATE agents SET wake_at = NULL WHERE id = ?", (agent["id"],))
+            conn.execute("UPDATE turns SET woke_at = ? WHERE id = ?", (agent["wake_at"], turn_id))
         take_mail(conn, agent["id"], turn_id, "INBOX")
         conn.execute("UPDATE turns SET first_msg_id = ? WHERE id = ?", (first, turn_id))
         return conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
@@ -259,12 +260,9 @@ def void(conn, turn, status, error=None):
     prompts it took are pending again, the mail it took is unread again, the
     timer it took is due again."""
     first = turn["first_msg_id"] or 0
-    timer = conn.execute("SELECT 1 FROM messages WHERE turn_id = ? AND id >= ? AND "
-                         "kind = 'user' AND substr(content, 1, ?) = ?",
-                         (turn["id"], first, len(TIMER_HEAD), TIMER_HEAD)).fetchone()
-    if timer:
+    if turn["woke_at"] is not None:
         conn.execute("UPDATE agents SET wake_at = coalesce(wake_at, ?) WHERE id = ?",
-                     (turn["started_at"], turn["agent_id"]))
+                     (turn["woke_at"], turn["agent_id"]))
     conn.execute("UPDATE messages SET turn_id = NULL WHERE turn_id = ? AND id < ?",
                  (turn["id"], first))
     conn.execute("UPDATE messages SET void = 1 WHERE turn_id = ?", (turn["id"],))

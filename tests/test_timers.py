@@ -214,6 +214,15 @@ def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
     assert agent("run", "a").code == 69                   # still something to do
 
 
+def test_a_prompt_that_reads_like_a_timer_sets_none_when_its_turn_is_voided(conn, tmp_path):
+    rules = tmp_path / "m.jsonl"
+    rules.write_text('{"reply": {"fail": "error"}}\n')
+    fork("-n", "a", "-m", f"scripted:{rules}", "[TIMER] You asked to be woken at noon.")
+    assert agent("kill", "-s", "HUP", "a").code == 0      # the turn writes the prompt again
+    assert agent("run", "a").code == 69
+    assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None
+
+
 def test_an_inbox_lists_mail_in_the_order_it_became_mail(conn):
     fork("-n", "a", "-m", "echo")
     agent("send", "--in", "1", "a", "deferred, sent first")
