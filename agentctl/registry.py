@@ -50,6 +50,10 @@ def resolve(conn, ref):
         f"SELECT {AGENT_COLUMNS} FROM agents WHERE name = ? "
         "ORDER BY status != 'X' DESC, created_at DESC LIMIT 1", (ref,)).fetchone()
     if found is not None:
+        other = prefixed(conn, ref, but=found["id"])
+        if other is not None:       # a name chosen to catch what was meant for a short id
+            raise UsageError(f"ambiguous agent {ref}: the name of {found['id']} "
+                             f"and a prefix of {other}")
         return found
     if len(ref) >= MIN_PREFIX:
         # Every id character sorts below '\x7f', so this is a range scan of the key.
@@ -65,6 +69,15 @@ def resolve(conn, ref):
     raise NotFound(f"no such agent: {ref}")
 
 
+def prefixed(conn, word, but=None):
+    """The id of an agent (other than `but`) that `word` is an id prefix of, or None."""
+    if len(word) < MIN_PREFIX:
+        return None
+    row = conn.execute("SELECT id FROM agents WHERE id >= ? AND id < ? AND id IS NOT ? LIMIT 1",
+                       (word, word + "\x7f", but)).fetchone()
+    return row and row[0]
+
+
 def record(conn, agent_id, kind, detail=None, actor=None):
     conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at) "
                  "VALUES (?, ?, ?, ?, ?)", (agent_id, kind, detail, actor, time.time()))
@@ -77,6 +90,9 @@ def check_name(conn, name):
                           (name,)).fetchone()
     if holder is not None:
         raise Refused(f"name already taken: {name} (by {holder[0]})")
+    other = prefixed(conn, name)
+    if other is not None:
+        raise Refused(f"name {name} is a prefix of the id {other}: it would shadow that agent")
 
 
 def check_role(role):

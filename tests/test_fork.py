@@ -101,6 +101,32 @@ def test_lookup_by_id_prefix_and_ambiguity(conn):
     assert agent("ps", "--parent", "-x").code == 2
 
 
+def test_a_name_never_shadows_an_id_prefix(conn):
+    """A name is looked up before an id prefix: a child named after another agent's
+    short id would catch what was meant for that agent."""
+    victim = "zt9x6a8t" + "Q" * 14
+    with transaction(conn):
+        conn.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
+                     "VALUES (?, ?, ?, 0, 0)", (victim, INIT_ID, INIT_ID))
+    result = agent("fork", "-n", "zt9x6a8t")
+    assert (result.code, result.err) == (
+        3, f"agent-fork: name zt9x6a8t is a prefix of the id {victim}: it would shadow that agent\n")
+    assert agent("fork", "-n", "zt9x").code == 3
+    assert agent("fork", "-n", "zt9").code == 0           # shorter than any prefix
+    assert registry.resolve(conn, "zt9x6a8t")["id"] == victim
+    # an id that comes later and begins with a name: the word is ambiguous, not the name's
+    holder = fork("-n", "qz9x6a8t")
+    later = "qz9x6a8t" + "R" * 14
+    with transaction(conn):
+        conn.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
+                     "VALUES (?, ?, ?, 0, 0)", (later, INIT_ID, INIT_ID))
+    result = agent("send", "qz9x6a8t", "for whom?")
+    assert (result.code, result.err) == (
+        2, f"agent-send: ambiguous agent qz9x6a8t: the name of {holder} and a prefix of {later}\n")
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+    assert agent("send", holder, "by id").code == 0
+
+
 def test_refusals():
     assert agent("fork", "-r", "boss").err == \
         "agent-fork: unknown role: boss (one of agent, task, worker, lead, architect, daemon)\n"
