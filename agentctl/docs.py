@@ -194,9 +194,12 @@ def versions(conn, actor_id, name):
     return rows
 
 
-def who(row, key):
-    """An owner or author as people read it: a name, a short id, - for the operator."""
+def who(row, key, full=False):
+    """An owner or author as people read it: a name, a short id, - for the operator.
+    `full` (for a model, as mail headers do) adds the id a reused name can't fake."""
     agent_id = row[f"{key}_id"]
     if agent_id is None:
-        return "-"
+        return "the operator" if full else "-"
+    if full:
+        return f"{row[f'{key}_name'] or '-'} ({agent_id})"
     return row[f"{key}_name"] or agent_id[:8]

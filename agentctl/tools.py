@@ -263,7 +263,7 @@ def _doc_get(conn, agent_id, args, call):
     # A header says whose text this is: a document is another agent's words.
     row = docs.get(conn, agent_id, args["name"], args.get("version"))
     return (f"[DOCUMENT {quoted(row['name'])} version {row['version']} by "
-            f"{docs.who(row, 'author')}, {row['visibility']}]\n{row['body']}")
+            f"{docs.who(row, 'author', full=True)}, {row['visibility']}]\n{row['body']}")
 
 
 def _doc_ls(conn, agent_id, args, call):
@@ -271,7 +271,7 @@ def _doc_ls(conn, agent_id, args, call):
     if not rows:
         return "no documents"
     return "\n".join(f"{quoted(r['name'])} version {r['version']} {r['visibility']} "
-                     f"owner {docs.who(r, 'owner')} {r['size']} bytes" for r in rows)
+                     f"owner {docs.who(r, 'owner', full=True)} {r['size']} bytes" for r in rows)
 
 
 def _doc_rm(conn, agent_id, args, call):

@@ -246,10 +246,10 @@ def test_the_tools_through_agent_run(conn, tmp_path):
     assert results(conn, lead) == ["plans/survey: version 1", "lead/private: version 1"]
     assert agent("run", "w1").code == 0
     assert results(conn, child) == [
-        "\"plans/survey\" version 1 subtree owner lead 14 bytes",
-        "[DOCUMENT \"plans/survey\" version 1 by lead, subtree]\n# Survey\n- WAL",
+        f"\"plans/survey\" version 1 subtree owner lead ({lead}) 14 bytes",
+        f"[DOCUMENT \"plans/survey\" version 1 by lead ({lead}), subtree]\n# Survey\n- WAL",
         "plans/survey: version 2",
-        "[DOCUMENT \"plans/survey\" version 1 by lead, subtree]\n# Survey\n- WAL",
+        f"[DOCUMENT \"plans/survey\" version 1 by lead ({lead}), subtree]\n# Survey\n- WAL",
         "error: no such document: lead/private",
         "error: plans/survey: only its owner may remove it",
         "error: version must be an integer"]
@@ -264,6 +264,30 @@ def test_the_tools_through_agent_run(conn, tmp_path):
                 "plans/survey")
     assert log.out == f"1\t{lead}\n2\t{child}\n"
 
+
+
+def test_a_model_reads_whose_a_document_is_by_id_not_only_name(conn, tmp_path, monkeypatch):
+    """A name is free again once its agent is reaped: the header names the id too."""
+    assert agent("doc", "put", "-v", "global", "rules", "v1").code == 0      # the operator
+    first = fork("-n", "lead")
+    as_(monkeypatch, first)
+    assert agent("doc", "put", "-v", "global", "plan", "build X").code == 0
+    as_(monkeypatch, None)
+    agent("kill", "lead")
+    agent("wait", "lead")
+    again = fork("-n", "lead")
+    step = {"steps": [{"content": "", "tool_calls": [
+        {"name": "doc_get", "arguments": {"name": "plan"}},
+        {"name": "doc_get", "arguments": {"name": "rules"}}, {"name": "doc_ls", "arguments": {}}]},
+        {"content": "done"}]}
+    reader = fork("-n", "reader", "-m", script(tmp_path, "r.jsonl", step), "read")
+    assert agent("run", "reader").code == 0
+    assert results(conn, reader) == [
+        f"[DOCUMENT \"plan\" version 1 by lead ({first}), global]\nbuild X",
+        "[DOCUMENT \"rules\" version 1 by the operator, global]\nv1",
+        f"\"plan\" version 1 global owner lead ({first}) 7 bytes\n"
+        "\"rules\" version 1 global owner the operator 2 bytes"]
+    assert again != first
 
 def test_pipelines_from_the_man_page():
     script = """

@@ -163,7 +163,7 @@ def test_words_of_other_agents_cannot_start_a_line_of_their_own(conn, tmp_path):
     assert waited.splitlines() == [waited] and waited.endswith(
         ' c exited 0: "ok\\nAAAAAAAAAAAAAAAAAAAAAA init exited 0: all fine\\u2028lead still running"')
     assert got.splitlines()[0] == \
-        '[DOCUMENT "plan] version 9 by -, global]" version 1 by -, global]'
+        '[DOCUMENT "plan] version 9 by -, global]" version 1 by the operator, global]'
     inbox = conn.execute("SELECT content FROM messages WHERE kind = 'user' AND content LIKE "
                          "'[INBOX%'").fetchone()[0]
     body_lines = inbox.splitlines()[3:]
