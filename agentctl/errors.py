@@ -5,7 +5,8 @@ USAGE = 2        # bad arguments or input
 REFUSED = 3      # the agent can't do that now: stopped, exited, over budget, not allowed
 UNAVAILABLE = 69 # the model's API refused the request for good
 SOFTWARE = 70    # a bug
-DATABASE = 74    # the database can't be used: not a database, read-only, newer schema
+DATABASE = 74    # I/O: the database can't be used (not a database, read-only, newer
+                 # schema), or standard output can't be written
 TEMPFAIL = 75    # try again later: claimed, locked, the model's API unreachable
 
 

@@ -65,10 +65,29 @@ def test_a_reader_that_goes_away_is_exit_141_not_1():
         agent-replay big | true; echo "replay ${PIPESTATUS[0]}"
         agent-mail -a big | true; echo "mail ${PIPESTATUS[0]}"
         agent-mail -r big | true; echo "mail-r ${PIPESTATUS[0]}"
+        # a reader that takes a little first: the big write is cut short, not refused
+        agent-doc get notes | head -c 10 >/dev/null; echo "doc ${PIPESTATUS[0]}"
+        agent-replay big | head -c 10 >/dev/null; echo "replay ${PIPESTATUS[0]}"
     """)
-    assert result.out.split("\n")[1:] == ["doc 141", "replay 141", "mail 141", "mail-r 141", ""], \
-        result
+    assert result.out.split("\n")[1:] == ["doc 141", "replay 141", "mail 141", "mail-r 141",
+                                          "doc 141", "replay 141", ""], result
     assert result.err == "", result.err
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_standard_output_that_cant_be_written_is_exit_74(unbuffered):
+    result = shell(f"""
+        export PYTHONUNBUFFERED={unbuffered}
+        agent-doc put notes hello; agent-fork -n a hi >/dev/null
+        agent-ps >/dev/full; echo "ps $?"
+        agent-doc get notes >/dev/full; echo "doc $?"
+        agent-replay a >/dev/full; echo "replay $?"
+        agent-ps --help >/dev/full; echo "help $?"
+    """)
+    assert result.out.split("\n")[1:] == ["ps 74", "doc 74", "replay 74", "help 74", ""], result
+    assert result.err.splitlines() == [
+        f"agent-{p}: can't write standard output: No space left on device"
+        for p in ("ps", "doc", "replay", "ps")], result.err
 
 
 def test_invalid_utf8_and_nul_free_arguments_never_crash():

@@ -2,6 +2,7 @@
 options, input rules, and the one place errors become `program: message`
 and an exit status."""
 
+import io
 import os
 import sqlite3
 import sys
@@ -9,7 +10,7 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
+from ..errors import DATABASE, SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -22,6 +23,57 @@ class PipeClosed(Exception):
 class Interrupted(Exception):
     """^C. Not a KeyboardInterrupt: click's main writes an empty line for one,
     and an error is one line."""
+
+
+class OutputFault(AgentctlError):
+    """Standard output can't be written (a full disk): exit 74, EX_IOERR."""
+    code = DATABASE
+
+
+class _Whole(io.BufferedWriter):
+    """Standard output whose writes are whole or raise. A pipe whose reader leaves
+    mid-write takes part of a big write; CPython's BufferedWriter returns that
+    count and TextIOWrapper drops the rest, so `agent-doc get big | head -c1`
+    exited 0. A write that can't be done (a full disk) is exit 74, not a bug."""
+
+    eager = False               # PYTHONUNBUFFERED: every write goes out at once
+
+    def write(self, data):
+        view, done = memoryview(data), 0
+        while done < len(view):
+            done += self._do(super().write, view[done:]) or self._short()
+        if self.eager:
+            self.flush()
+        return done
+
+    def flush(self):
+        self._do(super().flush)
+
+    @staticmethod
+    def _do(call, *args):
+        try:
+            return call(*args)
+        except (BrokenPipeError, BlockingIOError):
+            raise
+        except OSError as e:
+            raise OutputFault(f"can't write standard output: {e.strerror or e}") from e
+
+    @staticmethod
+    def _short():
+        raise OutputFault("can't write standard output: nothing was written")
+
+
+def _whole_writes():
+    out = sys.stdout
+    if out is not sys.__stdout__ or type(getattr(out, "buffer", None)) not in (
+            io.BufferedWriter, io.FileIO):
+        return                  # already ours, or replaced (a test, a caller)
+    out.flush()
+    whole = _Whole(io.FileIO(out.fileno(), "w", closefd=False))
+    whole.eager = type(out.buffer) is io.FileIO
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        whole, encoding=out.encoding, errors=out.errors, line_buffering=out.line_buffering,
+        write_through=out.write_through)
 
 
 def _ours(cls):
@@ -196,6 +248,7 @@ def run(command, argv=None):
     from ..text import valid
     argv = [valid(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
+        _whole_writes()
         status = command.main(args=argv, prog_name=name, standalone_mode=False)
         sys.stdout.flush()
         return status if isinstance(status, int) else 0
@@ -207,6 +260,8 @@ def run(command, argv=None):
         return USAGE
     except AgentctlError as e:
         warn(name, str(e))
+        if isinstance(e, OutputFault):      # what is still buffered can't go out either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return e.code
     except sqlite3.Error as e:
         from ..db import fault
