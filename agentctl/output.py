@@ -36,7 +36,7 @@ class Column:
 def pick(columns, spec, default):
     """Columns named by -o (comma-separated, any case), else the default ones."""
     by_key = {c.key: c for c in columns}
-    keys = [k.strip().lower() for k in spec.split(",") if k.strip()] if spec else default
+    keys = default if spec is None else [k.strip().lower() for k in spec.split(",") if k.strip()]
     if not keys:
         raise UsageError(f"no columns in -o {spec!r} (one or more of {', '.join(by_key)})")
     unknown = [k for k in keys if k not in by_key]
@@ -54,6 +54,8 @@ UNPRINTABLE = {c: "?" for c in (*range(32), 127, *range(0x80, 0xa0))}
 def _tsv_field(value):
     if value is None:
         return ""
+    if isinstance(value, bool):         # as in JSON: a script tests `= true`
+        return "true" if value else "false"
     return str(value).translate(TSV_ESCAPES)
 
 

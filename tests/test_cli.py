@@ -144,8 +144,18 @@ def test_tables_show_control_characters_as_question_marks_and_tsv_escapes_nul():
     assert "?]0;pwned??[2Jhello?" in table
     tsv = agent("mail", "box", "--format", "tsv", "-0", "--no-headers", "-o", "id,subject").out
     assert tsv.split("\0") == ["1\t\x1b]0;pwned\x07\x1b[2Jhello\x9b", "2\ta\\0b", ""]
-    result = agent("mail", "box", "-o", ",")
-    assert result.code == 2 and "no columns" in result.err
+    for program, args in (("mail", ["box"]), ("ps", []), ("wait", ["--timeout", "0", "box"]),
+                          ("doc", ["ls"])):
+        for spec in (",", ""):          # an empty $COLS in -o "$COLS" is no columns either
+            result = agent(program, *args, "-o", spec)
+            assert (result.code, result.err.count("\n")) == (2, 1), (program, spec, result)
+            assert "no columns" in result.err
+
+
+def test_tsv_writes_booleans_as_json_does():
+    assert agent("doc", "put", "d", "one").code == 0 and agent("doc", "rm", "d").code == 0
+    assert agent("doc", "log", "--format", "tsv", "-o", "version,removed", "d").out == \
+        "version\tremoved\n1\tfalse\n2\ttrue\n"
 
 
 def test_an_interrupt_is_one_line_and_exit_130(home):

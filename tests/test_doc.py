@@ -42,7 +42,7 @@ def test_put_get_ls_log_rm_as_the_operator():
     assert (result.code, result.err) == (1, "agent-doc: no such document: plans/a\n")
     assert agent("doc", "ls", "-q").out == "notes\n"
     log = agent("doc", "log", "--format", "tsv", "-o", "version,size,removed", "plans/a")
-    assert log.out == "version\tsize\tremoved\n1\t5\tFalse\n2\t7\tFalse\n3\t\tTrue\n"
+    assert log.out == "version\tsize\tremoved\n1\t5\tfalse\n2\t7\tfalse\n3\t\ttrue\n"
     assert agent("doc", "get", "-V", "2", "plans/a").out == "second\n"
     result = agent("doc", "get", "-V", "3", "plans/a")
     assert (result.code, result.err) == (1, "agent-doc: plans/a: version 3 removed it\n")
