@@ -19,11 +19,18 @@ MAIL_COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
                 "m.deliver_at")
 
 
+def _exited(alias):
+    return f"(SELECT x.exited_at FROM agents x WHERE x.id = {alias}.recipient_id)"
+
+
 def visible(alias="mail"):
     """The one condition that puts mail in its mailbox: mail deferred by
     agent-send --at is invisible to its recipient (not counted, listed, taken
-    by a turn or pending input) until its time, then it is ordinary mail."""
-    return f"({alias}.deliver_at IS NULL OR {alias}.deliver_at <= {NOW_SQL})"
+    by a turn or pending input) until its time, then it is ordinary mail.
+    An agent that has exited receives nothing: mail whose time comes after
+    its exit is never delivered."""
+    return (f"({alias}.deliver_at IS NULL OR {alias}.deliver_at <= {NOW_SQL} AND "
+            f"{alias}.deliver_at <= coalesce({_exited(alias)}, {alias}.deliver_at))")
 
 
 def unread(alias="mail"):
@@ -31,7 +38,7 @@ def unread(alias="mail"):
 
 
 def deferred(alias="mail"):
-    return f"{alias}.read_at IS NULL AND {alias}.deliver_at > {NOW_SQL}"
+    return f"{alias}.read_at IS NULL AND {alias}.deliver_at > {NOW_SQL} AND {_exited(alias)} IS NULL"
 
 
 def check_body(body):

@@ -58,6 +58,24 @@ def test_an_agent_that_has_exited_wakes_no_more(conn):
     assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None
 
 
+def test_mail_that_comes_due_after_its_recipient_exited_is_never_delivered(conn):
+    fork("-n", "early")
+    fork("-n", "late")
+    assert agent("send", "--in", "1", "early", "came while alive").code == 0
+    time.sleep(1.1)
+    assert agent("kill", "early").code == 0
+    assert agent("send", "--in", "1", "late", "comes after the end").code == 0
+    assert agent("kill", "late").code == 0
+    time.sleep(1.1)
+    assert mail_count("early") == 1                     # delivered before the exit: kept
+    assert mail_count("late") == 0 and agent("mail", "-a", "late").out == ""
+    assert agent("mail", "--deferred", "late").out == ""
+    mail = {r["name"]: r["mail"] for r in json.loads(
+        agent("ps", "--format", "json", "-o", "name,mail").out)}
+    assert (mail["early"], mail["late"]) == (1, 0)
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 2     # nothing deleted
+
+
 def test_a_time_in_the_past_delivers_at_once(conn):
     fork("-n", "a", "-m", "echo")
     assert agent("send", "--at", "2001-02-03T04:05", "a", "now").code == 0
@@ -221,6 +239,24 @@ def test_a_prompt_that_reads_like_a_timer_sets_none_when_its_turn_is_voided(conn
     assert agent("kill", "-s", "HUP", "a").code == 0      # the turn writes the prompt again
     assert agent("run", "a").code == 69
     assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None
+
+
+def test_mail_that_comes_due_after_its_recipient_exited_is_never_delivered(conn):
+    fork("-n", "early")
+    fork("-n", "late")
+    assert agent("send", "--in", "1", "early", "came while alive").code == 0
+    time.sleep(1.1)
+    assert agent("kill", "early").code == 0
+    assert agent("send", "--in", "1", "late", "comes after the end").code == 0
+    assert agent("kill", "late").code == 0
+    time.sleep(1.1)
+    assert mail_count("early") == 1                     # delivered before the exit: kept
+    assert mail_count("late") == 0 and agent("mail", "-a", "late").out == ""
+    assert agent("mail", "--deferred", "late").out == ""
+    mail = {r["name"]: r["mail"] for r in json.loads(
+        agent("ps", "--format", "json", "-o", "name,mail").out)}
+    assert (mail["early"], mail["late"]) == (1, 0)
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 2     # nothing deleted
 
 
 def test_an_inbox_lists_mail_in_the_order_it_became_mail(conn):
