@@ -163,8 +163,14 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         pending = _unanswered(conn, turn_id)
         if pending:
             _run_calls(conn, agent_id, turn_id, pending)
+            # what came while they ran: a KILL or STOP, or a CONT that took a STOP back
+            signal = registry.get(conn, agent_id)["pending_signal"]
+            if signal == "KILL":
+                return _killed(conn, agent_id, turn_id, spec)
         if signal == "STOP":
-            return _stopped(conn, agent_id, turn_id, spec)
+            stopped = _stopped(conn, agent_id, turn_id, spec)
+            if stopped:
+                return stopped
         ending, result = _ending(conn, turn_id)
         steps = conn.execute("SELECT steps FROM turns WHERE id = ?", (turn_id,)).fetchone()[0]
         if ending or steps >= max_steps or _answered(conn, turn_id):
@@ -258,8 +264,11 @@ def _killed(conn, agent_id, turn_id, spec):
 
 
 def _stopped(conn, agent_id, turn_id, spec):
-    """STOP: the turn stays open and resumes after CONT."""
+    """STOP: the turn stays open and resumes after CONT. None when a CONT took
+    the STOP back before this transaction: the turn goes on."""
     with turns.holding(conn, agent_id):
+        if registry.get(conn, agent_id)["pending_signal"] != "STOP":
+            return None
         conn.execute("UPDATE agents SET pending_signal = NULL WHERE id = ?", (agent_id,))
         turns.release(conn, agent_id, "T")
     return _outcome(conn, agent_id, turn_id, "stopped", spec)

@@ -50,7 +50,10 @@ def apply(conn, target, sig, *, cascade=False, actor=None):
     dying = {v["id"] for v in victims} if sig in ("TERM", "KILL") else set()
     # The deepest first: a budget goes back up one account at a time (budget.give_back)
     for victim in reversed(victims):
-        _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying)
+        # A descendant in a cascade dies at once, in a turn or not: its run finds
+        # the agent ended at its next write (turns.KilledMidTurn) and writes nothing.
+        now = bool(dying) and victim["id"] != target["id"]
+        _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying, now)
     return len(victims), refusal
 
 
@@ -62,10 +65,10 @@ def _refusal(agent, sig):
     return None
 
 
-def _deliver(conn, agent, sig, actor, dying):
+def _deliver(conn, agent, sig, actor, dying, now=False):
     from . import turns
     registry.record(conn, agent["id"], "signal", sig, actor)
-    in_turn = agent["status"] == "R" and turns.lease_is_live(agent)
+    in_turn = agent["status"] == "R" and turns.lease_is_live(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):
         # No runner to honour it (none, stopped, or crashed): a turn left
         # open is ended here and never replayed.

@@ -96,6 +96,12 @@ class LostClaim(TempFail):
     lease ran out, its process stalled): this run must write nothing more."""
 
 
+class KilledMidTurn(LostClaim):
+    """The agent was ended while this run ran (a cascade from an ancestor kills
+    its running descendants at once): the turn is voided, write nothing more."""
+    code = Refused.code
+
+
 @contextmanager
 def holding(conn, agent_id):
     """A write transaction of the run that holds the agent's claim. The claim
@@ -103,6 +109,10 @@ def holding(conn, agent_id):
     beside those of the run that took the agent over: LostClaim instead."""
     with transaction(conn):
         row = registry.get(conn, agent_id)
+        if row is not None and row["lease_owner"] != owner_token() and \
+                row["status"] in ("Z", "X"):
+            how = f"killed by {row['exit_signal']}" if row["exit_signal"] else "ended"
+            raise KilledMidTurn(f"{registry.label(row)}: {how} during its turn (voided)")
         if row is None or row["lease_owner"] != owner_token():
             raise LostClaim(f"{registry.label(row)}: claimed by another agent-run while this "
                             "one ran (its lease ran out); it wrote nothing more")

@@ -225,3 +225,52 @@ def test_a_hup_waiting_for_a_turn_is_recorded_when_the_agent_exits(conn, tmp_pat
     row = registry.resolve(conn, "a")
     assert (row["status"], row["hup_pending"]) == ("Z", 0)
     assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
+
+
+def _running(*argv):
+    import os
+    import subprocess
+    import sys
+    from .conftest import ROOT
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "bin", "agent-run"), *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+
+
+def test_a_cont_after_a_stop_is_never_lost_while_tool_calls_run(conn, tmp_path):
+    """STOP reaches the run before a step's tool calls, CONT while they run: both
+    agent-kill exit 0, so the agent must not be left stopped."""
+    import time
+    wait = {"tool_calls": [{"name": "wait", "arguments": {"agents": ["c"], "timeout": 2}}]}
+    fork("-n", "p", "-m", script(tmp_path, {"steps": [wait, wait, {"content": "done"}]}), "go")
+    fork("-p", "p", "-n", "c")
+    run = _running("p")
+    time.sleep(0.7)                     # in the first step's wait: seen before the second's
+    assert agent("kill", "-s", "STOP", "p").code == 0
+    time.sleep(2)                       # in the second step's wait
+    assert agent("kill", "-s", "CONT", "p").code == 0
+    assert run.wait(timeout=30) == 0, run.stderr.read()
+    assert status(conn, "p") == "S"
+
+
+def test_a_cascade_ends_descendants_in_their_turns_at_once(conn, tmp_path):
+    """Its descendants die at once (X), are not reparented and notify no one,
+    also one whose turn is running: the run writes nothing more and exits 3."""
+    import time
+    wait = {"tool_calls": [{"name": "wait", "arguments": {"agents": ["g"], "timeout": 5}}]}
+    fork("-n", "lead")
+    q = fork("-p", "lead", "-n", "q")
+    c = fork("-p", "q", "-n", "c", "-m", script(tmp_path, {"steps": [wait, {"content": "x"}]}), "go")
+    g = fork("-p", "c", "-n", "g")
+    run = _running("c")
+    time.sleep(1)
+    assert agent("kill", "--cascade", "q").code == 0
+    assert run.wait(timeout=30) == 3
+    assert run.stderr.read() == "agent-run: c: killed by TERM during its turn (voided)\n"
+    assert [status(conn, a) for a in (q, c, g)] == ["Z", "X", "X"]
+    assert [registry.get(conn, a)["parent_id"] for a in (c, g)] == [q, c]
+    assert conn.execute("SELECT count(*) FROM events WHERE kind = 'reparent'").fetchone()[0] == 0
+    assert [r[0] for r in conn.execute("SELECT sender_id FROM mail")] == [q]
+    assert conn.execute("SELECT status FROM turns").fetchall()[0][0] == "killed"
+    assert conn.execute("SELECT count(*) FROM messages WHERE agent_id = ? AND kind = "
+                        "'tool_result'", (c,)).fetchone()[0] == 0
