@@ -24,8 +24,11 @@ def parse_duration(text):
 
 def checked(when):
     """`when` if it is a time agentctl can write (ISO 8601, before the year
-    10000), else a usage error: a far-off time must not break agent-ps later."""
+    10000), else a usage error: a far-off time must not break agent-ps later.
+    A time before 1970 is 1970: in the past, so due at once, however far."""
     import datetime
+    if when < 0:
+        return 0.0
     try:
         datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
     except (OverflowError, ValueError, OSError):
@@ -63,4 +66,6 @@ def parse_time(text, now=None, zone=None):
     try:
         return checked(when.timestamp())     # a naive datetime is local time
     except (OverflowError, ValueError, OSError):    # local time in the year 1, say
+        if when.year < 9999:
+            return 0.0                          # the past: due at once
         raise UsageError("that time is out of range (the year must be before 10000)") from None
