@@ -117,7 +117,8 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
     elif history.in_context(conn, parent, at):
         point = at
     else:
-        raise UsageError(f"message {at} is not in the history of {label(parent)}")
+        raise UsageError(f"message {at} is not in the context of {label(parent)} "
+                         f"(see agent-replay {label(parent)})")
     if budget is not None:
         from .budget import carve
         carve(conn, parent, budget)

@@ -138,6 +138,13 @@ def test_a_child_compacts_messages_kept_in_its_parent(tmp_path, calls, conn):
     agent("fork", "-p", "c", "-n", "g")
     assert replay("g")[0]["id"] == head["id"]
     assert registry.resolve(conn, "g")["context_window"] == 600
+    # A message summarised is in the record (--full), not in the context: no fork there.
+    summarised = replay("c", "--full")[1]["id"]
+    assert summarised < head["keep_from"]
+    result = agent("fork", "-p", "c", "--at", str(summarised))
+    assert (result.code, result.err) == (
+        2, f"agent-fork: message {summarised} is not in the context of c (see agent-replay c)\n")
+    assert agent("fork", "-p", "c", "--at", str(head["keep_from"])).code == 0
 
 
 def test_a_voided_compaction_is_not_a_boundary(tmp_path, conn):

@@ -141,4 +141,5 @@ def test_refusals():
     assert (result.code, result.err) == (3, "agent-fork: gone: can't fork: it is a zombie (exited)\n")
     assert agent("fork", "").err == "agent-fork: empty prompt\n"
     assert agent("fork", "--at", "-3").code == 2
-    assert agent("fork", "--at", "99999").err == "agent-fork: message 99999 is not in the history of init\n"
+    assert agent("fork", "--at", "99999").err == \
+        "agent-fork: message 99999 is not in the context of init (see agent-replay init)\n"

@@ -79,7 +79,7 @@ def test_fork_at_a_message_outside_the_parents_history_is_refused(conn):
     theirs = append(conn, b)
     result = agent("fork", "-p", a, "--at", theirs)
     assert result.code == 2
-    assert result.err == f"agent-fork: message {theirs} is not in the history of a\n"
+    assert result.err == f"agent-fork: message {theirs} is not in the context of a (see agent-replay a)\n"
 
 
 def test_replay_formats(conn):
