@@ -186,6 +186,29 @@ def test_every_option_is_documented(name):
     assert not unseen, f"agent-{name}.1: {', '.join(unseen)} not in the rendered OPTIONS"
 
 
+def option_groups(name):
+    """Each option of agent-<name> (and of its commands) as the set of its spellings."""
+    command = import_module(f"agentctl.cli.{name}").cli
+    context = click.Context(command, info_name=f"agent-{name}", **command.context_settings)
+    commands = [(command, context)] + [
+        (sub, click.Context(sub, info_name=sub.name, parent=context))
+        for sub in getattr(command, "commands", {}).values()]
+    return [set(p.opts + p.secondary_opts) for c, ctx in commands for p in c.get_params(ctx)
+            if isinstance(p, click.Option)]
+
+
+@pytest.mark.parametrize("name", [n for n in documented_programs()
+                                  if os.path.exists(page_of(n))])
+def test_the_synopsis_names_every_option(name):
+    """What --help and OPTIONS list, SYNOPSIS shows, in one of its spellings
+    (the options every program has are in agentctl(7))."""
+    synopsis = sections(plain_text(page_of(name)))["SYNOPSIS"]
+    shown = set(OPTION.findall(synopsis))
+    missing = [sorted(group) for group in option_groups(name)
+               if not group & ({"--db", "--version", "--help"} | shown)]
+    assert not missing, f"agent-{name}.1: SYNOPSIS lacks {missing}"
+
+
 @pytest.mark.parametrize("name", [n for n in documented_programs()
                                   if os.path.exists(page_of(n))])
 def test_title_and_name_match_the_program(name):

@@ -248,13 +248,6 @@ def test_the_page_describes_the_summary_as_the_model_gets_it(conn):
     assert " ".join(context.SUMMARY_HEAD.split()) + " followed by the summary" in text
 
 
-def test_the_synopsis_names_every_option():
-    from .test_man import click_options
-    synopsis = page_text().split("DESCRIPTION")[0]
-    for option in click_options("replay") - {"--db", "--version", "--help", "-h"}:
-        assert option in synopsis, option
-
-
 def test_full_shows_the_record_of_messages_not_events(conn):
     fork("-n", "a", "hello")
     agent("kill", "-s", "STOP", "a")
