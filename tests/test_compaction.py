@@ -191,6 +191,15 @@ def test_full_refuses_what_is_not_a_record():
         assert result.code == 2 and "--full" in result.err
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "openai", "text"])
+def test_ranges_take_no_format(fmt):
+    agent("fork", "-n", "a")
+    result = agent("replay", "--ranges", "--format", fmt, "a")
+    assert (result.code, result.out) == (2, "")
+    assert result.err == ("agent-replay: --ranges and --format don't go together "
+                          "(the ranges are of the context, one tab-separated line each)\n")
+
+
 def test_the_summary_call_is_charged_to_the_budget(tmp_path, calls, conn):
     assert agent("fork", "-n", "lead", "--budget", "1000000").code == 0
     assert agent("fork", "-p", "lead", "-n", "a", "-m", rules(tmp_path), "-w", "800",

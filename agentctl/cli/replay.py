@@ -6,7 +6,7 @@ from .common import complete_agents, connect, program, run
 
 
 @program("agent-replay")
-@click.option("--format", "fmt", default="text", metavar="FORMAT",
+@click.option("--format", "fmt", metavar="FORMAT",
               type=click.Choice(["text", "jsonl", "openai"]),
               help="text (default), jsonl, or openai (the Chat Completions messages array).")
 @click.option("--ranges", is_flag=True,
@@ -21,8 +21,12 @@ def cli(db_path, fmt, ranges, full, agent):
     from .. import context, history
     from ..errors import UsageError
     from ..registry import resolve
-    if full and (ranges or fmt == "openai"):
+    if ranges and (full or fmt):
+        raise UsageError(f"--ranges and {'--full' if full else '--format'} don't go together "
+                         "(the ranges are of the context, one tab-separated line each)")
+    if full and fmt == "openai":
         raise UsageError("--full is the record, not a context: use it with text or jsonl")
+    fmt = fmt or "text"
     conn = connect(db_path)
     target = resolve(conn, agent)
     if ranges:
