@@ -20,6 +20,7 @@ readers.
 import time
 
 from .errors import NotFound, Refused, UsageError
+from .ids import short
 
 VISIBILITIES = ("private", "subtree", "global")
 MAX_NAME = 255
@@ -202,4 +203,4 @@ def who(row, key, full=False):
         return "the operator" if full else "-"
     if full:
         return f"{row[f'{key}_name'] or '-'} ({agent_id})"
-    return row[f"{key}_name"] or agent_id[:8]
+    return row[f"{key}_name"] or short(agent_id)

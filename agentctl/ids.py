@@ -6,6 +6,7 @@ import uuid
 
 ID_LENGTH = 22
 MIN_PREFIX = 4
+SHORT = 8                           # the characters of an id a table shows
 INIT_ID = "A" * ID_LENGTH          # the nil UUID, base64url: init's id
 NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}\Z")
 ROLES = ("agent", "task", "worker", "lead", "architect", "daemon")
@@ -22,7 +23,7 @@ def new_id():
 
 
 def short(agent_id):
-    return agent_id[:8]
+    return agent_id[:SHORT]
 
 
 def valid_name(name):

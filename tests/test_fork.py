@@ -111,8 +111,7 @@ def test_a_name_never_shadows_an_id_prefix(conn):
     result = agent("fork", "-n", "zt9x6a8t")
     assert (result.code, result.err) == (
         3, f"agent-fork: name zt9x6a8t is a prefix of the id {victim}: it would shadow that agent\n")
-    assert agent("fork", "-n", "zt9x").code == 3
-    assert agent("fork", "-n", "zt9").code == 0           # shorter than any prefix
+    assert agent("fork", "-n", "zt9x6a8").code == 0       # shorter than a short id: by chance
     assert registry.resolve(conn, "zt9x6a8t")["id"] == victim
     # an id that comes later and begins with a name: the word is ambiguous, not the name's
     holder = fork("-n", "qz9x6a8t")
