@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from .errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 DEFAULT_BUSY_SECONDS = 30.0
 INTEGER_MAX = 2 ** 63 - 1        # SQLite's largest INTEGER: no id or count is beyond it

@@ -130,7 +130,7 @@ def turns(db):
 @MIGRATIONS(name="0004_long_lived")
 def long_lived(db):
     # Compaction (context_window, keep_from, tokens), budgets (budget,
-    # budget_id, spent), timers (mail.deliver_at, turns.woke_at) and documents.
+    # budget_id, spent), operator timers (mail.deliver_at) and documents.
     _run(db, """
     ALTER TABLE agents ADD COLUMN context_window INTEGER;
     ALTER TABLE agents ADD COLUMN budget INTEGER;
@@ -139,7 +139,6 @@ def long_lived(db):
     ALTER TABLE messages ADD COLUMN keep_from INTEGER;
     ALTER TABLE messages ADD COLUMN tokens INTEGER;
     ALTER TABLE mail ADD COLUMN deliver_at REAL;
-    ALTER TABLE turns ADD COLUMN woke_at REAL;
     CREATE INDEX agents_budget ON agents(budget_id) WHERE budget_id IS NOT NULL;
     CREATE INDEX mail_deferred ON mail(deliver_at)
         WHERE deliver_at IS NOT NULL AND read_at IS NULL;
@@ -156,6 +155,12 @@ def long_lived(db):
     );
     CREATE INDEX documents_owner ON documents(owner_id)
     """)
+
+
+@MIGRATIONS(name="0005_turn_timer")
+def turn_timer(db):
+    # The timer a turn took, given back if the turn is voided.
+    _run(db, "ALTER TABLE turns ADD COLUMN woke_at REAL")
 
 
 def apply(conn):

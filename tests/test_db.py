@@ -97,6 +97,24 @@ def test_not_a_database(home):
     assert home.read_bytes().startswith(b"this is not sqlite")
 
 
+def test_a_database_of_the_schema_before_is_migrated_on_open(tmp_path):
+    """A migration once released is never edited: a database made before
+    0005_turn_timer gets it when a program next opens it."""
+    path = str(tmp_path / "agents.db")
+    conn = db.connect(path)
+    conn.execute("ALTER TABLE turns DROP COLUMN woke_at")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0005_turn_timer'")
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+    result = agent("fork", "--db", path, "-n", "a", "-m", "echo", "hi")
+    assert result.code == 0, result.err
+    assert agent("run", "--db", path, "a").code == 0
+    conn = db.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 5
+    assert [tuple(r) for r in conn.execute("SELECT woke_at FROM turns")] == [(None,)]
+
+
 def test_directory_that_cant_be_made(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
