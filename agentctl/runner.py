@@ -57,6 +57,8 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
         spec, client = choose_model(agent, model)
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
         turn = turns.start(conn, agent, spec)
+    except turns.LostClaim:
+        raise                   # ended by a cascade since the claim: touch nothing
     except BaseException:
         _release(conn, agent_id)
         raise

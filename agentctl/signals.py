@@ -74,7 +74,8 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
         # open is ended here and never replayed.
         turn = turns.open_turn(conn, agent["id"])
         if turn is not None:
-            turns.void(conn, turn, "killed", f"killed by {sig} outside a run")
+            turns.void(conn, turn, "killed",
+                       f"killed by {sig} {'in a cascade' if now else 'outside a run'}")
     if agent["status"] == "R" and not in_turn:
         turns.release(conn, agent["id"])
         agent = registry.get(conn, agent["id"])

@@ -110,9 +110,9 @@ def holding(conn, agent_id):
     with transaction(conn):
         row = registry.get(conn, agent_id)
         if row is not None and row["lease_owner"] != owner_token() and \
-                row["status"] in ("Z", "X"):
-            how = f"killed by {row['exit_signal']}" if row["exit_signal"] else "ended"
-            raise KilledMidTurn(f"{registry.label(row)}: {how} during its turn (voided)")
+                row["status"] in ("Z", "X") and row["exit_signal"]:
+            raise KilledMidTurn(f"{registry.label(row)}: killed by {row['exit_signal']} while "
+                                "this run held it; it wrote nothing more")
         if row is None or row["lease_owner"] != owner_token():
             raise LostClaim(f"{registry.label(row)}: claimed by another agent-run while this "
                             "one ran (its lease ran out); it wrote nothing more")
@@ -201,13 +201,14 @@ def start(conn, agent, model_name):
     unanswered prompt, every unread mail (one inbox message), a due timer.
     Returns the turn row; NotFound when there is nothing to do, Refused when
     a new turn would start with the agent's account exhausted."""
+    # Under the claim: a cascade may have ended the agent since it was claimed.
     if agent["budget_id"] is not None:
-        with transaction(conn):     # committed before refusing: the parent's notice stays
+        with holding(conn, agent["id"]):    # committed before refusing: the notice stays
             over = open_turn(conn, agent["id"]) is None and has_pending_input(conn, agent) \
                 and budget.refusal(conn, agent)
         if over:
             raise Refused(over)
-    with transaction(conn):
+    with holding(conn, agent["id"]):
         turn = open_turn(conn, agent["id"])
         if turn is not None:
             return turn

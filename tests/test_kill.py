@@ -266,7 +266,8 @@ def test_a_cascade_ends_descendants_in_their_turns_at_once(conn, tmp_path):
     time.sleep(1)
     assert agent("kill", "--cascade", "q").code == 0
     assert run.wait(timeout=30) == 3
-    assert run.stderr.read() == "agent-run: c: killed by TERM during its turn (voided)\n"
+    assert run.stderr.read() == \
+        "agent-run: c: killed by TERM while this run held it; it wrote nothing more\n"
     assert [status(conn, a) for a in (q, c, g)] == ["Z", "X", "X"]
     assert [registry.get(conn, a)["parent_id"] for a in (c, g)] == [q, c]
     assert conn.execute("SELECT count(*) FROM events WHERE kind = 'reparent'").fetchone()[0] == 0
@@ -274,3 +275,42 @@ def test_a_cascade_ends_descendants_in_their_turns_at_once(conn, tmp_path):
     assert conn.execute("SELECT status FROM turns").fetchall()[0][0] == "killed"
     assert conn.execute("SELECT count(*) FROM messages WHERE agent_id = ? AND kind = "
                         "'tool_result'", (c,)).fetchone()[0] == 0
+
+
+def test_a_cascade_between_claim_and_turn_leaves_no_turn(conn):
+    """The run has claimed the agent but opened no turn yet when a cascade ends it:
+    the turn is never opened, the mail never taken."""
+    from agentctl import turns
+    fork("-n", "pp")
+    cc = fork("-p", "pp", "-n", "cc", "prompt")
+    assert agent("send", "cc", "mail").code == 0
+    claimed = turns.claim(conn, "cc")
+    assert agent("kill", "--cascade", "pp").code == 0
+    with pytest.raises(turns.KilledMidTurn) as raised:
+        turns.start(conn, claimed, "echo")
+    assert raised.value.code == 3
+    assert status(conn, cc) == "X"
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
+    assert conn.execute("SELECT read_at FROM mail").fetchone()[0] is None
+
+
+def test_a_run_that_lost_its_agent_is_told_how(conn):
+    """Another run took the agent over (this one stalled past its lease) and the
+    agent exited there: 75, the claim lost. Killed by a signal while this run held
+    it: 3. Either way the run writes nothing more."""
+    from agentctl import turns
+    a = fork("-n", "a")
+    conn.execute("UPDATE agents SET status = 'Z', exit_code = 0, lease_owner = 'other' "
+                 "WHERE id = ?", (a,))
+    conn.commit()
+    with pytest.raises(turns.LostClaim) as raised:
+        with turns.holding(conn, a):
+            pass
+    assert type(raised.value) is turns.LostClaim and raised.value.code == 75
+    conn.execute("UPDATE agents SET exit_code = 143, exit_signal = 'TERM', lease_owner = NULL "
+                 "WHERE id = ?", (a,))
+    conn.commit()
+    with pytest.raises(turns.KilledMidTurn) as raised:
+        with turns.holding(conn, a):
+            pass
+    assert str(raised.value) == "a: killed by TERM while this run held it; it wrote nothing more"
