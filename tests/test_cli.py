@@ -83,11 +83,13 @@ def test_standard_output_that_cant_be_written_is_exit_74(unbuffered):
         agent-doc get notes >/dev/full; echo "doc $?"
         agent-replay a >/dev/full; echo "replay $?"
         agent-ps --help >/dev/full; echo "help $?"
+        agent-ps >&-; echo "closed $?" >&2
     """)
     assert result.out.split("\n")[1:] == ["ps 74", "doc 74", "replay 74", "help 74", ""], result
     assert result.err.splitlines() == [
         f"agent-{p}: can't write standard output: No space left on device"
-        for p in ("ps", "doc", "replay", "ps")], result.err
+        for p in ("ps", "doc", "replay", "ps")] + [
+        "agent-ps: can't write standard output: it is closed", "closed 74"], result.err
 
 
 def test_invalid_utf8_and_nul_free_arguments_never_crash():

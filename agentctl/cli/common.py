@@ -63,8 +63,22 @@ class _Whole(io.BufferedWriter):
         raise OutputFault("can't write standard output: nothing was written")
 
 
+class _Closed(io.TextIOBase):
+    """Standard output closed (`agent-ps >&-`): Python leaves sys.stdout None,
+    and what writes to it fails as any output that can't be written does."""
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        raise OutputFault("can't write standard output: it is closed")
+
+
 def _whole_writes():
     out = sys.stdout
+    if out is None:
+        sys.stdout = _Closed()
+        return
     if out is not sys.__stdout__ or type(getattr(out, "buffer", None)) not in (
             io.BufferedWriter, io.FileIO):
         return                  # already ours, or replaced (a test, a caller)
@@ -260,7 +274,8 @@ def run(command, argv=None):
         return USAGE
     except AgentctlError as e:
         warn(name, str(e))
-        if isinstance(e, OutputFault):      # what is still buffered can't go out either
+        if isinstance(e, OutputFault) and not isinstance(sys.stdout, _Closed):
+            # what is still buffered can't go out either
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return e.code
     except sqlite3.Error as e:
