@@ -242,24 +242,6 @@ def test_a_prompt_that_reads_like_a_timer_sets_none_when_its_turn_is_voided(conn
     assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None
 
 
-def test_mail_that_comes_due_after_its_recipient_exited_is_never_delivered(conn):
-    fork("-n", "early")
-    fork("-n", "late")
-    assert agent("send", "--in", "1", "early", "came while alive").code == 0
-    time.sleep(1.1)
-    assert agent("kill", "early").code == 0
-    assert agent("send", "--in", "1", "late", "comes after the end").code == 0
-    assert agent("kill", "late").code == 0
-    time.sleep(1.1)
-    assert mail_count("early") == 1                     # delivered before the exit: kept
-    assert mail_count("late") == 0 and agent("mail", "-a", "late").out == ""
-    assert agent("mail", "--deferred", "late").out == ""
-    mail = {r["name"]: r["mail"] for r in json.loads(
-        agent("ps", "--format", "json", "-o", "name,mail").out)}
-    assert (mail["early"], mail["late"]) == (1, 0)
-    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 2     # nothing deleted
-
-
 def test_an_inbox_lists_mail_in_the_order_it_became_mail(conn):
     fork("-n", "a", "-m", "echo")
     agent("send", "--in", "1", "a", "deferred, sent first")
