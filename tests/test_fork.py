@@ -88,11 +88,16 @@ def test_names(conn):
     assert registry.resolve(conn, "dup")["id"] == again
 
 
-def test_lookup_by_id_prefix_and_ambiguity(conn):
+def with_id(conn, agent_id):
+    """An agent of init's with the id given, as the random ones may be."""
     with transaction(conn):
-        for suffix in ("a", "b"):
-            conn.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
-                         "VALUES (?, ?, ?, 0, 0)", ("Zzzz" + suffix * 18, INIT_ID, INIT_ID))
+        conn.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
+                     "VALUES (?, ?, ?, 0, 0)", (agent_id, INIT_ID, INIT_ID))
+
+
+def test_lookup_by_id_prefix_and_ambiguity(conn):
+    for suffix in ("a", "b"):
+        with_id(conn, "Zzzz" + suffix * 18)
     assert registry.resolve(conn, "Zzzza")["id"] == "Zzzz" + "a" * 18
     result = agent("ps", "--parent", "Zzzz")
     assert result.code == 2
@@ -105,9 +110,7 @@ def test_a_name_never_shadows_an_id_prefix(conn):
     """A name is looked up before an id prefix: a child named after another agent's
     short id would catch what was meant for that agent."""
     victim = "zt9x6a8t" + "Q" * 14
-    with transaction(conn):
-        conn.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
-                     "VALUES (?, ?, ?, 0, 0)", (victim, INIT_ID, INIT_ID))
+    with_id(conn, victim)
     result = agent("fork", "-n", "zt9x6a8t")
     assert (result.code, result.err) == (
         3, f"agent-fork: name zt9x6a8t is a prefix of the id {victim}: it would shadow that agent\n")
@@ -116,9 +119,7 @@ def test_a_name_never_shadows_an_id_prefix(conn):
     # an id that comes later and begins with a name: the word is ambiguous, not the name's
     holder = fork("-n", "qz9x6a8t")
     later = "qz9x6a8t" + "R" * 14
-    with transaction(conn):
-        conn.execute("INSERT INTO agents (id, parent_id, forked_from, fork_msg_id, created_at) "
-                     "VALUES (?, ?, ?, 0, 0)", (later, INIT_ID, INIT_ID))
+    with_id(conn, later)
     result = agent("send", "qz9x6a8t", "for whom?")
     assert (result.code, result.err) == (
         2, f"agent-send: ambiguous agent qz9x6a8t: the name of {holder} and a prefix of {later}\n")

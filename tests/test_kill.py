@@ -300,17 +300,16 @@ def test_a_run_that_lost_its_agent_is_told_how(conn):
     it: 3. Either way the run writes nothing more."""
     from agentctl import turns
     a = fork("-n", "a")
-    conn.execute("UPDATE agents SET status = 'Z', exit_code = 0, lease_owner = 'other' "
-                 "WHERE id = ?", (a,))
-    conn.commit()
-    with pytest.raises(turns.LostClaim) as raised:
-        with turns.holding(conn, a):
-            pass
-    assert type(raised.value) is turns.LostClaim and raised.value.code == 75
-    conn.execute("UPDATE agents SET exit_code = 143, exit_signal = 'TERM', lease_owner = NULL "
-                 "WHERE id = ?", (a,))
-    conn.commit()
-    with pytest.raises(turns.KilledMidTurn) as raised:
-        with turns.holding(conn, a):
-            pass
-    assert str(raised.value) == "a: killed by TERM while this run held it; it wrote nothing more"
+
+    def holding_after(change):
+        conn.execute(f"UPDATE agents SET {change} WHERE id = ?", (a,))
+        conn.commit()
+        with pytest.raises(turns.LostClaim) as raised:
+            with turns.holding(conn, a):
+                pass
+        return raised.value
+    lost = holding_after("status = 'Z', exit_code = 0, lease_owner = 'other'")
+    assert type(lost) is turns.LostClaim and lost.code == 75
+    killed = holding_after("exit_code = 143, exit_signal = 'TERM', lease_owner = NULL")
+    assert type(killed) is turns.KilledMidTurn and killed.code == 3
+    assert str(killed) == "a: killed by TERM while this run held it; it wrote nothing more"
