@@ -20,7 +20,6 @@ readers.
 import time
 
 from .errors import NotFound, Refused, UsageError
-from .ids import short
 
 VISIBILITIES = ("private", "subtree", "global")
 MAX_NAME = 255
@@ -196,11 +195,7 @@ def versions(conn, actor_id, name):
 
 
 def who(row, key, full=False):
-    """An owner or author as people read it: a name, a short id, - for the operator.
-    `full` (for a model, as mail headers do) adds the id a reused name can't fake."""
-    agent_id = row[f"{key}_id"]
-    if agent_id is None:
-        return "the operator" if full else "-"
-    if full:
-        return f"{row[f'{key}_name'] or '-'} ({agent_id})"
-    return row[f"{key}_name"] or short(agent_id)
+    """The owner or author of a row (`key`): for people (registry.named), or with
+    `full`, for a model (registry.signed)."""
+    from .registry import named, signed
+    return (signed if full else named)(row[f"{key}_id"], row[f"{key}_name"])

@@ -133,12 +133,6 @@ def mark_read(conn, ids, turn=None):
                      "AND read_at IS NULL", [(now, turn, i) for i in ids])
 
 
-def sender_label(row):
-    if row["sender_id"] is None:
-        return "-"
-    return row["sender_name"] or row["sender_id"][:8]
-
-
 def first_line(body, width=60):
     line = body.strip().split("\n", 1)[0]
     return line if len(line) <= width else line[:width - 1] + "…"

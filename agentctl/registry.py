@@ -24,7 +24,24 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
 
 
 def label(agent):
-    return agent["name"] or short(agent["id"])
+    return named(agent["id"], agent["name"])
+
+
+def named(agent_id, name):
+    """An agent as people read it: its name, else its short id; - for the
+    operator, who has no id."""
+    if agent_id is None:
+        return "-"
+    return name or short(agent_id)
+
+
+def signed(agent_id, name):
+    """Whose words these are, as a model reads it (mail, documents): the name
+    and the full id (a name is free again once its agent is reaped, an id
+    never), or the operator."""
+    if agent_id is None:
+        return "the operator"
+    return f"{named(agent_id, name)} ({agent_id})"
 
 
 def is_live(agent):

@@ -163,15 +163,13 @@ def release(conn, agent_id, status="S"):
 def inbox_text(mails, label="INBOX"):
     """All pending mail as one user message: who sent what, when. Mail is
     always presented as mail from its sender, whatever its text says."""
-    from .mail import sender_label
     from .output import age, iso
     now = time.time()
     lines = [f"[{label} - {len(mails)} new]", ""]
     # in the order it became mail: deferred mail counts from when it came due
     mails = sorted(mails, key=lambda m: (max(m["deliver_at"] or 0, m["created_at"]), m["id"]))
     for n, m in enumerate(mails, 1):
-        who = "the operator" if m["sender_id"] is None else \
-            f"{sender_label(m)} ({m['sender_id']})"
+        who = registry.signed(m["sender_id"], m["sender_name"])
         what = {"exit": "exit notification", "budget": "budget notice"}.get(m["kind"], "mail")
         deferred = (m["deliver_at"] or 0) > m["created_at"]
         came = m["deliver_at"] if deferred else m["created_at"]     # when it became mail

@@ -159,6 +159,7 @@ class Seconds(click.FloatRange):
 def complete_agents(ctx, param, incomplete):
     """Shell completion: names and ids of agents not yet dead."""
     from click.shell_completion import CompletionItem
+    from ..ids import short
     try:
         from ..db import connect as open_db
         conn = open_db(ctx.params.get("db_path"))
@@ -170,7 +171,7 @@ def complete_agents(ctx, param, incomplete):
     for agent_id, name, role in rows:
         for word in (name, agent_id):
             if word and word.startswith(incomplete):
-                items.append(CompletionItem(word, help=f"{role} {agent_id[:8]}"))
+                items.append(CompletionItem(word, help=f"{role} {short(agent_id)}"))
     return items
 
 

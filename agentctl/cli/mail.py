@@ -109,30 +109,32 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 
 
 def _item(row):
-    from ..mail import first_line, sender_label
+    from ..mail import first_line
+    from ..registry import named
     item = dict(row)
-    item["from_label"] = sender_label(row)
+    item["from_label"] = named(row["sender_id"], row["sender_name"])
     item["subject"] = first_line(row["body"])
     item["age"] = int(time.time() - row["created_at"])
     return item
 
 
 def _print_bodies(rows):
-    from ..mail import sender_label
     from ..output import iso
+    from ..registry import named
     for r in rows:
         kind = "" if r["kind"] == "mail" else f" ({r['kind']})"
-        sys.stdout.write(f"--- mail {r['id']} from {sender_label(r)}{kind} "
+        sys.stdout.write(f"--- mail {r['id']} from {named(r['sender_id'], r['sender_name'])}{kind} "
                          f"at {iso(r['created_at'])} ---\n{r['body']}\n")
 
 
 def _columns():
     from ..output import Column, age, iso, until
+    from ..registry import named
     return [
         Column("id", "ID"),
         Column("from", "FROM", human=lambda r: r["from_label"], machine=lambda r: r["sender_id"]),
         Column("to", "TO", machine=lambda r: r["recipient_id"],
-               human=lambda r: r["recipient_name"] or r["recipient_id"][:8]),
+               human=lambda r: named(r["recipient_id"], r["recipient_name"])),
         Column("kind", "KIND"),
         Column("age", "AGE", human=lambda r: age(r["age"])),
         Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
