@@ -53,6 +53,14 @@ def _boundary(conn, agent_id, through, floor, clears_only=False):
         "ORDER BY id DESC LIMIT 1", (agent_id, through, floor, clears_only)).fetchone()
 
 
+def clear_if_pending(conn, agent_id):
+    """Record the clear a HUP left waiting (agents.hup_pending) for the turn in
+    progress, now that the turn has ended or the agent has exited."""
+    if conn.execute("SELECT hup_pending FROM agents WHERE id = ?", (agent_id,)).fetchone()[0]:
+        append(conn, agent_id, "clear", "HUP")
+        conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent_id,))
+
+
 def ranges(conn, agent):
     """[(agent_id, after, through)] in chronological order; `after` is
     exclusive, `through` inclusive, None for the leaf (no upper limit).

@@ -188,10 +188,7 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
     live ancestor; the parent is told by mail. A clear still waiting for a
     turn (HUP) is recorded. `dying` holds the ids exiting together (a
     cascade): they don't count as live parents or heirs."""
-    if get(conn, agent["id"])["hup_pending"]:
-        # A clear that waited for a turn that will now never be committed.
-        history.append(conn, agent["id"], "clear", "HUP")     # no next turn to keep input for
-        conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent["id"],))
+    history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
     parent = get(conn, agent["parent_id"])
     collector = parent if is_live(parent) and parent["id"] not in dying else None
     status = "Z" if collector is not None else "X"

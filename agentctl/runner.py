@@ -234,7 +234,7 @@ def _commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
     with turns.holding(conn, agent_id):
         signal = registry.get(conn, agent_id)["pending_signal"]
         turns.finish(conn, turn_id, status)
-        turns.clear_if_pending(conn, agent_id)
+        history.clear_if_pending(conn, agent_id)
         conn.execute("UPDATE agents SET failures = 0, retry_at = NULL, pending_signal = NULL "
                      "WHERE id = ?", (agent_id,))
         turns.release(conn, agent_id, "T" if signal == "STOP" else "S")

@@ -291,19 +291,12 @@ def fail(conn, turn, error):
         void(conn, turn, "failed", error)
         return
     finish(conn, turn["id"], "failed", error)
-    clear_if_pending(conn, turn["agent_id"])
+    history.clear_if_pending(conn, turn["agent_id"])
     agent = registry.get(conn, turn["agent_id"])
     if agent["role"] == "task":
         from .errors import UNAVAILABLE
         registry.exit_agent(conn, registry.get(conn, agent["id"]), code=UNAVAILABLE,
                             result=error)
-
-
-def clear_if_pending(conn, agent_id):
-    """Record the clear a HUP left waiting for the turn that has just ended."""
-    if conn.execute("SELECT hup_pending FROM agents WHERE id = ?", (agent_id,)).fetchone()[0]:
-        history.append(conn, agent_id, "clear", "HUP")
-        conn.execute("UPDATE agents SET hup_pending = 0 WHERE id = ?", (agent_id,))
 
 
 def back_off(conn, agent_id):
