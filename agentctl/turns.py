@@ -20,7 +20,6 @@ from .errors import NotFound, Refused, TempFail
 from .ids import INIT_ID
 from .mail import count_unread, unread
 
-TIMER_HEAD = "[TIMER]"
 LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
 BACKOFF_MAX = 3600.0
 
@@ -109,11 +108,10 @@ def holding(conn, agent_id):
     beside those of the run that took the agent over: LostClaim instead."""
     with transaction(conn):
         row = registry.get(conn, agent_id)
-        if row is not None and row["lease_owner"] != owner_token() and \
-                row["status"] in ("Z", "X") and row["exit_signal"]:
-            raise KilledMidTurn(f"{registry.label(row)}: killed by {row['exit_signal']} while "
-                                "this run held it; it wrote nothing more")
-        if row is None or row["lease_owner"] != owner_token():
+        if row["lease_owner"] != owner_token():
+            if row["status"] in ("Z", "X") and row["exit_signal"]:
+                raise KilledMidTurn(f"{registry.label(row)}: killed by {row['exit_signal']} "
+                                    "while this run held it; it wrote nothing more")
             raise LostClaim(f"{registry.label(row)}: claimed by another agent-run while this "
                             "one ran (its lease ran out); it wrote nothing more")
         yield conn
@@ -232,7 +230,7 @@ def start(conn, agent, model_name):
         if due:
             from .output import iso
             history.append(conn, agent["id"], "user",
-                           f"{TIMER_HEAD} You asked to be woken at {iso(agent['wake_at'])}.",
+                           f"[TIMER] You asked to be woken at {iso(agent['wake_at'])}.",
                            turn_id=turn_id)
             conn.execute("UPDATE agents SET wake_at = NULL WHERE id = ?", (agent["id"],))
             conn.execute("UPDATE turns SET woke_at = ? WHERE id = ?", (agent["wake_at"], turn_id))
