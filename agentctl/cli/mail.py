@@ -50,9 +50,9 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     if filtering and sender != "-":
         sender_id = resolve(conn, sender)["id"]
 
-    def matching(unread_only=not ids):      # ids: exactly those, read before or not
+    def matching(read_too=False):       # ids: exactly those, read before or not
         return mail.select(conn, owner_id, ids=ids, sender=filtering, sender_id=sender_id,
-                           unread_only=unread_only, waiting=deferred)
+                           unread_only=not (read_too or ids), waiting=deferred)
 
     def all_there(rows):
         """The rows, when they hold every mail id asked for; else nothing is read."""
@@ -66,10 +66,10 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
         """The mail to print; with -r, marked read in the same transaction, before it
         is printed: of two readers of one mailbox, each mail goes to one."""
         if not read or peek:
-            return all_there(matching(unread_only=not (everything or ids)))
+            return all_there(matching(read_too=everything))
         from ..db import transaction
         with transaction(conn):
-            rows = all_there(matching(unread_only=not (everything or ids)))
+            rows = all_there(matching(read_too=everything))
             mail.mark_read(conn, [r["id"] for r in rows])
         return rows
 
