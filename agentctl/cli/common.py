@@ -90,6 +90,13 @@ def _whole_writes():
         write_through=out.write_through)
 
 
+def _discard_output():
+    """What is still buffered for standard output can't go out either: send it
+    to /dev/null, so that flushing at exit raises nothing."""
+    if not isinstance(sys.stdout, _Closed):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _ours(cls):
     """`cls` with what click's main would mishandle passed on to run()."""
     class Command(cls):
@@ -275,9 +282,8 @@ def run(command, argv=None):
         return USAGE
     except AgentctlError as e:
         warn(name, str(e))
-        if isinstance(e, OutputFault) and not isinstance(sys.stdout, _Closed):
-            # what is still buffered can't go out either
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if isinstance(e, OutputFault):
+            _discard_output()
         return e.code
     except sqlite3.Error as e:
         from ..db import fault
@@ -286,7 +292,7 @@ def run(command, argv=None):
         return error.code
     except (BrokenPipeError, PipeClosed):
         # The reader went away (agent-ps | head): not an error of ours.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_output()
         return 141
     except (KeyboardInterrupt, Interrupted, click.Abort):
         warn(name, "interrupted")
