@@ -48,9 +48,10 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         if statuses and item["status"] not in statuses:
             continue
         item["age"] = int(now - item["created_at"])
+        # an agent that has exited has neither: its timer ends with it, and mail that
+        # comes due after its exit is never delivered (mail.deferred)
         times = [t for t in (item["wake_at"], item.pop("mail_at")) if t is not None]
-        # an agent that has exited wakes no more, whatever mail comes due for it
-        item["wake"] = min(times) if times and item["status"] in ("R", "S", "T") else None
+        item["wake"] = min(times) if times else None
         found.append(item)
     return found
 
