@@ -40,8 +40,8 @@ class _Whole(io.BufferedWriter):
 
     def write(self, data):
         view, done = memoryview(data), 0
-        while done < len(view):
-            done += self._do(super().write, view[done:]) or self._short()
+        while done < len(view):     # a short count: what is left goes again, or raises
+            done += self._do(super().write, view[done:])
         if self.eager:
             self.flush()
         return done
@@ -57,11 +57,6 @@ class _Whole(io.BufferedWriter):
             raise
         except OSError as e:
             raise OutputFault(f"can't write standard output: {e.strerror or e}") from e
-
-    @staticmethod
-    def _short():
-        raise OutputFault("can't write standard output: nothing was written")
-
 
 class _Closed(io.TextIOBase):
     """Standard output closed (`agent-ps >&-`): Python leaves sys.stdout None,
