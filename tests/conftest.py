@@ -62,6 +62,16 @@ def agent(program, *args, stdin=b"", capsys=None):
                   err.getvalue().decode("utf-8", "replace"))
 
 
+def started(program, *args, **kwargs):
+    """A program of the checkout's bin/ running on its own, as a shell would start
+    it (text pipes for stdout and stderr unless given)."""
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    kwargs.setdefault("text", True)
+    return subprocess.Popen([sys.executable, os.path.join(BIN, program), *args],
+                            env=dict(os.environ), **kwargs)
+
+
 def shell(script, env=None, timeout=120, stdin=subprocess.DEVNULL):
     """Run a shell script with the checkout's bin/ first on PATH."""
     full = dict(os.environ)

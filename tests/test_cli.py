@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .conftest import PROGRAMS, ROOT, agent, shell
+from .conftest import PROGRAMS, ROOT, agent, shell, started
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
@@ -167,10 +167,8 @@ def test_an_interrupt_is_one_line_and_exit_130(home):
     assert agent("fork", "-n", "box").code == 0
     # A background job's SIGINT is ignored, and so stays in the programs it runs:
     # give this one the default a shell at a terminal gives.
-    proc = subprocess.Popen([os.path.join(ROOT, "bin", "agent-mail"), "--wait", "30", "box"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = started("agent-mail", "--wait", "30", "box", stdin=subprocess.DEVNULL, text=False,
+                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def has_database_open():
         for fd in os.listdir(f"/proc/{proc.pid}/fd"):

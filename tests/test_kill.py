@@ -7,7 +7,7 @@ import pytest
 from agentctl import registry
 from agentctl.ids import INIT_ID
 
-from .conftest import Result, agent, fork
+from .conftest import Result, agent, fork, started
 from .test_run import kinds, script
 
 
@@ -227,16 +227,6 @@ def test_a_hup_waiting_for_a_turn_is_recorded_when_the_agent_exits(conn, tmp_pat
     assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
 
 
-def _running(*argv):
-    import os
-    import subprocess
-    import sys
-    from .conftest import ROOT
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "bin", "agent-run"), *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
-
-
 def test_a_cont_after_a_stop_is_never_lost_while_tool_calls_run(conn, tmp_path):
     """STOP reaches the run before a step's tool calls, CONT while they run: both
     agent-kill exit 0, so the agent must not be left stopped."""
@@ -244,7 +234,7 @@ def test_a_cont_after_a_stop_is_never_lost_while_tool_calls_run(conn, tmp_path):
     wait = {"tool_calls": [{"name": "wait", "arguments": {"agents": ["c"], "timeout": 2}}]}
     fork("-n", "p", "-m", script(tmp_path, {"steps": [wait, wait, {"content": "done"}]}), "go")
     fork("-p", "p", "-n", "c")
-    run = _running("p")
+    run = started("agent-run", "p")
     time.sleep(0.7)                     # in the first step's wait: seen before the second's
     assert agent("kill", "-s", "STOP", "p").code == 0
     time.sleep(2)                       # in the second step's wait
@@ -262,7 +252,7 @@ def test_a_cascade_ends_descendants_in_their_turns_at_once(conn, tmp_path):
     q = fork("-p", "lead", "-n", "q")
     c = fork("-p", "q", "-n", "c", "-m", script(tmp_path, {"steps": [wait, {"content": "x"}]}), "go")
     g = fork("-p", "c", "-n", "g")
-    run = _running("c")
+    run = started("agent-run", "c")
     time.sleep(1)
     assert agent("kill", "--cascade", "q").code == 0
     assert run.wait(timeout=30) == 3

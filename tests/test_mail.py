@@ -6,7 +6,7 @@ import time
 
 from agentctl.mail import MAX_BODY
 
-from .conftest import agent, fork, shell, write_locked
+from .conftest import Result, agent, fork, shell, started, write_locked
 
 
 def unread(conn, name):
@@ -201,6 +201,28 @@ def test_two_readers_of_one_mailbox_never_get_the_same_mail(conn, tmp_path):
     assert agent("mail", "-c", "box").out == "0\n"
 
 
+def test_a_second_reader_waits_for_the_first_to_mark_what_it_took(conn, monkeypatch):
+    """The race itself, made certain: a second reader starts while the first
+    holds the mail it selected, not yet marked read. It must get none of it."""
+    import time
+    from agentctl import mail
+    fork("-n", "box")
+    for k in range(5):
+        agent("send", "box", f"job {k}")
+    real, second = mail.mark_read, []
+
+    def slow_mark_read(conn, ids, **kwargs):
+        if not second:
+            second.append(started("agent-mail", "-r", "-q", "box"))
+            time.sleep(1)               # it is started, and at the database, by now
+        return real(conn, ids, **kwargs)
+    monkeypatch.setattr(mail, "mark_read", slow_mark_read)
+    first = agent("mail", "-r", "-q", "box")
+    out, err = second[0].communicate(timeout=60)
+    assert (first.code, first.lines) == (0, ["1", "2", "3", "4", "5"])
+    assert (second[0].returncode, out, err) == (0, "", "")    # it read nothing
+
+
 def test_a_read_that_meets_a_locked_database_prints_nothing(conn, home, monkeypatch):
     fork("-n", "box")
     agent("send", "box", "secret")
@@ -221,8 +243,10 @@ def test_wait_with_ids_waits_for_those_read_or_not(conn):
 
 def test_bulk_send_with_a_from_that_is_no_string_is_a_usage_error():
     fork("-n", "w1")
-    result = agent("send", "--jsonl", stdin='{"to": "w1", "body": "a", "from": 5}\n')
-    assert result.code == 2 and result.err.startswith('agent-send: line 1: "from" must be')
+    lines = '{"to": "w1", "body": "fine"}\n{"to": "w1", "body": "a", "from": 5}\n'
+    assert agent("send", "--jsonl", stdin=lines) == Result(
+        2, "", 'agent-send: line 2: "from" must be a string (an agent, or - for the operator)\n')
+    assert agent("mail", "-c", "w1").out == "0\n"           # the batch, not half of it
 
 
 def test_read_all_prints_mail_read_before_too(conn):

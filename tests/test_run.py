@@ -13,7 +13,7 @@ import pytest
 
 from agentctl import registry
 
-from .conftest import ROOT, agent, fork, shell
+from .conftest import ROOT, Result, agent, fork, shell, started
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -513,8 +513,7 @@ def test_a_terminal_sees_the_reply_streamed(conn, fakeapi):
     fork("-n", "a", "-m", "openai:gpt-test", "hi")
     fakeapi.reply("streamed words arrive in pieces", pieces=4)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "bin", "agent-run"), "a"],
-                            stdout=follower, stderr=subprocess.PIPE, env=dict(os.environ))
+    proc = started("agent-run", "a", stdout=follower, text=False)
     os.close(follower)
     output = b""
     while True:
@@ -556,7 +555,8 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
     fork("-n", "a", "-m", "echo", "hello")
     monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", value)
     result = agent("run", "a")
-    assert result.code == 2 and "AGENTCTL_CONTEXT_WINDOW" in result.err, result
+    assert result == Result(2, "", "agent-run: AGENTCTL_CONTEXT_WINDOW: not a positive number of "
+                                   f"tokens: {value!r}\n"), result
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
     assert registry.resolve(conn, "a")["status"] == "S"
 

@@ -15,6 +15,9 @@ from agentctl.errors import UsageError
 from agentctl.output import until
 
 from .conftest import ROOT, agent, fork, shell
+from .test_run import script
+
+REFUSING = {"reply": {"fail": "error"}}        # every request refused for good: exit 69
 
 
 def mail_count(ref, *options):
@@ -222,9 +225,7 @@ def test_wake_and_due_show_two_units(ahead, shown):
 
 def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
     """A turn the API refused (exit 69) gives back what it took: its timer too."""
-    rules = tmp_path / "m.jsonl"
-    rules.write_text('{"reply": {"fail": "error"}}\n')
-    fork("-n", "a", "-m", f"scripted:{rules}")
+    fork("-n", "a", "-m", script(tmp_path, REFUSING))
     conn.execute("UPDATE agents SET wake_at = ? WHERE name = 'a'", (time.time() - 5,))
     conn.commit()
     assert agent("run", "a").code == 69
@@ -234,9 +235,7 @@ def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
 
 
 def test_a_prompt_that_reads_like_a_timer_sets_none_when_its_turn_is_voided(conn, tmp_path):
-    rules = tmp_path / "m.jsonl"
-    rules.write_text('{"reply": {"fail": "error"}}\n')
-    fork("-n", "a", "-m", f"scripted:{rules}", "[TIMER] You asked to be woken at noon.")
+    fork("-n", "a", "-m", script(tmp_path, REFUSING), "[TIMER] You asked to be woken at noon.")
     assert agent("kill", "-s", "HUP", "a").code == 0      # the turn writes the prompt again
     assert agent("run", "a").code == 69
     assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None

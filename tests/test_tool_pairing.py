@@ -80,6 +80,7 @@ def test_a_turn_refused_after_it_forked_keeps_the_fork(tmp_path, sent, conn):
     context = openai("kid")
     assert paired(context)
     assert [m["role"] for m in context] == ["user", "assistant", "tool", "user"]
+    assert sent and all(paired(m) for m in sent)
 
 
 def test_a_child_forked_at_a_call_sees_it_answered(tmp_path, sent, conn):
