@@ -4,7 +4,7 @@ notion of now, so that every query about deferred mail agrees on it."""
 import re
 import time
 
-from .errors import UsageError
+from agentctl.errors import UsageError
 
 # The current Unix time in SQL: conditions on deliver_at need no parameter.
 NOW_SQL = "((julianday('now') - 2440587.5) * 86400.0)"

@@ -12,8 +12,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agentctl import db, history, registry  # noqa: E402
-from agentctl.db import transaction  # noqa: E402
+from agentctl.store import db, history, registry  # noqa: E402
+from agentctl.store.db import transaction  # noqa: E402
 from agentctl.ids import INIT_ID, new_id  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)

@@ -9,8 +9,10 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agentctl import db, mail, registry, runner  # noqa: E402
-from agentctl.db import transaction  # noqa: E402
+from agentctl.store import db, registry
+from agentctl.ops import mail
+from agentctl.turn import runner  # noqa: E402
+from agentctl.store.db import transaction  # noqa: E402
 from agentctl.ids import INIT_ID  # noqa: E402
 from agentctl.models import offline  # noqa: E402
 from agentctl.models.base import estimate_tokens, message_chars  # noqa: E402

@@ -97,7 +97,7 @@ def write_locked(path):
 
 @pytest.fixture
 def conn(home):
-    from agentctl.db import connect
+    from agentctl.store.db import connect
     c = connect(str(home))
     yield c
     c.close()

@@ -10,7 +10,7 @@ rollback, exactly as `kill -9` from outside):
 
 When the run never reaches that point it ends normally with agent-run's own
 exit status. Nothing in the product knows about this: the wrapper replaces
-agentctl.db.transaction before the modules that use it are imported.
+agentctl.store.db.transaction before the modules that use it are imported.
 """
 
 import os
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agentctl import db  # noqa: E402
+from agentctl.store import db  # noqa: E402
 
 POINT, AT = sys.argv[1], int(sys.argv[2])
 commits = 0
@@ -50,7 +50,7 @@ def transaction(conn):
 
 
 def main():
-    already = [m for m in ("agentctl.runner", "agentctl.turns", "agentctl.tools")
+    already = [m for m in ("agentctl.turn.runner", "agentctl.ops.turns", "agentctl.turn.tools")
                if m in sys.modules]
     assert not already, f"imported before the patch: {already}"
     db.transaction = transaction

@@ -236,8 +236,8 @@ def test_ps_f_in_machine_formats_gives_spent_beside_budget(conn):
 def test_a_cascade_down_a_deep_chain_of_budgets_returns_everything(conn):
     """Ended deepest first, each account gives back to the one just above: the
     top gets every token back."""
-    from agentctl import registry
-    from agentctl.db import transaction
+    from agentctl.store import registry
+    from agentctl.store.db import transaction
     with transaction(conn):
         top = registry.fork(conn, registry.get(conn, "AAAAAAAAAAAAAAAAAAAAAA"), name="top",
                             budget=100000)

@@ -34,7 +34,7 @@ def test_launchers_run_from_a_checkout(program):
 
 
 def test_a_bug_is_exit_70_with_one_line_and_details_on_demand(monkeypatch):
-    from agentctl import registry
+    from agentctl.store import registry
 
     def broken(*args, **kwargs):
         raise KeyError("boom")

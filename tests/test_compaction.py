@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from agentctl import compaction, context, registry
+from agentctl.turn import compaction, context
+from agentctl.store import registry
 from agentctl.models import offline
 from agentctl.models.base import estimate_tokens, message_chars
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from agentctl import db, registry
+from agentctl.store import db, registry
 
 from .conftest import ROOT, agent, fork
 
@@ -190,7 +190,7 @@ def test_kill_9_again_while_resuming(reference, tmp_path, monkeypatch):
 
 def test_a_turn_cut_between_its_last_reply_and_its_commit_asks_the_model_no_more(
         conn, monkeypatch):
-    from agentctl import turns
+    from agentctl.ops import turns
     fork("-n", "a", "-m", "echo", "hello")
     real = turns.finish
 
@@ -206,7 +206,7 @@ def test_a_turn_cut_between_its_last_reply_and_its_commit_asks_the_model_no_more
 
 
 def test_the_wait_tool_reaps_and_answers_in_one_transaction(conn, tmp_path, monkeypatch):
-    from agentctl import history
+    from agentctl.store import history
     rules = tmp_path / "wait.jsonl"
     rules.write_text(json.dumps({"steps": [
         {"tool_calls": [{"id": "w", "name": "wait", "arguments": {}}]}, {"content": "ok"}]}))

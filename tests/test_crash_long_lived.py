@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agentctl import db, registry
+from agentctl.store import db, registry
 
 from .conftest import agent, fork
 from .test_crash import crash_everywhere

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agentctl import db, migrations
+from agentctl.store import db, migrations
 from agentctl.errors import DatabaseFault
 
 from .conftest import ROOT, agent, write_locked
@@ -69,7 +69,7 @@ def test_migrations_named_recorded_and_counted(conn):
 
 def test_up_to_date_open_does_not_import_sqlite_utils(home):
     db.connect(str(home)).close()
-    code = ("import sys; from agentctl.db import connect; connect(sys.argv[1]); "
+    code = ("import sys; from agentctl.store.db import connect; connect(sys.argv[1]); "
             "print('sqlite_utils' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(home)], cwd=ROOT,
                          capture_output=True, text=True)
@@ -138,7 +138,7 @@ def test_first_open_by_many_processes_at_once(tmp_path):
     """Two processes switching a new database to WAL at once deadlock, and
     SQLite answers one of them "locked" without waiting: about one round in
     eight failed so, before the switch learnt to wait. Ten rounds of eight."""
-    code = "import sys; from agentctl.db import connect; connect(sys.argv[1]).close()"
+    code = "import sys; from agentctl.store.db import connect; connect(sys.argv[1]).close()"
     for round in range(10):
         path = tmp_path / f"agents{round}.db"
         procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], cwd=ROOT,

@@ -2,8 +2,8 @@
 
 import re
 
-from agentctl import history, registry
-from agentctl.db import transaction
+from agentctl.store import history, registry
+from agentctl.store.db import transaction
 from agentctl.ids import INIT_ID, new_id
 
 from .conftest import agent, fork

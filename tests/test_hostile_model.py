@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from agentctl import registry
+from agentctl.store import registry
 
 from .conftest import ROOT, agent, fork
 from .test_crash import WRAPPER

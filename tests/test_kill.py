@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentctl import registry
+from agentctl.store import registry
 from agentctl.ids import INIT_ID
 
 from .conftest import Result, agent, fork, started
@@ -270,7 +270,7 @@ def test_a_cascade_ends_descendants_in_their_turns_at_once(conn, tmp_path):
 def test_a_cascade_between_claim_and_turn_leaves_no_turn(conn):
     """The run has claimed the agent but opened no turn yet when a cascade ends it:
     the turn is never opened, the mail never taken."""
-    from agentctl import turns
+    from agentctl.ops import turns
     fork("-n", "pp")
     cc = fork("-p", "pp", "-n", "cc", "prompt")
     assert agent("send", "cc", "mail").code == 0
@@ -288,7 +288,7 @@ def test_a_run_that_lost_its_agent_is_told_how(conn):
     """Another run took the agent over (this one stalled past its lease) and the
     agent exited there: 75, the claim lost. Killed by a signal while this run held
     it: 3. Either way the run writes nothing more."""
-    from agentctl import turns
+    from agentctl.ops import turns
     a = fork("-n", "a")
 
     def holding_after(change):

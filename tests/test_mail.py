@@ -4,7 +4,7 @@ import json
 import threading
 import time
 
-from agentctl.mail import MAX_BODY
+from agentctl.ops.mail import MAX_BODY
 
 from .conftest import Result, agent, fork, shell, started, write_locked
 
@@ -205,7 +205,7 @@ def test_a_second_reader_waits_for_the_first_to_mark_what_it_took(conn, monkeypa
     """The race itself, made certain: a second reader starts while the first
     holds the mail it selected, not yet marked read. It must get none of it."""
     import time
-    from agentctl import mail
+    from agentctl.ops import mail
     fork("-n", "box")
     for k in range(5):
         agent("send", "box", f"job {k}")

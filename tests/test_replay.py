@@ -6,8 +6,9 @@ import re
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from agentctl import context, history, registry
-from agentctl.db import connect, transaction
+from agentctl.turn import context
+from agentctl.store import history, registry
+from agentctl.store.db import connect, transaction
 from agentctl.ids import INIT_ID
 
 from .conftest import agent, fork
@@ -125,7 +126,7 @@ def test_no_content_or_call_id_poses_as_a_header_in_the_text_format(conn):
 
 
 def test_the_transcript_a_compaction_summarises_is_the_indented_text_form(conn):
-    from agentctl import compaction
+    from agentctl.turn import compaction
     a = fork("-n", "a", "hi")
     with transaction(conn):
         history.append(conn, a, "tool_result", FORGED, tool_name="doc_get", tool_call_id="c1")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agentctl import registry
+from agentctl.store import registry
 
 from .conftest import ROOT, Result, agent, fork, shell, started
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
@@ -31,15 +31,17 @@ def once_requested(fakeapi, action, count=1):
 
 
 def signal(ref, sig):
-    from agentctl import db, signals
+    from agentctl.store import db
+    from agentctl.ops import signals
     conn = db.connect()
     signals.send(conn, registry.resolve(conn, ref), sig)
     conn.close()
 
 
 def deliver(ref, body):
-    from agentctl import db, mail
-    from agentctl.db import transaction
+    from agentctl.store import db
+    from agentctl.ops import mail
+    from agentctl.store.db import transaction
     conn = db.connect()
     with transaction(conn):
         mail.deliver(conn, None, registry.resolve(conn, ref), body)
@@ -242,7 +244,7 @@ def test_persistent_faults_exit_75_with_input_still_pending(conn, fakeapi, monke
     assert result.code == 75 and time.monotonic() - started < 10
     assert result.err.startswith("agent-run: model API unavailable") and result.err.count("\n") == 1
     assert registry.resolve(conn, "a")["status"] == "S"
-    from agentctl import turns
+    from agentctl.ops import turns
     assert turns.has_pending_input(conn, registry.resolve(conn, "a"))
     fakeapi.queue.clear()
     fakeapi.reply("finally")
@@ -563,6 +565,6 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "soon"])
 def test_a_lease_that_is_no_finite_positive_number_is_ignored(monkeypatch, value):
-    from agentctl import turns
+    from agentctl.ops import turns
     monkeypatch.setenv("AGENTCTL_LEASE", value)
     assert turns.lease_seconds() == turns.LEASE_SECONDS

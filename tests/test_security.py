@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from agentctl import db, registry
+from agentctl.store import db, registry
 
 from .conftest import PROGRAMS, ROOT, agent, fork, shell, write_locked
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
@@ -24,7 +24,7 @@ def mode(path):
 
 def test_private_modes_whatever_the_umask(tmp_path):
     path = tmp_path / "deep" / "er" / "agents.db"
-    code = ("import os, sys; os.umask(0); from agentctl.db import connect, transaction\n"
+    code = ("import os, sys; os.umask(0); from agentctl.store.db import connect, transaction\n"
             "conn = connect(sys.argv[1])\n"
             "with transaction(conn):\n"
             "    conn.execute(\"INSERT INTO events (agent_id, kind, created_at) "

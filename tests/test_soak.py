@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from agentctl import db
+from agentctl.store import db
 
 from .conftest import ROOT, fork, shell
 

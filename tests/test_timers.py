@@ -12,7 +12,7 @@ import pytest
 
 from agentctl.clock import parse_duration, parse_time
 from agentctl.errors import UsageError
-from agentctl.output import until
+from agentctl.cli.output import until
 
 from .conftest import ROOT, agent, fork, shell
 from .test_run import script

@@ -4,8 +4,8 @@ import json
 import threading
 import time
 
-from agentctl import registry
-from agentctl.db import connect, transaction
+from agentctl.store import registry
+from agentctl.store.db import connect, transaction
 
 from .conftest import agent, fork, shell
 

@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import DATABASE, SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
+from agentctl import __version__
+from agentctl.errors import DATABASE, SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -141,7 +141,7 @@ class Count(click.IntRange):
     and no more than an SQLite INTEGER holds."""
 
     def __init__(self, least):
-        from ..db import INTEGER_MAX
+        from agentctl.store.db import INTEGER_MAX
         super().__init__(min=least, max=INTEGER_MAX)
 
 
@@ -161,9 +161,9 @@ class Seconds(click.FloatRange):
 def complete_agents(ctx, param, incomplete):
     """Shell completion: names and ids of agents not yet dead."""
     from click.shell_completion import CompletionItem
-    from ..ids import short
+    from agentctl.ids import short
     try:
-        from ..db import connect as open_db
+        from agentctl.store.db import connect as open_db
         conn = open_db(ctx.params.get("db_path"))
         rows = conn.execute("SELECT id, name, role FROM agents WHERE status != 'X' "
                             "ORDER BY created_at").fetchall()
@@ -185,7 +185,7 @@ def complete_words(words):
 
 
 def connect(db_path):
-    from ..db import connect as open_db
+    from agentctl.store.db import connect as open_db
     return open_db(db_path)
 
 
@@ -194,11 +194,11 @@ def actor(conn):
     ref = os.environ.get("AGENT_ID")
     if not ref:
         return None
-    from ..registry import resolve
+    from agentctl.store.registry import resolve
     try:
         return resolve(conn, ref)
     except NotFound:
-        from ..text import valid
+        from agentctl.text import valid
         raise NotFound(f"AGENT_ID={valid(ref)}: no such agent")
 
 
@@ -262,7 +262,7 @@ def run(command, argv=None):
     """Run a click command as a program: never a traceback (unless
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
-    from ..text import valid
+    from agentctl.text import valid
     argv = [valid(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
         _whole_writes()
@@ -281,7 +281,7 @@ def run(command, argv=None):
             _discard_output()
         return e.code
     except sqlite3.Error as e:
-        from ..db import fault
+        from agentctl.store.db import fault
         error = fault(e)
         warn(name, str(error))
         return error.code

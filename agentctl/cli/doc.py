@@ -5,8 +5,8 @@ import time
 
 import click
 
-from ..docs import VISIBILITIES
-from .common import Count, actor, connect, output_options, program, read_body, run, warn
+from agentctl.ops.docs import VISIBILITIES
+from agentctl.cli.common import Count, actor, connect, output_options, program, read_body, run, warn
 
 
 
@@ -21,7 +21,7 @@ def cli(ctx, db_path):
 def complete_docs(ctx, param, incomplete):
     """Shell completion: the names of the documents the actor can see."""
     try:
-        from .. import docs
+        from agentctl.ops import docs
         conn, me = _open((ctx.parent or ctx).params.get("db_path"))   # no callback has run
         return [r["name"] for r in docs.listing(conn, me) if r["name"].startswith(incomplete)]
     except Exception:
@@ -48,9 +48,9 @@ def _open(db_path):
 def put(ctx, visibility, if_version, name, text):
     """Write a new version of NAME from TEXT, or from stdin (for -, or no TEXT
     and a pipe), and print its version number."""
-    from .. import docs
-    from ..db import transaction
-    from ..errors import UsageError
+    from agentctl.ops import docs
+    from agentctl.store.db import transaction
+    from agentctl.errors import UsageError
     docs.check_name(name)
     body = read_body(text)
     if body is None:
@@ -68,7 +68,7 @@ def put(ctx, visibility, if_version, name, text):
 @click.pass_context
 def get(ctx, version, name):
     """Print the document NAME (a newline is added if it lacks a final one)."""
-    from .. import docs
+    from agentctl.ops import docs
     conn, me = _open(ctx.obj)
     body = docs.get(conn, me, name, version)["body"]
     sys.stdout.write(body if body.endswith("\n") else body + "\n")
@@ -80,9 +80,9 @@ def get(ctx, version, name):
 @click.pass_context
 def rm(ctx, names):
     """Remove each document NAME (its owner, or the operator); its versions stay."""
-    from .. import docs
-    from ..db import transaction
-    from ..errors import AgentctlError
+    from agentctl.ops import docs
+    from agentctl.store.db import transaction
+    from agentctl.errors import AgentctlError
     conn, me = _open(ctx.obj)
     status = 0
     for name in names:
@@ -106,8 +106,8 @@ def ls(ctx, fmt, columns, quiet, null, no_headers, pattern):
     Columns: name version owner visibility size updated (default), and author
     with -o.
     """
-    from .. import docs
-    from ..output import Column, age, iso, pick, render
+    from agentctl.ops import docs
+    from agentctl.cli.output import Column, age, iso, pick, render
     conn, me = _open(ctx.obj)
     now = time.time()
     rows = [dict(r, id=r["name"], owner=docs.who(r, "owner"), author=docs.who(r, "author"),
@@ -130,8 +130,8 @@ def log(ctx, fmt, columns, quiet, null, no_headers, name):
     Columns: version author owner visibility size created (default), and
     removed with -o. A version that removed the document has no size.
     """
-    from .. import docs
-    from ..output import Column, iso, pick, render
+    from agentctl.ops import docs
+    from agentctl.cli.output import Column, iso, pick, render
     conn, me = _open(ctx.obj)
     rows = [dict(r, id=r["version"], owner=docs.who(r, "owner"), author=docs.who(r, "author"))
             for r in docs.versions(conn, me, name)]
@@ -148,7 +148,7 @@ def log(ctx, fmt, columns, quiet, null, no_headers, name):
 
 def _who():
     """The author, owner and visibility columns: names for people, ids for machines."""
-    from ..output import Column
+    from agentctl.cli.output import Column
     return [Column("author", "AUTHOR", human=lambda r: r["author"],
                    machine=lambda r: r["author_id"]),
             Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),

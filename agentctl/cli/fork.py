@@ -2,7 +2,7 @@
 
 import click
 
-from .common import Count, actor, complete_agents, complete_words, connect, program, read_body, run
+from agentctl.cli.common import Count, actor, complete_agents, complete_words, connect, program, read_body, run
 
 
 @program("agent-fork")
@@ -29,10 +29,10 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, prompt):
     child both wait for input. With --budget the child's model calls may
     spend at most TOKENS, taken from what the parent's account has left.
     """
-    from ..db import transaction
-    from ..registry import fork, get, resolve
-    from ..ids import INIT_ID
-    from ..errors import UsageError
+    from agentctl.store.db import transaction
+    from agentctl.store.registry import fork, get, resolve
+    from agentctl.ids import INIT_ID
+    from agentctl.errors import UsageError
     body = read_body(prompt) if prompt is not None else None
     if prompt is not None and (body is None or not body.strip()):
         raise UsageError("empty prompt")

@@ -2,7 +2,7 @@
 
 import click
 
-from .common import actor, complete_agents, complete_words, connect, program, run, stdin_words, warn
+from agentctl.cli.common import actor, complete_agents, complete_words, connect, program, run, stdin_words, warn
 
 
 @program("agent-kill")
@@ -13,9 +13,9 @@ from .common import actor, complete_agents, complete_words, connect, program, ru
 @click.argument("agents", nargs=-1, metavar="AGENT...", shell_complete=complete_agents)
 def cli(db_path, sig, cascade, agents):
     """Signal each AGENT; with no AGENT, read ids from stdin."""
-    from .. import signals
-    from ..errors import AgentctlError
-    from ..registry import resolve
+    from agentctl.ops import signals
+    from agentctl.errors import AgentctlError
+    from agentctl.store.registry import resolve
     sig = signals.parse(sig)
     targets = stdin_words(agents)
     conn = connect(db_path)

@@ -5,7 +5,7 @@ import time
 
 import click
 
-from .common import Seconds, actor, complete_agents, connect, output_options, program, run
+from agentctl.cli.common import Seconds, actor, complete_agents, connect, output_options, program, run
 
 
 @program("agent-mail")
@@ -28,10 +28,10 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 
     Words of digits are mail ids: with -r, exactly those are read.
     """
-    from .. import mail
-    from ..errors import NotFound, UsageError
-    from ..output import pick, render
-    from ..registry import resolve
+    from agentctl.ops import mail
+    from agentctl.errors import NotFound, UsageError
+    from agentctl.cli.output import pick, render
+    from agentctl.store.registry import resolve
     ids = [int(a) for a in args if is_mail_id(a)]
     refs = [a for a in args if not is_mail_id(a)]
     if len(refs) > 1:
@@ -67,7 +67,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
         is printed: of two readers of one mailbox, each mail goes to one."""
         if not read or peek:
             return all_there(matching(read_too=everything))
-        from ..db import transaction
+        from agentctl.store.db import transaction
         with transaction(conn):
             rows = all_there(matching(read_too=everything))
             mail.mark_read(conn, [r["id"] for r in rows])
@@ -81,7 +81,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     deadline = None if wait is None else time.monotonic() + wait
     while True:
         if deadline is not None:
-            from ..db import wait_for_commit
+            from agentctl.store.db import wait_for_commit
             if not wait_for_commit(conn, deadline, arrived,
                                    next_due=lambda: mail.next_deferred(conn, owner_id)):
                 if check:
@@ -109,8 +109,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 
 
 def _item(row):
-    from ..mail import first_line
-    from ..registry import named
+    from agentctl.ops.mail import first_line
+    from agentctl.store.registry import named
     item = dict(row)
     item["from_label"] = named(row["sender_id"], row["sender_name"])
     item["subject"] = first_line(row["body"])
@@ -119,8 +119,8 @@ def _item(row):
 
 
 def _print_bodies(rows):
-    from ..output import iso
-    from ..registry import named
+    from agentctl.cli.output import iso
+    from agentctl.store.registry import named
     for r in rows:
         kind = "" if r["kind"] == "mail" else f" ({r['kind']})"
         sys.stdout.write(f"--- mail {r['id']} from {named(r['sender_id'], r['sender_name'])}{kind} "
@@ -128,8 +128,8 @@ def _print_bodies(rows):
 
 
 def _columns():
-    from ..output import Column, age, iso, until
-    from ..registry import named
+    from agentctl.cli.output import Column, age, iso, until
+    from agentctl.store.registry import named
     return [
         Column("id", "ID"),
         Column("from", "FROM", human=lambda r: r["from_label"], machine=lambda r: r["sender_id"]),

@@ -2,7 +2,7 @@
 
 import click
 
-from .common import complete_agents, complete_words, connect, output_options, program, run
+from agentctl.cli.common import complete_agents, complete_words, connect, output_options, program, run
 
 
 @program("agent-ps")
@@ -21,10 +21,10 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     budget, and spent in machine formats), and model created exit_code signal
     forked_from fork_msg wake budget spent with -o.
     """
-    from .. import proctable
-    from ..errors import UsageError
-    from ..output import pick, render
-    from ..registry import resolve
+    from agentctl.store import proctable
+    from agentctl.errors import UsageError
+    from agentctl.cli.output import pick, render
+    from agentctl.store.registry import resolve
     statuses = None
     if status:
         statuses = [s for s in status.upper().replace(",", "") if s.strip()]
@@ -42,7 +42,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
         default = proctable.LONG + (["spent"] if fmt != "table" else [])
     chosen = pick(proctable.COLUMNS, columns, default)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
-        from ..output import Column
+        from agentctl.cli.output import Column
         chosen = chosen + [Column("depth", "DEPTH")]
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
 

@@ -2,7 +2,7 @@
 
 import click
 
-from .common import complete_agents, connect, program, run
+from agentctl.cli.common import complete_agents, connect, program, run
 
 
 @program("agent-replay")
@@ -18,9 +18,10 @@ def cli(db_path, fmt, ranges, full, agent):
     """Reconstruct AGENT's context: walk back to the latest clear or
     compaction, then play the ranges forwards."""
     import sys
-    from .. import context, history
-    from ..errors import UsageError
-    from ..registry import resolve
+    from agentctl.turn import context
+    from agentctl.store import history
+    from agentctl.errors import UsageError
+    from agentctl.store.registry import resolve
     if ranges and (full or fmt):
         raise UsageError(f"--ranges and {'--full' if full else '--format'} don't go together "
                          "(the ranges are of the context, one tab-separated line each)")

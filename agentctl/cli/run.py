@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from .common import Count, complete_agents, connect, program, run as run_program, warn
+from agentctl.cli.common import Count, complete_agents, connect, program, run as run_program, warn
 
 
 @program("agent-run")
@@ -22,7 +22,7 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
     import os
-    from ..errors import UsageError
+    from agentctl.errors import UsageError
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
@@ -32,7 +32,7 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
     agent = agent or os.environ.get("AGENT_ID")
     if not agent:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
-    from .. import runner
+    from agentctl.turn import runner
     conn = connect(db_path)
     stream = sys.stdout.isatty() and not as_json
     streamed = []
@@ -52,12 +52,13 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
     elif outcome.text:
         click.echo(outcome.text)
     if outcome.status == "over_budget":
-        from .. import budget, registry
+        from agentctl.ops import budget
+        from agentctl.store import registry
         me = registry.get(conn, outcome.agent_id)
         warn("agent-run", f"{registry.label(me)}: turn ended over budget "
                           f"({budget.words(budget.account(conn, me))})")
     if outcome.status == "killed":
-        from .. import registry
+        from agentctl.store import registry
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
                           "killed by KILL during its turn (voided)")
         return 3
@@ -70,7 +71,7 @@ def _all(db_path, jobs, model, max_steps, as_json):
     import os
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
-    from .. import turns
+    from agentctl.ops import turns
     conn = connect(db_path)
     ids = turns.runnable(conn)
     conn.close()

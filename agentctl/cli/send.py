@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from .common import actor, complete_agents, connect, program, read_body, run
+from agentctl.cli.common import actor, complete_agents, connect, program, read_body, run
 
 BATCH = 1000     # --jsonl lines per transaction
 
@@ -22,10 +22,10 @@ def cli(db_path, sender, jsonl, at, after, args):
     """Deliver TEXT (or stdin, for - or no TEXT and a pipe) to each AGENT and
     print the new mail ids. With --at or --in the mail is deferred: invisible
     to its recipient until then, then ordinary unread mail."""
-    from ..db import transaction
-    from ..errors import UsageError
-    from ..mail import check_body, check_recipient, deliver
-    from ..registry import resolve
+    from agentctl.store.db import transaction
+    from agentctl.errors import UsageError
+    from agentctl.ops.mail import check_body, check_recipient, deliver
+    from agentctl.store.registry import resolve
     deliver_at = _when(at, after)
     conn = connect(db_path)
     if jsonl:
@@ -52,8 +52,8 @@ def cli(db_path, sender, jsonl, at, after, args):
 
 def _when(at, delay):
     """The time deferred mail is due, or None for mail delivered now."""
-    from .. import clock
-    from ..errors import UsageError
+    from agentctl import clock
+    from agentctl.errors import UsageError
     if at is not None and delay is not None:
         raise UsageError("--at and --in don't go together")
     if at is not None:
@@ -64,7 +64,7 @@ def _when(at, delay):
 
 
 def _sender(conn, ref):
-    from ..registry import resolve
+    from agentctl.store.registry import resolve
     if ref is None:
         me = actor(conn)
         return me["id"] if me else None
@@ -75,11 +75,11 @@ def _bulk(conn, default_sender, default_at):
     """One transaction per batch of lines: a bad line rolls its whole batch
     back (nothing of it is half-delivered) and stops with its line number."""
     import json
-    from ..db import transaction
-    from ..errors import AgentctlError, UsageError
-    from ..mail import check_body, check_recipient, deliver_many
-    from ..text import valid
-    from ..registry import resolve
+    from agentctl.store.db import transaction
+    from agentctl.errors import AgentctlError, UsageError
+    from agentctl.ops.mail import check_body, check_recipient, deliver_many
+    from agentctl.text import valid
+    from agentctl.store.registry import resolve
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("--jsonl reads stdin, which is a terminal")
     stream = sys.stdin.buffer

@@ -2,7 +2,7 @@
 
 import click
 
-from .common import (Seconds, actor, complete_agents, connect, output_options, program,
+from agentctl.cli.common import (Seconds, actor, complete_agents, connect, output_options, program,
                      read_words, run, stdin_is_data)
 
 
@@ -18,11 +18,11 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
 
     Exit 0 when all exited normally, 1 on timeout, 3 when one failed or was killed.
     """
-    from .. import lifecycle
-    from ..errors import UsageError
-    from ..ids import INIT_ID
-    from ..output import pick, render
-    from ..registry import resolve
+    from agentctl.ops import lifecycle
+    from agentctl.errors import UsageError
+    from agentctl.ids import INIT_ID
+    from agentctl.cli.output import pick, render
+    from agentctl.store.registry import resolve
     refs = list(agents)
     if not refs and stdin_is_data():
         refs = read_words()
@@ -52,8 +52,8 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
 
 
 def _columns():
-    from ..output import Column
-    from ..mail import first_line
+    from agentctl.cli.output import Column
+    from agentctl.ops.mail import first_line
 
     def status(r):
         return f"killed {r['exit_signal']}" if r["exit_signal"] else f"{r['how']} {r['exit_code']}"

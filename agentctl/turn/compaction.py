@@ -8,9 +8,11 @@ deleted: the summarised messages stay in the table, and `agent-replay --full` sh
 
 import os
 
-from . import context, history, turns
-from .errors import UsageError
-from .models.base import estimate_tokens
+from agentctl.turn import context
+from agentctl.store import history
+from agentctl.ops import turns
+from agentctl.errors import UsageError
+from agentctl.models.base import estimate_tokens
 
 DEFAULT_WINDOW = 64000
 KEEP = 0.25             # of the window: how much of the recent context stays verbatim

@@ -10,9 +10,9 @@ agent's parent exits first (reparenting to the nearest live ancestor).
 import sqlite3
 import time
 
-from . import history
-from .errors import NotFound, Refused, UsageError
-from .ids import INIT_ID, MIN_PREFIX, NAME_RE, ROLES, SHORT, new_id, short
+from agentctl.store import history
+from agentctl.errors import NotFound, Refused, UsageError
+from agentctl.ids import INIT_ID, MIN_PREFIX, NAME_RE, ROLES, SHORT, new_id, short
 
 LIVE = ("R", "S", "T")
 STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped",
@@ -56,7 +56,7 @@ def get(conn, agent_id):
 def resolve(conn, ref):
     """An agent from an id, a name, or a unique id prefix of >= 4 characters.
     A name names the agent that holds it now, else the latest that held it."""
-    from .text import valid
+    from agentctl.text import valid
     ref = valid(ref)            # $AGENT_ID may hold any bytes
     if ref.startswith("-") or not ref:
         raise UsageError(f"not an agent: {ref!r}")
@@ -139,7 +139,7 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         raise UsageError(f"message {at} is not in the context of {label(parent)} "
                          f"(see agent-replay {label(parent)})")
     if budget is not None:
-        from .budget import carve
+        from agentctl.ops.budget import carve
         carve(conn, parent, budget)
     child = new_id()
     try:
@@ -197,7 +197,7 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
                  (status, time.time(), code, signal, result, agent["id"]))
     how = f"killed by {signal}" if signal else f"exited {code}"
     record(conn, agent["id"], "exit", how, actor)
-    from .budget import give_back
+    from agentctl.ops.budget import give_back
     give_back(conn, get(conn, agent["id"]))
     orphans = conn.execute("SELECT id FROM agents WHERE parent_id = ? AND status != 'X'",
                            (agent["id"],)).fetchall()
@@ -208,6 +208,6 @@ def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying
             conn.execute("UPDATE agents SET parent_id = ? WHERE id = ?", (heir["id"], orphan))
             record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor)
     if collector is not None:
-        from .mail import notify_exit
+        from agentctl.ops.mail import notify_exit
         notify_exit(conn, get(conn, agent["id"]), collector)
     return status

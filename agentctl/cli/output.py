@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import UsageError
+from agentctl.errors import UsageError
 
 FORMATS = ("table", "tsv", "json", "jsonl")
 

@@ -6,10 +6,10 @@ between steps. A HUP waits for the turn in progress, running or open
 (agents.hup_pending). Every signal is recorded as an event.
 """
 
-from . import history, registry
-from .db import transaction
-from .errors import Refused, UsageError
-from .ids import INIT_ID
+from agentctl.store import history, registry
+from agentctl.store.db import transaction
+from agentctl.errors import Refused, UsageError
+from agentctl.ids import INIT_ID
 
 NUMBERS = {"HUP": 1, "KILL": 9, "TERM": 15, "CONT": 18, "STOP": 19}
 NAMES = tuple(NUMBERS)
@@ -66,7 +66,7 @@ def _refusal(agent, sig):
 
 
 def _deliver(conn, agent, sig, actor, dying, now=False):
-    from . import turns
+    from agentctl.ops import turns
     registry.record(conn, agent["id"], "signal", sig, actor)
     in_turn = agent["status"] == "R" and turns.lease_is_live(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):

@@ -10,11 +10,12 @@ one transaction, so a crash leaves either both or neither.
 
 import json
 
-from . import docs, history, lifecycle, mail, registry, signals, turns
-from .db import INTEGER_MAX
-from .errors import AgentctlError
-from .ids import ROLES
-from .text import quoted, valid_json
+from agentctl.ops import docs, lifecycle, mail, signals, turns
+from agentctl.store import history, registry
+from agentctl.store.db import INTEGER_MAX
+from agentctl.errors import AgentctlError
+from agentctl.ids import ROLES
+from agentctl.text import quoted, valid_json
 
 
 def _schema(properties, required=()):
@@ -235,8 +236,8 @@ def _ps(conn, agent_id, args, call):
 
 def _sleep(conn, agent_id, args, call):
     import datetime
-    from . import clock
-    from .output import iso
+    from agentctl import clock
+    from agentctl.cli.output import iso
     if "until" in args and "seconds" in args:
         raise ToolError("give seconds or until, not both")
     if "until" in args:       # the model's clock is UTC: a time with no zone is UTC

@@ -2,8 +2,8 @@
 
 import time
 
-from .db import transaction
-from .registry import get, record
+from agentctl.store.db import transaction
+from agentctl.store.registry import get, record
 
 
 def exited(agent):
@@ -35,7 +35,7 @@ def collect(conn, agent_id, actor=None):
 def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True):
     """Wait for the agents `ids` to exit, reap them (unless not `reap_them`),
     and return (their rows in exit order, ids still running)."""
-    from .db import wait_for_commit
+    from agentctl.store.db import wait_for_commit
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []

@@ -19,7 +19,7 @@ readers.
 
 import time
 
-from .errors import NotFound, Refused, UsageError
+from agentctl.errors import NotFound, Refused, UsageError
 
 VISIBILITIES = ("private", "subtree", "global")
 MAX_NAME = 255
@@ -105,7 +105,7 @@ def put(conn, actor_id, name, body, visibility=None, if_version=None):
     """Write a new version of `name` (creating it, owned by the actor, private
     unless told otherwise); returns its version. The caller holds the
     transaction and has checked the body."""
-    from .mail import check_body
+    from agentctl.ops.mail import check_body
     check_body(body)
     if visibility is not None:
         check_visibility(visibility)
@@ -197,5 +197,5 @@ def versions(conn, actor_id, name):
 def who(row, key, full=False):
     """The owner or author of a row (`key`): for people (registry.named), or with
     `full`, for a model (registry.signed)."""
-    from .registry import named, signed
+    from agentctl.store.registry import named, signed
     return (signed if full else named)(row[f"{key}_id"], row[f"{key}_name"])

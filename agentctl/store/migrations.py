@@ -10,7 +10,7 @@ import time
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from .ids import INIT_ID
+from agentctl.ids import INIT_ID
 
 MIGRATIONS = Migrations("agentctl")
 

@@ -14,11 +14,12 @@ import threading
 import time
 from contextlib import contextmanager
 
-from . import budget, history, registry
-from .db import transaction
-from .errors import NotFound, Refused, TempFail
-from .ids import INIT_ID
-from .mail import count_unread, unread
+from agentctl.ops import budget
+from agentctl.store import history, registry
+from agentctl.store.db import transaction
+from agentctl.errors import NotFound, Refused, TempFail
+from agentctl.ids import INIT_ID
+from agentctl.ops.mail import count_unread, unread
 
 LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
 BACKOFF_MAX = 3600.0
@@ -130,7 +131,7 @@ def heartbeat(conn, agent_id):
     stop = threading.Event()
 
     def beat():
-        from .db import connect
+        from agentctl.store.db import connect
         other = None
         while not stop.wait(lease_seconds() / 3):
             try:
@@ -161,7 +162,7 @@ def release(conn, agent_id, status="S"):
 def inbox_text(mails, label="INBOX"):
     """All pending mail as one user message: who sent what, when. Mail is
     always presented as mail from its sender, whatever its text says."""
-    from .output import age, iso
+    from agentctl.cli.output import age, iso
     now = time.time()
     lines = [f"[{label} - {len(mails)} new]", ""]
     # in the order it became mail: deferred mail counts from when it came due
@@ -182,7 +183,7 @@ def inbox_text(mails, label="INBOX"):
 
 def take_mail(conn, agent_id, turn_id, label):
     """Move every unread mail into the turn as one user message."""
-    from .mail import mark_read, select
+    from agentctl.ops.mail import mark_read, select
     mails = select(conn, agent_id)
     if not mails:
         return 0
@@ -228,7 +229,7 @@ def start(conn, agent, model_name):
             if prompt_id < cleared:     # a HUP came before the turn took it: input all the same
                 history.append(conn, agent["id"], "user", content, turn_id=turn_id)
         if due:
-            from .output import iso
+            from agentctl.cli.output import iso
             history.append(conn, agent["id"], "user",
                            f"[TIMER] You asked to be woken at {iso(agent['wake_at'])}.",
                            turn_id=turn_id)
@@ -292,7 +293,7 @@ def fail(conn, turn, error):
     history.clear_if_pending(conn, turn["agent_id"])
     agent = registry.get(conn, turn["agent_id"])
     if agent["role"] == "task":
-        from .errors import UNAVAILABLE
+        from agentctl.errors import UNAVAILABLE
         registry.exit_agent(conn, registry.get(conn, agent["id"]), code=UNAVAILABLE,
                             result=error)
 

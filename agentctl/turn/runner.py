@@ -10,9 +10,11 @@ interrupted turn resumes.
 import os
 from dataclasses import dataclass
 
-from . import budget, compaction, context, history, registry, tools, turns
-from .errors import TempFail, UsageError
-from .models.base import ModelError
+from agentctl.ops import budget, turns
+from agentctl.turn import compaction, context, tools
+from agentctl.store import history, registry
+from agentctl.errors import TempFail, UsageError
+from agentctl.models.base import ModelError
 
 DEFAULT_MAX_STEPS = 20
 
@@ -42,7 +44,7 @@ def choose_model(agent, override=None):
     if not spec:
         raise UsageError(f"{registry.label(agent)}: no model (give -m MODEL, fork it with -m, "
                          "or set AGENTCTL_MODEL)")
-    from .models import get_model
+    from agentctl.models import get_model
     model = get_model(spec)
     model.check()
     return spec, model
@@ -92,7 +94,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
 def _release(conn, agent_id):
     """Give the agent back; a signal that arrived for the turn that is now not
     going to finish takes effect here (TERM and KILL end the agent, STOP stops it)."""
-    from . import signals
+    from agentctl.ops import signals
     with turns.holding(conn, agent_id):
         turns.release(conn, agent_id)
         agent = registry.get(conn, agent_id)

@@ -10,7 +10,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 
-from .errors import DatabaseFault, TempFail, UsageError
+from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
 SCHEMA_VERSION = 5
@@ -91,7 +91,7 @@ def _migrate(conn):
     with transaction(conn):
         if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
             return
-        from .migrations import apply
+        from agentctl.store.migrations import apply
         apply(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 

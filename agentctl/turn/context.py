@@ -1,8 +1,8 @@
 """The context a turn sends: system prompt + replay, in the forms agent-replay
 prints and agent-run sends (one code path, so they never disagree)."""
 
-from . import history
-from .ids import short
+from agentctl.store import history
+from agentctl.ids import short
 
 HIDDEN = ("clear", "event")     # recorded, never sent to a model
 
@@ -120,5 +120,5 @@ def field(value):
     import re
     if re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
         return value
-    from .text import quoted
+    from agentctl.text import quoted
     return quoted(value)

@@ -11,7 +11,7 @@ on the way up, and the line read in id order is the order it was written in.
 
 import time
 
-from .db import INTEGER_MAX
+from agentctl.store.db import INTEGER_MAX
 
 # Kinds a message can have. 'clear' ends the context before it (and is not
 # part of it); 'compaction' starts the context with its summary.

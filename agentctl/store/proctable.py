@@ -2,9 +2,9 @@
 
 import time
 
-from .output import Column, age, iso, until
-from .ids import short
-from .mail import deferred, unread
+from agentctl.cli.output import Column, age, iso, until
+from agentctl.ids import short
+from agentctl.ops.mail import deferred, unread
 
 LISTED = ("R", "S", "T", "Z")       # without -a: everything not yet dead
 
@@ -42,7 +42,7 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     for row in conn.execute(sql, params):
         item = dict(row)
         if item["status"] == "R":
-            from .turns import lease_is_live
+            from agentctl.ops.turns import lease_is_live
             if not lease_is_live(item, now):    # its agent-run died: idle, or stopped
                 item["status"] = "T" if item["pending_signal"] == "STOP" else "S"
         if statuses and item["status"] not in statuses:

@@ -9,8 +9,8 @@ model call, and the owner's lifecycle parent is told once by mail. When the
 owner exits, what is left goes back to its parent's account.
 """
 
-from .errors import Refused, UsageError
-from .ids import INIT_ID
+from agentctl.errors import Refused, UsageError
+from agentctl.ids import INIT_ID
 
 
 def account(conn, agent):
@@ -34,7 +34,7 @@ def words(acc):
 def carve(conn, parent, tokens):
     """Check `tokens` and move them out of the account `parent` is charged
     to (if any): what the child's own account starts with."""
-    from .registry import label
+    from agentctl.store.registry import label
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise UsageError(f"bad budget: {tokens!r} (want a positive number of tokens)")
     acc = account(conn, parent)
@@ -63,8 +63,8 @@ def charge(conn, agent_id, tokens):
 def notify(conn, acc, agent_id):
     """Record the exhaustion (an event whose detail holds the budget it
     reached) and mail the owner's lifecycle parent, unless that is init."""
-    from .mail import deliver
-    from .registry import get, label, nearest_live_ancestor, record
+    from agentctl.ops.mail import deliver
+    from agentctl.store.registry import get, label, nearest_live_ancestor, record
     record(conn, acc["id"], "budget", f"exhausted {acc['spent']} {acc['budget']}", agent_id)
     parent = nearest_live_ancestor(conn, get(conn, acc["id"]))    # the owner may have exited
     if parent["id"] == INIT_ID:
@@ -85,7 +85,7 @@ def notified(conn, acc):
 def refusal(conn, agent):
     """The one-line reason a turn of `agent` may not start, or None; tells
     the parent when no one was told of this exhaustion yet."""
-    from .registry import label
+    from agentctl.store.registry import label
     acc = account(conn, agent)
     if not is_exhausted(acc):
         return None

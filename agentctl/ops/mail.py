@@ -7,11 +7,11 @@ the operator has sender_id NULL and shows '-' as its sender.
 
 import time
 
-from .clock import NOW_SQL
-from .db import INTEGER_MAX
-from .errors import Refused, UsageError
-from .ids import INIT_ID
-from .registry import label
+from agentctl.clock import NOW_SQL
+from agentctl.store.db import INTEGER_MAX
+from agentctl.errors import Refused, UsageError
+from agentctl.ids import INIT_ID
+from agentctl.store.registry import label
 
 MAX_BODY = 1024 * 1024      # bytes of UTF-8; larger belongs in a document
 MAIL_COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
