@@ -1,13 +1,10 @@
-"""Times the operator gives (agent-send --at, --in) and the database's own
-notion of now, so that every query about deferred mail agrees on it."""
+"""Times: the ones the operator gives (agent-send --at, --in) and how times
+are written for people (ages, countdowns) and machines (ISO 8601, UTC)."""
 
 import re
 import time
 
 from agentctl.errors import UsageError
-
-# The current Unix time in SQL: conditions on deliver_at need no parameter.
-NOW_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -69,3 +66,39 @@ def parse_time(text, now=None, zone=None):
         if when.year < 9999:
             return 0.0                          # the past: due at once
         raise UsageError("that time is out of range (the year must be before 10000)") from None
+
+
+def age(seconds):
+    """A ps-style age: 45s, 12m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def until(timestamp, now=None):
+    """How long until a time: in 45s, in 12m30s, in 1h59m, in 2d3h (two units,
+    so a wake-up set for 2h does not read "in 1h" a second later); due once it
+    has passed; - for none."""
+    if timestamp is None:
+        return "-"
+    import math
+    ahead = math.ceil(timestamp - (time.time() if now is None else now))
+    if ahead <= 0:
+        return "due"
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    for index, (unit, size) in enumerate(units[:-1]):
+        if ahead >= size:
+            rest, (small, small_size) = ahead % size, units[index + 1]
+            return f"in {ahead // size}{unit}" + (
+                f"{rest // small_size}{small}" if rest >= small_size else "")
+    return f"in {ahead}s"
+
+
+def iso(timestamp):
+    if timestamp is None:
+        return None
+    import datetime
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).isoformat(
+        timespec="seconds").replace("+00:00", "Z")

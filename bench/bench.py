@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from agentctl.store import db, history, registry  # noqa: E402
+from agentctl.ops import lifecycle
 from agentctl.store.db import transaction  # noqa: E402
 from agentctl.ids import INIT_ID, new_id  # noqa: E402
 
@@ -66,7 +67,7 @@ def at_least(limit, unit=""):
 def startup(tmp):
     path, conn = fresh(tmp, "small.db")
     with transaction(conn):
-        a = registry.fork(conn, registry.get(conn, INIT_ID), name="a", model="echo")
+        a = lifecycle.fork(conn, registry.get(conn, INIT_ID), name="a", model="echo")
         history.append(conn, a, "user", "hello")
     conn.close()
     env = dict(os.environ, AGENTCTL_DB=path)
@@ -93,7 +94,7 @@ def echo_turn(tmp, base):
     ids = []
     with transaction(conn):
         for _ in range(RUNS):
-            ids.append(registry.fork(conn, registry.get(conn, INIT_ID), model="echo",
+            ids.append(lifecycle.fork(conn, registry.get(conn, INIT_ID), model="echo",
                                      prompt="hello"))
     conn.close()
     env = dict(os.environ, AGENTCTL_DB=path)
@@ -111,7 +112,7 @@ def bulk_send(tmp):
     n = 100_000
     path, conn = fresh(tmp, "bulk.db")
     with transaction(conn):
-        target = registry.fork(conn, registry.get(conn, INIT_ID), name="t")
+        target = lifecycle.fork(conn, registry.get(conn, INIT_ID), name="t")
     conn.close()
     payload = "".join(json.dumps({"to": "t", "body": f"message {i}"}) + "\n"
                       for i in range(n)).encode()
@@ -145,7 +146,7 @@ def deep_replay(tmp):
     with transaction(conn):
         parent = registry.get(conn, INIT_ID)
         for depth in range(100):
-            child = registry.fork(conn, parent)
+            child = lifecycle.fork(conn, parent)
             conn.executemany("INSERT INTO messages (agent_id, kind, content, created_at) "
                              "VALUES (?, 'user', ?, 0)",
                              [(child, f"message {depth}.{i}") for i in range(1000)])
@@ -181,8 +182,8 @@ def fork_cost(tmp):
     path, conn = fresh(tmp, "fork.db")
     with transaction(conn):
         init = registry.get(conn, INIT_ID)
-        short = registry.fork(conn, init, name="short")
-        long_ = registry.fork(conn, init, name="long")
+        short = lifecycle.fork(conn, init, name="short")
+        long_ = lifecycle.fork(conn, init, name="long")
         conn.executemany("INSERT INTO messages (agent_id, kind, content, created_at) VALUES (?, 'user', 'x', 0)",
                          [(short,)] * 10 + [(long_,)] * 100_000)
     conn.close()

@@ -10,6 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from agentctl.store import db, registry
+from agentctl.ops import lifecycle
 from agentctl.ops import mail
 from agentctl.turn import runner  # noqa: E402
 from agentctl.store.db import transaction  # noqa: E402
@@ -38,7 +39,7 @@ def conversation(tmp, window):
     offline.ScriptedModel.complete = spy
     conn = db.connect(os.path.join(tmp, f"{window}.db"))
     with transaction(conn):
-        a = registry.fork(conn, registry.get(conn, INIT_ID), name="a", model=f"scripted:{rules}",
+        a = lifecycle.fork(conn, registry.get(conn, INIT_ID), name="a", model=f"scripted:{rules}",
                           system="Answer briefly.", context_window=window)
     rows = []
     for n in range(1, TURNS + 1):

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from .conftest import agent, fork
+from agentctl.ops import lifecycle
 
 
 def script(tmp_path, *rules):
@@ -239,11 +240,11 @@ def test_a_cascade_down_a_deep_chain_of_budgets_returns_everything(conn):
     from agentctl.store import registry
     from agentctl.store.db import transaction
     with transaction(conn):
-        top = registry.fork(conn, registry.get(conn, "AAAAAAAAAAAAAAAAAAAAAA"), name="top",
-                            budget=100000)
+        top = lifecycle.fork(conn, registry.get(conn, "AAAAAAAAAAAAAAAAAAAAAA"), name="top",
+                             budget_tokens=100000)
         parent = top
         for depth in range(60):
-            parent = registry.fork(conn, registry.get(conn, parent), budget=50000 - depth * 500)
+            parent = lifecycle.fork(conn, registry.get(conn, parent), budget_tokens=50000 - depth * 500)
     first = conn.execute("SELECT id FROM agents WHERE parent_id = ?", (top,)).fetchone()[0]
     assert agent("kill", "--cascade", first).code == 0
     assert ps("top") == (100000, 0)

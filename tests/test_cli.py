@@ -34,11 +34,11 @@ def test_launchers_run_from_a_checkout(program):
 
 
 def test_a_bug_is_exit_70_with_one_line_and_details_on_demand(monkeypatch):
-    from agentctl.store import registry
+    from agentctl.ops import lifecycle
 
     def broken(*args, **kwargs):
         raise KeyError("boom")
-    monkeypatch.setattr(registry, "fork", broken)
+    monkeypatch.setattr(lifecycle, "fork", broken)
     result = agent("fork", "-n", "x")
     assert result.code == 70
     assert result.err == ("agent-fork: internal error: KeyError: 'boom' "

@@ -190,15 +190,15 @@ def test_kill_9_again_while_resuming(reference, tmp_path, monkeypatch):
 
 def test_a_turn_cut_between_its_last_reply_and_its_commit_asks_the_model_no_more(
         conn, monkeypatch):
-    from agentctl.ops import turns
+    from agentctl.store import turnlog
     fork("-n", "a", "-m", "echo", "hello")
-    real = turns.finish
+    real = turnlog.finish
 
     def cut(*args, **kwargs):
         raise RuntimeError("cut before the commit")
-    monkeypatch.setattr(turns, "finish", cut)
+    monkeypatch.setattr(turnlog, "finish", cut)
     assert agent("run", "a").code == 70
-    monkeypatch.setattr(turns, "finish", real)
+    monkeypatch.setattr(turnlog, "finish", real)
     result = agent("run", "--json", "a")
     assert json.loads(result.out)["steps"] == 1 and json.loads(result.out)["text"] == "hello"
     assert [r[0] for r in conn.execute("SELECT kind FROM messages ORDER BY id")] == \

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from agentctl.store import registry
+from agentctl.ops import lease
 from agentctl.ids import INIT_ID
 
 from .conftest import Result, agent, fork, started
@@ -274,9 +275,9 @@ def test_a_cascade_between_claim_and_turn_leaves_no_turn(conn):
     fork("-n", "pp")
     cc = fork("-p", "pp", "-n", "cc", "prompt")
     assert agent("send", "cc", "mail").code == 0
-    claimed = turns.claim(conn, "cc")
+    claimed = lease.claim(conn, "cc")
     assert agent("kill", "--cascade", "pp").code == 0
-    with pytest.raises(turns.KilledMidTurn) as raised:
+    with pytest.raises(lease.KilledMidTurn) as raised:
         turns.start(conn, claimed, "echo")
     assert raised.value.code == 3
     assert status(conn, cc) == "X"
@@ -288,18 +289,17 @@ def test_a_run_that_lost_its_agent_is_told_how(conn):
     """Another run took the agent over (this one stalled past its lease) and the
     agent exited there: 75, the claim lost. Killed by a signal while this run held
     it: 3. Either way the run writes nothing more."""
-    from agentctl.ops import turns
     a = fork("-n", "a")
 
     def holding_after(change):
         conn.execute(f"UPDATE agents SET {change} WHERE id = ?", (a,))
         conn.commit()
-        with pytest.raises(turns.LostClaim) as raised:
-            with turns.holding(conn, a):
+        with pytest.raises(lease.LostClaim) as raised:
+            with lease.holding(conn, a):
                 pass
         return raised.value
     lost = holding_after("status = 'Z', exit_code = 0, lease_owner = 'other'")
-    assert type(lost) is turns.LostClaim and lost.code == 75
+    assert type(lost) is lease.LostClaim and lost.code == 75
     killed = holding_after("exit_code = 143, exit_signal = 'TERM', lease_owner = NULL")
-    assert type(killed) is turns.KilledMidTurn and killed.code == 3
+    assert type(killed) is lease.KilledMidTurn and killed.code == 3
     assert str(killed) == "a: killed by TERM while this run held it; it wrote nothing more"

@@ -168,7 +168,7 @@ def test_send_without_text_on_a_terminal_says_what_is_missing(conn, monkeypatch)
     from agentctl.cli import send
     import sys
     monkeypatch.setattr(sys, "stdin", Terminal())
-    from agentctl.cli.common import run
+    from agentctl.cli.program import run
     assert run(send.cli, ["a"]) == 2
 
 
@@ -205,18 +205,18 @@ def test_a_second_reader_waits_for_the_first_to_mark_what_it_took(conn, monkeypa
     """The race itself, made certain: a second reader starts while the first
     holds the mail it selected, not yet marked read. It must get none of it."""
     import time
-    from agentctl.ops import mail
+    from agentctl.store import mailbox
     fork("-n", "box")
     for k in range(5):
         agent("send", "box", f"job {k}")
-    real, second = mail.mark_read, []
+    real, second = mailbox.mark_read, []
 
     def slow_mark_read(conn, ids, **kwargs):
         if not second:
             second.append(started("agent-mail", "-r", "-q", "box"))
             time.sleep(1)               # it is started, and at the database, by now
         return real(conn, ids, **kwargs)
-    monkeypatch.setattr(mail, "mark_read", slow_mark_read)
+    monkeypatch.setattr(mailbox, "mark_read", slow_mark_read)
     first = agent("mail", "-r", "-q", "box")
     out, err = second[0].communicate(timeout=60)
     assert (first.code, first.lines) == (0, ["1", "2", "3", "4", "5"])

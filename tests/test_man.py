@@ -229,9 +229,9 @@ def documented_columns(page):
 def test_the_columns_pages_list_are_those_the_programs_have():
     """agent-ps(1) once documented an `exit` column, and used it in an example,
     that the program did not have."""
-    from agentctl.store import proctable
+    from agentctl.cli import ps
     from agentctl.cli import mail, wait
-    assert documented_columns("agent-ps.1") == [c.key for c in proctable.COLUMNS] + ["depth"]
+    assert documented_columns("agent-ps.1") == [c.key for c in ps.COLUMNS] + ["depth"]
     assert documented_columns("agent-mail.1") == [c.key for c in mail._columns()]
     assert documented_columns("agent-wait.1") == [c.key for c in wait._columns()]
 

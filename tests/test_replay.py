@@ -7,6 +7,7 @@ import re
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from agentctl.turn import context
+from agentctl.ops import lifecycle
 from agentctl.store import history, registry
 from agentctl.store.db import connect, transaction
 from agentctl.ids import INIT_ID
@@ -190,7 +191,7 @@ def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
     then = {}           # message id -> the context right after it was written
     summaries = set()
     with transaction(conn):
-        first = registry.fork(conn, init)
+        first = lifecycle.fork(conn, init)
     agents.append(first)
     model[first] = []
     for op, pick, point in ops:
@@ -209,7 +210,7 @@ def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
                 conn.execute("UPDATE messages SET keep_from = ? WHERE id = ?", (keep_from, mid))
                 summaries.add(mid)
             elif op == "fork":
-                child = registry.fork(conn, registry.get(conn, target))
+                child = lifecycle.fork(conn, registry.get(conn, target))
                 agents.append(child)
                 model[child] = list(seen)
                 continue
@@ -217,7 +218,7 @@ def test_replay_matches_a_model_that_copies_histories(tmp_path_factory, ops):
                 if not seen:
                     continue
                 at = seen[point % len(seen)]
-                child = registry.fork(conn, registry.get(conn, target), at=at)
+                child = lifecycle.fork(conn, registry.get(conn, target), at=at)
                 agents.append(child)
                 model[child] = list(then[at])
                 continue

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from agentctl.store import registry
+from agentctl.ops import lease
 
 from .conftest import ROOT, Result, agent, fork, shell, started
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
@@ -565,6 +566,5 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "soon"])
 def test_a_lease_that_is_no_finite_positive_number_is_ignored(monkeypatch, value):
-    from agentctl.ops import turns
     monkeypatch.setenv("AGENTCTL_LEASE", value)
-    assert turns.lease_seconds() == turns.LEASE_SECONDS
+    assert lease.lease_seconds() == lease.LEASE_SECONDS

@@ -12,7 +12,7 @@ import pytest
 
 from agentctl.clock import parse_duration, parse_time
 from agentctl.errors import UsageError
-from agentctl.cli.output import until
+from agentctl.clock import until
 
 from .conftest import ROOT, agent, fork, shell
 from .test_run import script

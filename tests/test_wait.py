@@ -5,6 +5,7 @@ import threading
 import time
 
 from agentctl.store import registry
+from agentctl.ops import lifecycle
 from agentctl.store.db import connect, transaction
 
 from .conftest import agent, fork, shell
@@ -15,7 +16,7 @@ def finish(db_path, ref, code=0, result=None, delay=0.0):
     time.sleep(delay)
     conn = connect(str(db_path))
     with transaction(conn):
-        registry.exit_agent(conn, registry.resolve(conn, ref), code=code, result=result)
+        lifecycle.exit(conn, registry.resolve(conn, ref), code=code, result=result)
     conn.close()
 
 

@@ -5,10 +5,14 @@ import time
 
 import click
 
-from agentctl.ops.docs import VISIBILITIES
-from agentctl.cli.common import Count, actor, connect, output_options, program, read_body, run, warn
-
-
+from agentctl.clock import age, iso
+from agentctl.cli.options import Count, output_options
+from agentctl.cli.output import Column, pick, render
+from agentctl.cli.program import actor, connect, program, run
+from agentctl.cli.stdio import read_body, warn
+from agentctl.errors import AgentctlError, UsageError
+from agentctl.ops import docs
+from agentctl.store.db import transaction
 
 @program("agent-doc", cls=click.Group, no_args_is_help=False)
 @click.pass_context
@@ -21,7 +25,6 @@ def cli(ctx, db_path):
 def complete_docs(ctx, param, incomplete):
     """Shell completion: the names of the documents the actor can see."""
     try:
-        from agentctl.ops import docs
         conn, me = _open((ctx.parent or ctx).params.get("db_path"))   # no callback has run
         return [r["name"] for r in docs.listing(conn, me) if r["name"].startswith(incomplete)]
     except Exception:
@@ -36,7 +39,7 @@ def _open(db_path):
 
 
 @cli.command("put")
-@click.option("-v", "--visibility", type=click.Choice(VISIBILITIES), metavar="VIS",
+@click.option("-v", "--visibility", type=click.Choice(docs.VISIBILITIES), metavar="VIS",
               help="private, subtree or global (default: private for a new document, "
                    "else unchanged); only the owner may change it.")
 @click.option("--if-version", type=Count(0), metavar="N",
@@ -48,9 +51,6 @@ def _open(db_path):
 def put(ctx, visibility, if_version, name, text):
     """Write a new version of NAME from TEXT, or from stdin (for -, or no TEXT
     and a pipe), and print its version number."""
-    from agentctl.ops import docs
-    from agentctl.store.db import transaction
-    from agentctl.errors import UsageError
     docs.check_name(name)
     body = read_body(text)
     if body is None:
@@ -68,7 +68,6 @@ def put(ctx, visibility, if_version, name, text):
 @click.pass_context
 def get(ctx, version, name):
     """Print the document NAME (a newline is added if it lacks a final one)."""
-    from agentctl.ops import docs
     conn, me = _open(ctx.obj)
     body = docs.get(conn, me, name, version)["body"]
     sys.stdout.write(body if body.endswith("\n") else body + "\n")
@@ -80,9 +79,6 @@ def get(ctx, version, name):
 @click.pass_context
 def rm(ctx, names):
     """Remove each document NAME (its owner, or the operator); its versions stay."""
-    from agentctl.ops import docs
-    from agentctl.store.db import transaction
-    from agentctl.errors import AgentctlError
     conn, me = _open(ctx.obj)
     status = 0
     for name in names:
@@ -106,8 +102,6 @@ def ls(ctx, fmt, columns, quiet, null, no_headers, pattern):
     Columns: name version owner visibility size updated (default), and author
     with -o.
     """
-    from agentctl.ops import docs
-    from agentctl.cli.output import Column, age, iso, pick, render
     conn, me = _open(ctx.obj)
     now = time.time()
     rows = [dict(r, id=r["name"], owner=docs.who(r, "owner"), author=docs.who(r, "author"),
@@ -130,8 +124,6 @@ def log(ctx, fmt, columns, quiet, null, no_headers, name):
     Columns: version author owner visibility size created (default), and
     removed with -o. A version that removed the document has no size.
     """
-    from agentctl.ops import docs
-    from agentctl.cli.output import Column, iso, pick, render
     conn, me = _open(ctx.obj)
     rows = [dict(r, id=r["version"], owner=docs.who(r, "owner"), author=docs.who(r, "author"))
             for r in docs.versions(conn, me, name)]
@@ -148,7 +140,6 @@ def log(ctx, fmt, columns, quiet, null, no_headers, name):
 
 def _who():
     """The author, owner and visibility columns: names for people, ids for machines."""
-    from agentctl.cli.output import Column
     return [Column("author", "AUTHOR", human=lambda r: r["author"],
                    machine=lambda r: r["author_id"]),
             Column("owner", "OWNER", human=lambda r: r["owner"], machine=lambda r: r["owner_id"]),

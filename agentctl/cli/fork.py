@@ -2,14 +2,21 @@
 
 import click
 
-from agentctl.cli.common import Count, actor, complete_agents, complete_words, connect, program, read_body, run
+from agentctl.cli.options import Count, complete_agents, complete_words
+from agentctl.cli.program import actor, connect, program, run
+from agentctl.cli.stdio import read_body
+from agentctl.errors import UsageError
+from agentctl.ids import INIT_ID, ROLES
+from agentctl.ops import lifecycle
+from agentctl.store import registry
+from agentctl.store.db import transaction
 
 
 @program("agent-fork")
 @click.option("-p", "--parent", metavar="PARENT", shell_complete=complete_agents, help="Fork this agent (default self, else init).")
 @click.option("-n", "--name", metavar="NAME", help="The child's name, [a-z][a-z0-9._-]*.")
 @click.option("-r", "--role", default="agent", metavar="ROLE", show_default=True,
-              shell_complete=complete_words(["agent", "task", "worker", "lead", "architect", "daemon"]),
+              shell_complete=complete_words(ROLES),
               help="agent, task, worker, lead, architect or daemon.")
 @click.option("-m", "--model", metavar="MODEL", help="The child's model (default: the parent's).")
 @click.option("-s", "--system", metavar="SYSTEM",
@@ -29,20 +36,16 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, prompt):
     child both wait for input. With --budget the child's model calls may
     spend at most TOKENS, taken from what the parent's account has left.
     """
-    from agentctl.store.db import transaction
-    from agentctl.store.registry import fork, get, resolve
-    from agentctl.ids import INIT_ID
-    from agentctl.errors import UsageError
     body = read_body(prompt) if prompt is not None else None
     if prompt is not None and (body is None or not body.strip()):
         raise UsageError("empty prompt")
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)
-        source = resolve(conn, parent) if parent else (me or get(conn, INIT_ID))
-        child = fork(conn, source, name=name, role=role, model=model, system=system,
-                     at=at, prompt=body, actor=me["id"] if me else None, context_window=window,
-                     budget=budget)
+        source = registry.resolve(conn, parent) if parent else (me or registry.get(conn, INIT_ID))
+        child = lifecycle.fork(conn, source, name=name, role=role, model=model, system=system,
+                               at=at, prompt=body, actor=me["id"] if me else None,
+                               context_window=window, budget_tokens=budget)
     click.echo(child)
 
 

@@ -5,7 +5,14 @@ import time
 
 import click
 
-from agentctl.cli.common import Seconds, actor, complete_agents, connect, output_options, program, run
+from agentctl.clock import age, iso, until
+from agentctl.cli.options import Seconds, complete_agents, output_options
+from agentctl.cli.output import Column, pick, render
+from agentctl.cli.program import actor, connect, program, run
+from agentctl.errors import NotFound, UsageError
+from agentctl.ops import mail
+from agentctl.store import mailbox, registry
+from agentctl.store.db import transaction, wait_for_commit
 
 
 @program("agent-mail")
@@ -28,10 +35,6 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 
     Words of digits are mail ids: with -r, exactly those are read.
     """
-    from agentctl.ops import mail
-    from agentctl.errors import NotFound, UsageError
-    from agentctl.cli.output import pick, render
-    from agentctl.store.registry import resolve
     ids = [int(a) for a in args if is_mail_id(a)]
     refs = [a for a in args if not is_mail_id(a)]
     if len(refs) > 1:
@@ -41,18 +44,21 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     if deferred and (read or wait is not None or everything):
         raise UsageError("--deferred doesn't go with -r, -a or --wait: it is not mail yet")
     conn = connect(db_path)
-    owner = resolve(conn, refs[0]) if refs else actor(conn)
+    owner = registry.resolve(conn, refs[0]) if refs else actor(conn)
     if owner is None and not ids:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
     owner_id = owner["id"] if owner else None
     filtering = sender is not None
     sender_id = None
     if filtering and sender != "-":
-        sender_id = resolve(conn, sender)["id"]
+        sender_id = registry.resolve(conn, sender)["id"]
 
-    def matching(read_too=False):       # ids: exactly those, read before or not
-        return mail.select(conn, owner_id, ids=ids, sender=filtering, sender_id=sender_id,
-                           unread_only=not (read_too or ids), waiting=deferred)
+    def criteria(read_too=False):       # ids: exactly those, read before or not
+        return dict(ids=ids, sender=filtering, sender_id=sender_id,
+                    unread_only=not (read_too or ids), waiting=deferred)
+
+    def matching(read_too=False):
+        return mailbox.select(conn, owner_id, **criteria(read_too))
 
     def all_there(rows):
         """The rows, when they hold every mail id asked for; else nothing is read."""
@@ -67,11 +73,8 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
         is printed: of two readers of one mailbox, each mail goes to one."""
         if not read or peek:
             return all_there(matching(read_too=everything))
-        from agentctl.store.db import transaction
         with transaction(conn):
-            rows = all_there(matching(read_too=everything))
-            mail.mark_read(conn, [r["id"] for r in rows])
-        return rows
+            return all_there(mail.take(conn, owner_id, **criteria(read_too=everything)))
 
     def arrived():
         """What --wait waits for: matching unread mail; with ids, every one of them."""
@@ -81,14 +84,13 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     deadline = None if wait is None else time.monotonic() + wait
     while True:
         if deadline is not None:
-            from agentctl.store.db import wait_for_commit
             if not wait_for_commit(conn, deadline, arrived,
-                                   next_due=lambda: mail.next_deferred(conn, owner_id)):
+                                   next_due=lambda: mailbox.next_deferred(conn, owner_id)):
                 if check:
                     click.echo(0)   # -c always prints the count
                 return 1
         if check:
-            count = mail.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \
+            count = mailbox.count_unread(conn, owner_id, sender=filtering, sender_id=sender_id) \
                 if not (ids or deferred) else len(matching())
             click.echo(count)
             return 0 if count else 1
@@ -109,32 +111,26 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 
 
 def _item(row):
-    from agentctl.ops.mail import first_line
-    from agentctl.store.registry import named
     item = dict(row)
-    item["from_label"] = named(row["sender_id"], row["sender_name"])
-    item["subject"] = first_line(row["body"])
+    item["from_label"] = registry.named(row["sender_id"], row["sender_name"])
+    item["subject"] = mail.first_line(row["body"])
     item["age"] = int(time.time() - row["created_at"])
     return item
 
 
 def _print_bodies(rows):
-    from agentctl.cli.output import iso
-    from agentctl.store.registry import named
     for r in rows:
         kind = "" if r["kind"] == "mail" else f" ({r['kind']})"
-        sys.stdout.write(f"--- mail {r['id']} from {named(r['sender_id'], r['sender_name'])}{kind} "
+        sys.stdout.write(f"--- mail {r['id']} from {registry.named(r['sender_id'], r['sender_name'])}{kind} "
                          f"at {iso(r['created_at'])} ---\n{r['body']}\n")
 
 
 def _columns():
-    from agentctl.cli.output import Column, age, iso, until
-    from agentctl.store.registry import named
     return [
         Column("id", "ID"),
         Column("from", "FROM", human=lambda r: r["from_label"], machine=lambda r: r["sender_id"]),
         Column("to", "TO", machine=lambda r: r["recipient_id"],
-               human=lambda r: named(r["recipient_id"], r["recipient_name"])),
+               human=lambda r: registry.named(r["recipient_id"], r["recipient_name"])),
         Column("kind", "KIND"),
         Column("age", "AGE", human=lambda r: age(r["age"])),
         Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),

@@ -6,7 +6,6 @@ names and, once released, keep their meaning. -q prints ids, -0 ends records
 with NUL.
 """
 
-import time
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -89,39 +88,3 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
     # preserve_whitespace: the -f tree indents names
     out.write(tabulate(table, headers=headers, tablefmt="plain", disable_numparse=True,
                        preserve_whitespace=True) + "\n")
-
-
-def age(seconds):
-    """A ps-style age: 45s, 12m, 3h, 2d."""
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def until(timestamp, now=None):
-    """How long until a time: in 45s, in 12m30s, in 1h59m, in 2d3h (two units,
-    so a wake-up set for 2h does not read "in 1h" a second later); due once it
-    has passed; - for none."""
-    if timestamp is None:
-        return "-"
-    import math
-    ahead = math.ceil(timestamp - (time.time() if now is None else now))
-    if ahead <= 0:
-        return "due"
-    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
-    for index, (unit, size) in enumerate(units[:-1]):
-        if ahead >= size:
-            rest, (small, small_size) = ahead % size, units[index + 1]
-            return f"in {ahead // size}{unit}" + (
-                f"{rest // small_size}{small}" if rest >= small_size else "")
-    return f"in {ahead}s"
-
-
-def iso(timestamp):
-    if timestamp is None:
-        return None
-    import datetime
-    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).isoformat(
-        timespec="seconds").replace("+00:00", "Z")

@@ -2,7 +2,13 @@
 
 import click
 
-from agentctl.cli.common import complete_agents, complete_words, connect, output_options, program, run
+from agentctl.clock import age, iso, until
+from agentctl.cli.options import complete_agents, complete_words, output_options
+from agentctl.cli.output import Column, pick, render
+from agentctl.cli.program import connect, program, run
+from agentctl.errors import UsageError
+from agentctl.ids import ROLES, short
+from agentctl.store import proctable, registry
 
 
 @program("agent-ps")
@@ -11,7 +17,7 @@ from agentctl.cli.common import complete_agents, complete_words, connect, output
 @click.option("--parent", metavar="AGENT", shell_complete=complete_agents, help="Only the children of AGENT.")
 @click.option("--status", metavar="STATS", help="Only these statuses, e.g. S or S,T or ZX.")
 @click.option("--role", metavar="ROLE",
-              shell_complete=complete_words(["agent", "task", "worker", "lead", "architect", "daemon", "kernel"]), help="Only agents of this role.")
+              shell_complete=complete_words(ROLES + ("kernel",)), help="Only agents of this role.")
 @output_options
 def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, null,
         no_headers):
@@ -21,30 +27,93 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     budget, and spent in machine formats), and model created exit_code signal
     forked_from fork_msg wake budget spent with -o.
     """
-    from agentctl.store import proctable
-    from agentctl.errors import UsageError
-    from agentctl.cli.output import pick, render
-    from agentctl.store.registry import resolve
     statuses = None
     if status:
         statuses = [s for s in status.upper().replace(",", "") if s.strip()]
-        bad = [s for s in statuses if s not in "RSTZX"]
+        known = registry.LIVE + registry.EXITED
+        bad = [s for s in statuses if s not in known]
         if bad:
-            raise UsageError(f"unknown status: {bad[0]} (R, S, T, Z or X)")
+            raise UsageError(f"unknown status: {bad[0]} ({', '.join(known[:-1])} or {known[-1]})")
     conn = connect(db_path)
-    parent_id = resolve(conn, parent)["id"] if parent else None
+    parent_id = registry.resolve(conn, parent)["id"] if parent else None
     rows = proctable.rows(conn, everything=everything, statuses=statuses,
                           parent=parent_id, role=role)
     if forest:
-        rows = proctable.as_tree(rows)
-    default = proctable.DEFAULT
+        rows = as_tree(rows)
+    default = DEFAULT
     if forest:      # a table shows spent/budget as one column; a machine, two values
-        default = proctable.LONG + (["spent"] if fmt != "table" else [])
-    chosen = pick(proctable.COLUMNS, columns, default)
+        default = LONG + (["spent"] if fmt != "table" else [])
+    chosen = pick(COLUMNS, columns, default)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
-        from agentctl.cli.output import Column
         chosen = chosen + [Column("depth", "DEPTH")]
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+def as_tree(items):
+    """Rows in depth-first order by lifecycle parent, each with a depth; a row
+    whose parent is not listed is a root."""
+    present = {item["id"] for item in items}
+    children = {}
+    roots = []
+    for item in items:
+        if item["parent_id"] in present and item["parent_id"] != item["id"]:
+            children.setdefault(item["parent_id"], []).append(item)
+        else:
+            roots.append(item)
+    ordered = []
+    stack = [(root, 0) for root in reversed(roots)]
+    while stack:
+        item, depth = stack.pop()
+        item["depth"] = depth
+        ordered.append(item)
+        stack.extend((child, depth + 1) for child in reversed(children.get(item["id"], [])))
+    return ordered
+
+
+def _label(item):
+    name = item["name"] or short(item["id"])
+    depth = item.get("depth")
+    return name if not depth else "    " * (depth - 1) + "\\_ " + name
+
+
+def _parent(item):
+    if item["parent_id"] is None:
+        return "-"
+    return item["parent_name"] or short(item["parent_id"])
+
+
+def _budget(item):
+    return "-" if item["budget"] is None else f"{item['spent']}/{item['budget']}"
+
+
+def _exit(item):
+    if item["exit_signal"]:
+        return item["exit_signal"]
+    return None if item["exit_code"] is None else str(item["exit_code"])
+
+
+COLUMNS = [
+    Column("id", "ID", human=lambda r: short(r["id"])),
+    Column("name", "NAME", human=_label),
+    Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
+    Column("stat", "STAT", machine=lambda r: r["status"]),
+    Column("role", "ROLE"),
+    Column("msgs", "MSGS"),
+    Column("mail", "MAIL"),
+    Column("age", "AGE", human=lambda r: age(r["age"])),
+    Column("model", "MODEL"),
+    Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
+    Column("exit_code", "EXIT", human=lambda r: _exit(r) or "-"),
+    Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
+    Column("forked_from", "FORKED_FROM",
+           human=lambda r: short(r["forked_from"]) if r["forked_from"] else "-"),
+    Column("fork_msg", "FORK_MSG", machine=lambda r: r["fork_msg_id"]),
+    Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
+    Column("budget", "BUDGET", human=_budget),
+    Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
+]
+DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
+LONG = DEFAULT + ["wake", "budget"]     # -f
 
 
 def main(argv=None):

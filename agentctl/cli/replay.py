@@ -1,8 +1,15 @@
 """agent-replay: the context an agent's next turn will see."""
 
+import json
+import sys
+
 import click
 
-from agentctl.cli.common import complete_agents, connect, program, run
+from agentctl.cli.options import complete_agents
+from agentctl.cli.program import connect, program, run
+from agentctl.errors import UsageError
+from agentctl.store import history, registry
+from agentctl.turn import context
 
 
 @program("agent-replay")
@@ -17,11 +24,6 @@ from agentctl.cli.common import complete_agents, connect, program, run
 def cli(db_path, fmt, ranges, full, agent):
     """Reconstruct AGENT's context: walk back to the latest clear or
     compaction, then play the ranges forwards."""
-    import sys
-    from agentctl.turn import context
-    from agentctl.store import history
-    from agentctl.errors import UsageError
-    from agentctl.store.registry import resolve
     if ranges and (full or fmt):
         raise UsageError(f"--ranges and {'--full' if full else '--format'} don't go together "
                          "(the ranges are of the context, one tab-separated line each)")
@@ -29,7 +31,7 @@ def cli(db_path, fmt, ranges, full, agent):
         raise UsageError("--full is the record, not a context: use it with text or jsonl")
     fmt = fmt or "text"
     conn = connect(db_path)
-    target = resolve(conn, agent)
+    target = registry.resolve(conn, agent)
     if ranges:
         for owner, after, through in history.ranges(conn, target):
             click.echo(f"{owner}\t{after}\t{'-' if through is None else through}")
@@ -39,11 +41,9 @@ def cli(db_path, fmt, ranges, full, agent):
     else:
         system, rows = context.build(conn, target)
     if fmt == "openai":
-        import json
         sys.stdout.write(json.dumps(context.as_openai(system, rows), indent=2,
                                     ensure_ascii=False) + "\n")
     elif fmt == "jsonl":
-        import json
         sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                  for r in context.as_records(system, rows)))
     else:

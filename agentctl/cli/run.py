@@ -1,10 +1,17 @@
 """agent-run: execute one turn of one agent, then exit."""
 
+import os
 import sys
 
 import click
 
-from agentctl.cli.common import Count, complete_agents, connect, program, run as run_program, warn
+from agentctl.cli.options import Count, complete_agents
+from agentctl.cli.program import connect, program, run as run_program
+from agentctl.cli.stdio import warn
+from agentctl.errors import UsageError
+from agentctl.ops import budget, turns
+from agentctl.store import registry
+from agentctl.turn import runner
 
 
 @program("agent-run")
@@ -21,8 +28,6 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
     """Run one turn of AGENT (default self): take all its pending input at
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
-    import os
-    from agentctl.errors import UsageError
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
@@ -32,7 +37,6 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
     agent = agent or os.environ.get("AGENT_ID")
     if not agent:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
-    from agentctl.turn import runner
     conn = connect(db_path)
     stream = sys.stdout.isatty() and not as_json
     streamed = []
@@ -52,13 +56,10 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
     elif outcome.text:
         click.echo(outcome.text)
     if outcome.status == "over_budget":
-        from agentctl.ops import budget
-        from agentctl.store import registry
         me = registry.get(conn, outcome.agent_id)
         warn("agent-run", f"{registry.label(me)}: turn ended over budget "
                           f"({budget.words(budget.account(conn, me))})")
     if outcome.status == "killed":
-        from agentctl.store import registry
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
                           "killed by KILL during its turn (voided)")
         return 3
@@ -68,10 +69,8 @@ def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
 def _all(db_path, jobs, model, max_steps, as_json):
     """Each turn in its own process (as cron would run it): a crash or a hung
     model call of one agent can't take the others down."""
-    import os
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
-    from agentctl.ops import turns
     conn = connect(db_path)
     ids = turns.runnable(conn)
     conn.close()

@@ -4,7 +4,15 @@ import sys
 
 import click
 
-from agentctl.cli.common import actor, complete_agents, connect, program, read_body, run
+from agentctl import clock
+from agentctl.cli.options import complete_agents
+from agentctl.cli.program import actor, connect, program, run
+from agentctl.cli.stdio import read_body
+from agentctl.errors import AgentctlError, UsageError
+from agentctl.ops import mail
+from agentctl.store import registry
+from agentctl.store.db import transaction
+from agentctl.text import valid
 
 BATCH = 1000     # --jsonl lines per transaction
 
@@ -22,10 +30,6 @@ def cli(db_path, sender, jsonl, at, after, args):
     """Deliver TEXT (or stdin, for - or no TEXT and a pipe) to each AGENT and
     print the new mail ids. With --at or --in the mail is deferred: invisible
     to its recipient until then, then ordinary unread mail."""
-    from agentctl.store.db import transaction
-    from agentctl.errors import UsageError
-    from agentctl.ops.mail import check_body, check_recipient, deliver
-    from agentctl.store.registry import resolve
     deliver_at = _when(at, after)
     conn = connect(db_path)
     if jsonl:
@@ -40,20 +44,14 @@ def cli(db_path, sender, jsonl, at, after, args):
             raise UsageError("missing TEXT (give it, or - to read it from stdin)")
     else:
         refs, body = args[:-1], read_body(args[-1])
-    check_body(body)
+    mail.check_body(body)
     with transaction(conn):
-        from_id = _sender(conn, sender)
-        recipients = [resolve(conn, ref) for ref in refs]
-        for recipient in recipients:
-            check_recipient(recipient)
-        ids = [deliver(conn, from_id, r, body, deliver_at=deliver_at) for r in recipients]
+        ids = mail.send(conn, _sender(conn, sender), refs, body, deliver_at)
     sys.stdout.write("".join(f"{i}\n" for i in ids))
 
 
 def _when(at, delay):
     """The time deferred mail is due, or None for mail delivered now."""
-    from agentctl import clock
-    from agentctl.errors import UsageError
     if at is not None and delay is not None:
         raise UsageError("--at and --in don't go together")
     if at is not None:
@@ -64,22 +62,16 @@ def _when(at, delay):
 
 
 def _sender(conn, ref):
-    from agentctl.store.registry import resolve
     if ref is None:
         me = actor(conn)
         return me["id"] if me else None
-    return None if ref == "-" else resolve(conn, ref)["id"]
+    return None if ref == "-" else registry.resolve(conn, ref)["id"]
 
 
 def _bulk(conn, default_sender, default_at):
     """One transaction per batch of lines: a bad line rolls its whole batch
     back (nothing of it is half-delivered) and stops with its line number."""
     import json
-    from agentctl.store.db import transaction
-    from agentctl.errors import AgentctlError, UsageError
-    from agentctl.ops.mail import check_body, check_recipient, deliver_many
-    from agentctl.text import valid
-    from agentctl.store.registry import resolve
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("--jsonl reads stdin, which is a terminal")
     stream = sys.stdin.buffer
@@ -111,14 +103,13 @@ def _bulk(conn, default_sender, default_at):
                             or not isinstance(item.get("body"), str):
                         raise ValueError('want an object with string "to" and "body"')
                     body = valid(item["body"])      # a JSON escape like \udca0 is no UTF-8
-                    check_body(body)
-                    to = lookup(recipients, item["to"], lambda r: resolve(conn, r))
-                    check_recipient(to)
+                    mail.check_body(body)
+                    to = lookup(recipients, item["to"], lambda r: mail.recipient(conn, r))
                     frm = item.get("from")
                     if frm is not None and not isinstance(frm, str):
                         raise ValueError('"from" must be a string (an agent, or - for the operator)')
                     from_id = default_id if frm is None else lookup(
-                        senders, frm, lambda r: None if r == "-" else resolve(conn, r)["id"])
+                        senders, frm, lambda r: None if r == "-" else registry.resolve(conn, r)["id"])
                     at = item.get("at")
                     if at is not None and not isinstance(at, str):
                         raise ValueError('"at" must be a string (a TIME, as for --at)')
@@ -128,7 +119,7 @@ def _bulk(conn, default_sender, default_at):
                     raise UsageError(f"line {number}: {e}")
                 except AgentctlError as e:
                     raise type(e)(f"line {number}: {e}", e.code)
-            ids = deliver_many(conn, items)
+            ids = mail.deliver_many(conn, items)
         out.write("".join(f"{i}\n" for i in ids))
 
 

@@ -2,8 +2,14 @@
 
 import click
 
-from agentctl.cli.common import (Seconds, actor, complete_agents, connect, output_options, program,
-                     read_words, run, stdin_is_data)
+from agentctl.cli.options import Seconds, complete_agents, output_options
+from agentctl.cli.output import Column, pick, render
+from agentctl.cli.program import actor, connect, program, run
+from agentctl.cli.stdio import read_words, stdin_is_data
+from agentctl.errors import UsageError
+from agentctl.ids import INIT_ID
+from agentctl.ops import lifecycle, mail
+from agentctl.store import registry
 
 
 @program("agent-wait")
@@ -18,11 +24,6 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
 
     Exit 0 when all exited normally, 1 on timeout, 3 when one failed or was killed.
     """
-    from agentctl.ops import lifecycle
-    from agentctl.errors import UsageError
-    from agentctl.ids import INIT_ID
-    from agentctl.cli.output import pick, render
-    from agentctl.store.registry import resolve
     refs = list(agents)
     if not refs and stdin_is_data():
         refs = read_words()
@@ -31,16 +32,13 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     conn = connect(db_path)
     me = actor(conn)
     if refs:
-        ids = [resolve(conn, ref)["id"] for ref in refs]
+        ids = [registry.resolve(conn, ref)["id"] for ref in refs]
         if INIT_ID in ids:
             raise UsageError("init never exits: it can't be waited for")
         if me and me["id"] in ids:
             raise UsageError(f"{refs[ids.index(me['id'])]}: can't wait for itself ($AGENT_ID)")
     else:
-        parent = me["id"] if me else INIT_ID
-        ids = [r[0] for r in conn.execute(
-            "SELECT id FROM agents WHERE parent_id = ? AND status != 'X' ORDER BY created_at",
-            (parent,))]
+        ids = registry.children(conn, me["id"] if me else INIT_ID)
     collected, pending = lifecycle.wait(conn, ids, timeout=timeout, any_one=any_one,
                                        actor=me["id"] if me else None)
     render([dict(r) | {"how": lifecycle.how(r)} for r in collected],
@@ -52,8 +50,6 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
 
 
 def _columns():
-    from agentctl.cli.output import Column
-    from agentctl.ops.mail import first_line
 
     def status(r):
         return f"killed {r['exit_signal']}" if r["exit_signal"] else f"{r['how']} {r['exit_code']}"
@@ -64,7 +60,7 @@ def _columns():
         Column("status", "STATUS", human=status, machine=lambda r: r["how"]),
         Column("exit_code", "CODE"),
         Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
-        Column("result", "RESULT", human=lambda r: first_line(r["result"] or "") or "-"),
+        Column("result", "RESULT", human=lambda r: mail.first_line(r["result"] or "") or "-"),
     ]
 
 

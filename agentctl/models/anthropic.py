@@ -7,8 +7,8 @@ message, and neighbouring messages of one role are merged, since the API wants r
 
 import json
 
-from agentctl.errors import AgentctlError
-from agentctl.models.base import (Model, ModelError, Reply, ToolCall, Transient, is_count, load_json,
+from ..errors import AgentctlError
+from .base import (Model, ModelError, Reply, ToolCall, Transient, is_count, load_json,
                    make_usage)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -32,14 +32,14 @@ class AnthropicModel(Model):
 
     def _endpoint(self):
         # Imported here, not at the top: requests costs more start-up time than get_model should.
-        from agentctl.models import http
+        from . import http
         url = http.base_url("ANTHROPIC_BASE_URL", DEFAULT_BASE_URL)
         key = http.api_key("ANTHROPIC_API_KEY", url, self.name)
         max_tokens = http.env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)
         return url + "/v1/messages", key, max_tokens
 
     def complete(self, messages, tools, on_text=None):
-        from agentctl.models import http
+        from . import http
         if self._client is None:
             self._client = http.Client(self.provider)
         url, key, max_tokens = self._endpoint()

@@ -6,7 +6,7 @@ shell loops and most invocations never talk to a model.
 
 from dataclasses import dataclass, field
 
-from agentctl.errors import UNAVAILABLE, AgentctlError
+from ..errors import UNAVAILABLE, AgentctlError
 
 
 class ModelError(AgentctlError):
@@ -30,7 +30,7 @@ class ToolCall:
     arguments: str      # the JSON text as the model wrote it; may be invalid, the caller validates
 
     def __post_init__(self):
-        from agentctl.text import valid
+        from ..text import valid
         self.id, self.name, self.arguments = valid(self.id), valid(self.name), valid(self.arguments)
 
 
@@ -42,7 +42,7 @@ class Reply:
     stop_reason: str = "stop"
 
     def __post_init__(self):
-        from agentctl.text import valid  # a JSON escape such as \udcff is no UTF-8 to store
+        from ..text import valid        # a JSON escape such as \udcff is no UTF-8 to store
         self.text = valid(self.text)
 
 

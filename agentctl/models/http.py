@@ -21,8 +21,8 @@ from urllib3.exceptions import (
 )
 from urllib3.util.retry import Retry
 
-from agentctl.errors import TempFail, UsageError
-from agentctl.models.base import ModelError, Transient, load_json
+from ..errors import TempFail, UsageError
+from .base import ModelError, Transient, load_json
 
 # The official SDKs retry 408 and 409 too; 529 is Anthropic's "overloaded". Any other non-2xx status
 # is taken as the API's final word.

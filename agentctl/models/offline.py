@@ -6,8 +6,8 @@ They exist for tests, demos and shell pipelines, so they are deterministic and n
 import json
 import re
 
-from agentctl.errors import TempFail, UsageError
-from agentctl.models.base import Model, ModelError, Reply, ToolCall, default_stop, make_usage
+from ..errors import TempFail, UsageError
+from .base import Model, ModelError, Reply, ToolCall, default_stop, make_usage
 
 RULE_KEYS = {"match", "reply", "steps", "comment"}
 REPLY_KEYS = {"content", "tool_calls", "usage", "fail"}

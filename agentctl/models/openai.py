@@ -5,7 +5,7 @@
 import json
 import secrets
 
-from agentctl.models.base import Model, Reply, ToolCall, Transient, load_json, make_usage
+from .base import Model, Reply, ToolCall, Transient, load_json, make_usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # What a request message may carry; anything else the caller keeps for itself stays home.
@@ -26,13 +26,13 @@ class OpenAIModel(Model):
 
     def _endpoint(self):
         # Imported here, not at the top: requests costs more start-up time than get_model should.
-        from agentctl.models import http
+        from . import http
         url = http.base_url("OPENAI_BASE_URL", DEFAULT_BASE_URL)
         key = http.api_key("OPENAI_API_KEY", url, self.name)
         return url + "/chat/completions", key
 
     def complete(self, messages, tools, on_text=None):
-        from agentctl.models import http
+        from . import http
         if self._client is None:
             self._client = http.Client(self.provider)
         url, key = self._endpoint()

@@ -17,20 +17,13 @@ so recreating a name never opens its earlier history to the new owner's
 readers.
 """
 
-import time
-
 from agentctl.errors import NotFound, Refused, UsageError
+from agentctl.ops.mail import check_body
+from agentctl.store import documents, registry
 
 VISIBILITIES = ("private", "subtree", "global")
 MAX_NAME = 255
 MAX_PATTERN = 1024
-ROW = ("d.id, d.name, d.version, d.owner_id, o.name AS owner_name, d.visibility, "
-       "d.author_id, a.name AS author_name, d.created_at, "
-       "length(CAST(d.body AS BLOB)) AS size, d.body IS NULL AS removed")
-FROM = ("FROM documents d LEFT JOIN agents o ON o.id = d.owner_id "
-        "LEFT JOIN agents a ON a.id = d.author_id")
-
-
 def check_name(name):
     if not name or not name.isprintable() or name.startswith("-") or len(name) > MAX_NAME:
         raise UsageError(f"bad document name: {name!r} (want printable text, not starting "
@@ -44,22 +37,12 @@ def check_visibility(visibility):
         raise UsageError(f"unknown visibility: {visibility} (one of {', '.join(VISIBILITIES)})")
 
 
-def ancestors(conn, agent_id):
-    """The agent's lifecycle ancestors, init included."""
-    rows = conn.execute(
-        """WITH RECURSIVE up(id) AS (
-             SELECT parent_id FROM agents WHERE id = ?
-             UNION SELECT a.parent_id FROM agents a JOIN up ON a.id = up.id)
-           SELECT id FROM up WHERE id IS NOT NULL""", (agent_id,))
-    return {r[0] for r in rows}
-
-
 class Viewer:
     """What one actor may see; the ancestor walk is done once."""
 
     def __init__(self, conn, actor_id):
         self.actor_id = actor_id
-        self.above = ancestors(conn, actor_id) if actor_id else set()
+        self.above = registry.ancestors(conn, actor_id) if actor_id else set()
 
     def sees(self, row):
         owner, visibility = row["owner_id"], row["visibility"]
@@ -72,11 +55,6 @@ class Viewer:
     def may_manage(self, row):
         """Remove it, or change its visibility: the owner or the operator."""
         return self.actor_id is None or row["owner_id"] == self.actor_id
-
-
-def _rows(conn, name):
-    return conn.execute(f"SELECT {ROW} {FROM} WHERE d.name = ? ORDER BY d.version",
-                        (name,)).fetchall()
 
 
 def _visible_versions(viewer, rows):
@@ -94,8 +72,7 @@ def _visible_versions(viewer, rows):
 def _current(conn, viewer, name):
     """The newest row of `name` when it is a document the viewer can see."""
     check_name(name)
-    row = conn.execute(f"SELECT {ROW} {FROM} WHERE d.name = ? ORDER BY d.version DESC "
-                       "LIMIT 1", (name,)).fetchone()
+    row = documents.newest(conn, name)
     if row is None or row["removed"] or not viewer.sees(row):
         return None, row
     return row, row
@@ -105,7 +82,6 @@ def put(conn, actor_id, name, body, visibility=None, if_version=None):
     """Write a new version of `name` (creating it, owned by the actor, private
     unless told otherwise); returns its version. The caller holds the
     transaction and has checked the body."""
-    from agentctl.ops.mail import check_body
     check_body(body)
     if visibility is not None:
         check_visibility(visibility)
@@ -127,9 +103,7 @@ def put(conn, actor_id, name, body, visibility=None, if_version=None):
             raise Refused(f"{name}: only its owner may change its visibility")
         visibility = visibility or current["visibility"]
     version = newest["version"] + 1 if newest else 1
-    conn.execute("INSERT INTO documents (name, version, owner_id, visibility, body, "
-                 "author_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (name, version, owner, visibility, body, actor_id, time.time()))
+    documents.insert(conn, name, version, owner, visibility, body, actor_id)
     return version
 
 
@@ -142,11 +116,10 @@ def get(conn, actor_id, name, version=None):
             raise NotFound(f"no such document: {name}")
         wanted = current["version"]
     else:
-        if version not in {r["version"] for r in _visible_versions(viewer, _rows(conn, name))}:
+        if version not in {r["version"] for r in _visible_versions(viewer, documents.versions(conn, name))}:
             raise NotFound(f"no such document: {name} version {version}")
         wanted = version
-    row = conn.execute(f"SELECT {ROW}, d.body {FROM} WHERE d.name = ? AND d.version = ?",
-                       (name, wanted)).fetchone()
+    row = documents.version(conn, name, wanted)
     if row["removed"]:
         raise NotFound(f"{name}: version {version} removed it")
     return row
@@ -161,26 +134,20 @@ def rm(conn, actor_id, name):
     if not viewer.may_manage(current):
         raise Refused(f"{name}: only its owner may remove it")
     version = current["version"] + 1
-    conn.execute("INSERT INTO documents (name, version, owner_id, visibility, body, "
-                 "author_id, created_at) VALUES (?, ?, ?, ?, NULL, ?, ?)",
-                 (name, version, current["owner_id"], current["visibility"], actor_id,
-                  time.time()))
+    documents.insert(conn, name, version, current["owner_id"], current["visibility"], None,
+                     actor_id)
     return version
 
 
 def listing(conn, actor_id, pattern=None):
     """The documents the actor can see, by name; `pattern` is a GLOB, and one
     ending in / stands for everything under it."""
-    where, params = "", []
     if pattern is not None:
         if len(pattern) > MAX_PATTERN:      # SQLite refuses long ones as "too complex"
             raise UsageError(f"pattern too long: {len(pattern)} characters "
                              f"(at most {MAX_PATTERN})")
-        where = " AND d.name GLOB ?"
-        params.append(pattern + "*" if pattern.endswith("/") else pattern)
-    rows = conn.execute(
-        f"SELECT {ROW} {FROM} WHERE d.version = (SELECT max(version) FROM documents "
-        f"WHERE name = d.name) AND d.body IS NOT NULL{where} ORDER BY d.name", params)
+        pattern = pattern + "*" if pattern.endswith("/") else pattern
+    rows = documents.current(conn, pattern)
     viewer = Viewer(conn, actor_id)
     return [row for row in rows if viewer.sees(row)]
 
@@ -188,7 +155,7 @@ def listing(conn, actor_id, pattern=None):
 def versions(conn, actor_id, name):
     """Every version of `name` the actor may see, oldest first."""
     check_name(name)
-    rows = _visible_versions(Viewer(conn, actor_id), _rows(conn, name))
+    rows = _visible_versions(Viewer(conn, actor_id), documents.versions(conn, name))
     if not rows:
         raise NotFound(f"no such document: {name}")
     return rows
@@ -197,5 +164,4 @@ def versions(conn, actor_id, name):
 def who(row, key, full=False):
     """The owner or author of a row (`key`): for people (registry.named), or with
     `full`, for a model (registry.signed)."""
-    from agentctl.store.registry import named, signed
-    return (signed if full else named)(row[f"{key}_id"], row[f"{key}_name"])
+    return (registry.signed if full else registry.named)(row[f"{key}_id"], row[f"{key}_name"])

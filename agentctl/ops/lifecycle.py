@@ -1,13 +1,91 @@
-"""Waiting for agents to exit and collecting them (reaping: Z -> X)."""
+"""The life of an agent (agentctl(7), LIFECYCLE): fork, exit with reparenting and
+the parent's notice, waiting for children, and collecting them (reaping: Z -> X)."""
 
 import time
 
-from agentctl.store.db import transaction
-from agentctl.store.registry import get, record
+from agentctl.errors import Refused, UsageError
+from agentctl.ids import NAME_RE, ROLES, new_id
+from agentctl.ops import budget, mail
+from agentctl.store import history, registry
+from agentctl.store.db import transaction, wait_for_commit
 
 
-def exited(agent):
-    return agent["status"] in ("Z", "X")
+def check_name(conn, name):
+    if not NAME_RE.match(name):
+        raise UsageError(f"bad name: {name!r} (want [a-z][a-z0-9._-]*, at most 64)")
+    holder = registry.name_holder(conn, name)
+    if holder is not None:
+        raise Refused(f"name already taken: {name} (by {holder})")
+    other = registry.prefixed(conn, name)
+    if other is not None:
+        raise Refused(f"name {name} is a prefix of the id {other}: it would shadow that agent")
+
+
+def check_role(role):
+    if role not in ROLES:
+        raise UsageError(f"unknown role: {role} (one of {', '.join(ROLES)})")
+
+
+def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
+         at=None, prompt=None, actor=None, context_window=None, budget_tokens=None):
+    """Create a child of `parent`; returns its id. Writes a constant number of
+    rows whatever the history's length: nothing is copied. With `budget_tokens`,
+    the child gets its own account, carved out of the parent's (agentctl(7))."""
+    if not registry.is_live(parent):
+        raise Refused(f"{registry.label(parent)}: can't fork: it is "
+                      f"{registry.STATUS_WORDS[parent['status']]}")
+    if parent["role"] == "task":
+        raise Refused(f"{registry.label(parent)}: a task can't fork")
+    check_role(role)
+    if name is not None:
+        check_name(conn, name)
+    if at is None:
+        point = history.latest(conn, parent)
+    elif history.in_context(conn, parent, at):
+        point = at
+    else:
+        raise UsageError(f"message {at} is not in the context of {registry.label(parent)} "
+                         f"(see agent-replay {registry.label(parent)})")
+    if budget_tokens is not None:
+        budget.carve(conn, parent, budget_tokens)
+    child = new_id()
+    registry.insert(
+        conn, agent_id=child, name=name, parent_id=parent["id"], point=point, role=role,
+        model=model if model is not None else parent["model"],
+        system=system if system is not None else parent["system_prompt"],
+        context_window=context_window if context_window is not None
+        else parent["context_window"],
+        budget=budget_tokens, budget_id=parent["budget_id"] if budget_tokens is None else child)
+    if prompt is not None:
+        history.append(conn, child, "user", prompt)
+    registry.record(conn, child, "fork", f"{parent['id']} {point}", actor)
+    return child
+
+
+def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
+    """End `agent`: a zombie while its lifecycle parent lives (until
+    agent-wait collects it), dead otherwise. Its children go to the nearest
+    live ancestor; the parent is told by mail. A clear still waiting for a
+    turn (HUP) is recorded. `dying` holds the ids exiting together (a
+    cascade): they don't count as live parents or heirs."""
+    history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
+    parent = registry.get(conn, agent["parent_id"])
+    collector = parent if registry.is_live(parent) and parent["id"] not in dying else None
+    status = "Z" if collector is not None else "X"
+    registry.update(conn, agent["id"], status=status, exited_at=time.time(), exit_code=code,
+                    exit_signal=signal, result=result, wake_at=None)
+    how_ = f"killed by {signal}" if signal else f"exited {code}"
+    registry.record(conn, agent["id"], "exit", how_, actor)
+    budget.give_back(conn, registry.get(conn, agent["id"]))
+    orphans = [o for o in registry.children(conn, agent["id"]) if o not in dying]
+    if orphans:
+        heir = registry.nearest_live_ancestor(conn, agent, dying)
+        for orphan in orphans:
+            registry.update(conn, orphan, parent_id=heir["id"])
+            registry.record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor)
+    if collector is not None:
+        mail.notify_exit(conn, registry.get(conn, agent["id"]), collector)
+    return status
 
 
 def how(agent):
@@ -21,31 +99,28 @@ def reap(conn, agent_id, actor=None):
     """Collect a zombie: its exit status and result stay in the table."""
     with transaction(conn):
         collect(conn, agent_id, actor)
-    return get(conn, agent_id)
+    return registry.get(conn, agent_id)
 
 
 def collect(conn, agent_id, actor=None):
     """Reap within the caller's transaction."""
-    changed = conn.execute("UPDATE agents SET status = 'X' WHERE id = ? AND status = 'Z'",
-                           (agent_id,)).rowcount
-    if changed:
-        record(conn, agent_id, "reap", None, actor)
+    if registry.change_status(conn, agent_id, "Z", "X"):
+        registry.record(conn, agent_id, "reap", None, actor)
 
 
 def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True):
     """Wait for the agents `ids` to exit, reap them (unless not `reap_them`),
     and return (their rows in exit order, ids still running)."""
-    from agentctl.store.db import wait_for_commit
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []
 
     def sweep():
         for agent_id in list(pending):
-            if exited(get(conn, agent_id)):
+            if registry.has_exited(registry.get(conn, agent_id)):
                 pending.remove(agent_id)
                 collected.append(reap(conn, agent_id, actor) if reap_them
-                                 else get(conn, agent_id))
+                                 else registry.get(conn, agent_id))
         return not pending or (any_one and collected)
 
     wait_for_commit(conn, deadline, sweep)

@@ -1,4 +1,5 @@
-"""Mailboxes, Erlang-style with a pull model (agentctl(7), MAILBOXES).
+"""Mailboxes, Erlang-style with a pull model (agentctl(7), MAILBOXES): sending,
+the exit notice, and how a turn takes its mail.
 
 Mail is never deleted: reading sets read_at (and read_turn when a turn of
 agent-run consumed it). The operator at the shell has no agent: mail from
@@ -7,38 +8,12 @@ the operator has sender_id NULL and shows '-' as its sender.
 
 import time
 
-from agentctl.clock import NOW_SQL
-from agentctl.store.db import INTEGER_MAX
+from agentctl.clock import age, iso
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.store.registry import label
+from agentctl.store import history, mailbox, registry, turnlog
 
 MAX_BODY = 1024 * 1024      # bytes of UTF-8; larger belongs in a document
-MAIL_COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
-                "r.name AS recipient_name, m.kind, m.body, m.created_at, m.read_at, m.read_turn, "
-                "m.deliver_at")
-
-
-def _exited(alias):
-    return f"(SELECT x.exited_at FROM agents x WHERE x.id = {alias}.recipient_id)"
-
-
-def visible(alias="mail"):
-    """The one condition that puts mail in its mailbox: mail deferred by
-    agent-send --at is invisible to its recipient (not counted, listed, taken
-    by a turn or pending input) until its time, then it is ordinary mail.
-    An agent that has exited receives nothing: mail whose time comes after
-    its exit is never delivered."""
-    return (f"({alias}.deliver_at IS NULL OR {alias}.deliver_at <= {NOW_SQL} AND "
-            f"{alias}.deliver_at <= coalesce({_exited(alias)}, {alias}.deliver_at))")
-
-
-def unread(alias="mail"):
-    return f"{alias}.read_at IS NULL AND {visible(alias)}"
-
-
-def deferred(alias="mail"):
-    return f"{alias}.read_at IS NULL AND {alias}.deliver_at > {NOW_SQL} AND {_exited(alias)} IS NULL"
 
 
 def check_body(body):
@@ -50,29 +25,33 @@ def check_body(body):
 
 
 def check_recipient(agent):
-    if agent["status"] in ("Z", "X"):
-        raise Refused(f"{label(agent)}: can't receive mail: it has exited")
+    if registry.has_exited(agent):
+        raise Refused(f"{registry.label(agent)}: can't receive mail: it has exited")
+
+
+def recipient(conn, ref):
+    """The agent `ref` names, when it can receive mail."""
+    agent = registry.resolve(conn, ref)
+    check_recipient(agent)
+    return agent
 
 
 def deliver(conn, sender_id, recipient, body, kind="mail", deliver_at=None):
-    """Insert one mail; the caller holds the transaction and has checked.
-    With deliver_at, the mail is deferred until then."""
-    return conn.execute(
-        "INSERT INTO mail (sender_id, recipient_id, kind, body, created_at, deliver_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (sender_id, recipient["id"], kind, body, time.time(), deliver_at)).lastrowid
+    """Insert one mail; the caller holds the transaction and has checked."""
+    return mailbox.insert(conn, sender_id, recipient["id"], body, kind, deliver_at)
 
 
-def deliver_many(conn, items):
-    """Insert (sender_id, recipient_id, body, deliver_at) mails in one
-    statement; the caller holds the (write) transaction, so their ids are
-    consecutive."""
-    first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM mail").fetchone()[0]
-    now = time.time()
-    conn.executemany("INSERT INTO mail (sender_id, recipient_id, kind, body, created_at, "
-                     "deliver_at) VALUES (?, ?, 'mail', ?, ?, ?)",
-                     [(s, r, b, now, at) for s, r, b, at in items])
-    return range(first, first + len(items))
+def send(conn, sender_id, refs, body, deliver_at=None):
+    """The one sending sequence of agent-send and the send tool: check the body
+    and every recipient, then deliver to each; the mail ids. The caller holds
+    the transaction. (agent-send --jsonl checks each line the same way, then
+    delivers a batch at once: deliver_many.)"""
+    check_body(body)
+    recipients = [recipient(conn, ref) for ref in refs]
+    return [deliver(conn, sender_id, r, body, deliver_at=deliver_at) for r in recipients]
+
+
+deliver_many = mailbox.insert_many
 
 
 def notify_exit(conn, agent, parent):
@@ -84,56 +63,51 @@ def notify_exit(conn, agent, parent):
         how = f"was killed by {agent['exit_signal']}"
     else:
         how = "exited normally" if agent["exit_code"] == 0 else f"failed ({agent['exit_code']})"
-    body = f"{label(agent)} ({agent['id']}) {how}; exit status {agent['exit_code']}"
+    body = f"{registry.label(agent)} ({agent['id']}) {how}; exit status {agent['exit_code']}"
     if agent["result"]:
         body += f"\nresult:\n{agent['result']}"
     return deliver(conn, agent["id"], parent, body, kind="exit")
 
 
-def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
-           unread_only=True, waiting=False):
-    """Mail of a mailbox, oldest first. `sender` True filters on `sender_id`
-    (None meaning the operator). `waiting`: the deferred mail instead."""
-    where, params = [deferred("m") if waiting else visible("m")], []
-    if recipient_id is not None:
-        where.append("m.recipient_id = ?")
-        params.append(recipient_id)
-    if ids:
-        where.append(f"m.id IN ({','.join('?' * len(ids))})")
-        params += [i if i <= INTEGER_MAX else -1 for i in ids]     # beyond SQLite: none
-    if sender:
-        where.append("m.sender_id IS ?")
-        params.append(sender_id)
-    if unread_only:
-        where.append("m.read_at IS NULL")
-    sql = (f"SELECT {MAIL_COLUMNS} FROM mail m LEFT JOIN agents s ON s.id = m.sender_id "
-           f"JOIN agents r ON r.id = m.recipient_id WHERE {' AND '.join(where) or '1'} "
-           "ORDER BY m.id")
-    return conn.execute(sql, params).fetchall()
+def take(conn, recipient_id, turn=None, **matching):
+    """Select the mail and mark it read in the caller's transaction, so that of
+    two readers of one mailbox each mail goes to one; the rows taken."""
+    rows = mailbox.select(conn, recipient_id, **matching)
+    mailbox.mark_read(conn, [r["id"] for r in rows], turn=turn)
+    return rows
 
 
-def count_unread(conn, recipient_id, *, sender=False, sender_id=None):
-    sql = f"SELECT count(*) FROM mail WHERE recipient_id = ? AND {unread()}"
-    params = [recipient_id]
-    if sender:
-        sql += " AND sender_id IS ?"
-        params.append(sender_id)
-    return conn.execute(sql, params).fetchone()[0]
-
-
-def next_deferred(conn, recipient_id):
-    """When the recipient's earliest deferred mail comes due, or None."""
-    return conn.execute(f"SELECT min(deliver_at) FROM mail WHERE recipient_id = ? AND "
-                        f"{deferred()}", (recipient_id,)).fetchone()[0]
-
-
-def mark_read(conn, ids, turn=None):
+def inbox_text(mails, label="INBOX"):
+    """All pending mail as one user message: who sent what, when. Mail is
+    always presented as mail from its sender, whatever its text says."""
     now = time.time()
-    conn.executemany("UPDATE mail SET read_at = ?, read_turn = ? WHERE id = ? "
-                     "AND read_at IS NULL", [(now, turn, i) for i in ids])
+    lines = [f"[{label} - {len(mails)} new]", ""]
+    # in the order it became mail: deferred mail counts from when it came due
+    mails = sorted(mails, key=lambda m: (max(m["deliver_at"] or 0, m["created_at"]), m["id"]))
+    for n, m in enumerate(mails, 1):
+        who = registry.signed(m["sender_id"], m["sender_name"])
+        what = {"exit": "exit notification", "budget": "budget notice"}.get(m["kind"], "mail")
+        deferred = (m["deliver_at"] or 0) > m["created_at"]
+        came = m["deliver_at"] if deferred else m["created_at"]     # when it became mail
+        sent = f", sent {iso(m['created_at'])} for then" if deferred else ""
+        lines.append(f"{n}. {what} {m['id']} from {who} at {iso(came)} "
+                     f"({age(now - came)} ago){sent}:")
+        # every line break Python knows (\r, U+2028 ...), or a body could start a line
+        lines.extend("   " + line for line in m["body"].splitlines())
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def take_into_turn(conn, agent_id, turn_id, label):
+    """Move every unread mail into the turn as one user message."""
+    mails = take(conn, agent_id, turn=turn_id)
+    if not mails:
+        return 0
+    history.append(conn, agent_id, "user", inbox_text(mails, label), turn_id=turn_id)
+    turnlog.add(conn, turn_id, mail_read=len(mails))
+    return len(mails)
 
 
 def first_line(body, width=60):
     line = body.strip().split("\n", 1)[0]
     return line if len(line) <= width else line[:width - 1] + "…"
-

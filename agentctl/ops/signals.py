@@ -6,10 +6,11 @@ between steps. A HUP waits for the turn in progress, running or open
 (agents.hup_pending). Every signal is recorded as an event.
 """
 
-from agentctl.store import history, registry
-from agentctl.store.db import transaction
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
+from agentctl.ops import lifecycle, turns
+from agentctl.store import history, registry
+from agentctl.store.db import transaction
 
 NUMBERS = {"HUP": 1, "KILL": 9, "TERM": 15, "CONT": 18, "STOP": 19}
 NAMES = tuple(NUMBERS)
@@ -51,7 +52,7 @@ def apply(conn, target, sig, *, cascade=False, actor=None):
     # The deepest first: a budget goes back up one account at a time (budget.give_back)
     for victim in reversed(victims):
         # A descendant in a cascade dies at once, in a turn or not: its run finds
-        # the agent ended at its next write (turns.KilledMidTurn) and writes nothing.
+        # the agent ended at its next write (lease.KilledMidTurn) and writes nothing.
         now = bool(dying) and victim["id"] != target["id"]
         _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying, now)
     return len(victims), refusal
@@ -65,10 +66,14 @@ def _refusal(agent, sig):
     return None
 
 
+def exit_code(sig):
+    """The exit status of an agent ended by `sig`, as a shell reports a process's: 128 + N."""
+    return 128 + NUMBERS[sig]
+
+
 def _deliver(conn, agent, sig, actor, dying, now=False):
-    from agentctl.ops import turns
     registry.record(conn, agent["id"], "signal", sig, actor)
-    in_turn = agent["status"] == "R" and turns.lease_is_live(agent) and not now
+    in_turn = agent["status"] == "R" and registry.lease_is_live(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):
         # No runner to honour it (none, stopped, or crashed): a turn left
         # open is ended here and never replayed.
@@ -77,28 +82,24 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
             turns.void(conn, turn, "killed",
                        f"killed by {sig} {'in a cascade' if now else 'outside a run'}")
     if agent["status"] == "R" and not in_turn:
-        turns.release(conn, agent["id"])
+        registry.release(conn, agent["id"])
         agent = registry.get(conn, agent["id"])
     if agent["status"] == "R" and sig in ("TERM", "KILL", "STOP"):
         # KILL outranks TERM, which outranks STOP: a later, weaker signal
         # never cancels a stronger one still pending.
         if RANK[sig] > RANK.get(agent["pending_signal"], 0):
-            conn.execute("UPDATE agents SET pending_signal = ? WHERE id = ?",
-                         (sig, agent["id"]))
+            registry.update(conn, agent["id"], pending_signal=sig)
     elif sig == "HUP" and (agent["status"] == "R" or turns.open_turn(conn, agent["id"])):
         # The clear goes after the turn in progress, running or open (cut short by a crash,
         # a temporary failure or STOP): it must not cut the turn's own input.
-        conn.execute("UPDATE agents SET hup_pending = 1 WHERE id = ?", (agent["id"],))
+        registry.update(conn, agent["id"], hup_pending=1)
     elif sig in ("TERM", "KILL"):
-        registry.exit_agent(conn, agent, code=128 + NUMBERS[sig], signal=sig,
-                            actor=actor, dying=dying)
+        lifecycle.exit(conn, agent, code=exit_code(sig), signal=sig, actor=actor, dying=dying)
     elif sig == "STOP":
-        conn.execute("UPDATE agents SET status = 'T' WHERE id = ? AND status = 'S'",
-                     (agent["id"],))
+        registry.change_status(conn, agent["id"], "S", "T")
     elif sig == "CONT":
-        conn.execute("UPDATE agents SET status = 'S' WHERE id = ? AND status = 'T'",
-                     (agent["id"],))
-        conn.execute("UPDATE agents SET pending_signal = NULL WHERE id = ? "
-                     "AND pending_signal = 'STOP'", (agent["id"],))
+        registry.change_status(conn, agent["id"], "T", "S")
+        if agent["pending_signal"] == "STOP":
+            registry.update(conn, agent["id"], pending_signal=None)
     elif sig == "HUP":
         history.append(conn, agent["id"], "clear", "HUP")

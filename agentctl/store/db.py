@@ -15,6 +15,8 @@ from agentctl.errors import DatabaseFault, TempFail, UsageError
 # The number of migrations in agentctl.migrations; a test keeps them equal.
 SCHEMA_VERSION = 5
 
+Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
+
 DEFAULT_BUSY_SECONDS = 30.0
 INTEGER_MAX = 2 ** 63 - 1        # SQLite's largest INTEGER: no id or count is beyond it
 
@@ -175,3 +177,8 @@ def wait_for_commit(conn, deadline, check, next_due=None):
             return False
         time.sleep(min(delay, deadline - now))
         delay = min(delay * 2, 0.5)
+
+
+def path_of(conn):
+    """The file a connection has open, for another connection to the same database."""
+    return conn.execute("PRAGMA database_list").fetchone()[2]

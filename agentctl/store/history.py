@@ -13,11 +13,8 @@ import time
 
 from agentctl.store.db import INTEGER_MAX
 
-# Kinds a message can have. 'clear' ends the context before it (and is not
-# part of it); 'compaction' starts the context with its summary.
-KINDS = ("system", "user", "assistant", "tool_call", "tool_result", "clear",
-         "compaction", "event")
-BOUNDARY_KINDS = ("clear", "compaction")
+# A 'clear' ends the context before it (and is not part of it); a 'compaction'
+# starts the context with its summary.
 NO_LIMIT = INTEGER_MAX
 
 MESSAGE_COLUMNS = ("id, agent_id, kind, content, tool_name, tool_call_id, turn_id, created_at, "
@@ -148,3 +145,34 @@ def in_context(conn, agent, message_id):
 def count(conn, agent_id):
     return conn.execute("SELECT count(*) FROM messages WHERE agent_id = ?",
                         (agent_id,)).fetchone()[0]
+
+
+def pending_prompts(conn, agent_id):
+    """(id, content) of the prompts no turn has taken yet, oldest first."""
+    return conn.execute("SELECT id, content FROM messages WHERE agent_id = ? AND kind = 'user' "
+                        "AND turn_id IS NULL AND void = 0 ORDER BY id", (agent_id,)).fetchall()
+
+
+def has_pending_prompt(conn, agent_id):
+    return conn.execute("SELECT 1 FROM messages WHERE agent_id = ? AND kind = 'user' "
+                        "AND turn_id IS NULL AND void = 0 LIMIT 1", (agent_id,)).fetchone() \
+        is not None
+
+
+def give_to_turn(conn, message_ids, turn_id):
+    conn.executemany("UPDATE messages SET turn_id = ? WHERE id = ?",
+                     [(turn_id, i) for i in message_ids])
+
+
+def latest_clear(conn, agent_id):
+    """The id of the agent's newest clear that counts, or 0."""
+    return conn.execute("SELECT max(id) FROM messages WHERE agent_id = ? AND kind = 'clear' "
+                        "AND void = 0", (agent_id,)).fetchone()[0] or 0
+
+
+def void_turn(conn, turn_id, first):
+    """A voided turn's messages are never replayed; the prompts it took (written
+    before `first`, its first own message) are pending again."""
+    conn.execute("UPDATE messages SET turn_id = NULL WHERE turn_id = ? AND id < ?",
+                 (turn_id, first))
+    conn.execute("UPDATE messages SET void = 1 WHERE turn_id = ?", (turn_id,))

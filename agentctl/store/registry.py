@@ -1,26 +1,43 @@
-"""The process table: agents, how they are found, forked, and how they exit.
+"""The process table's rows: agents, how they are found, their status sets, their
+families, and the events recorded about them.
 
 The agents table is the source of truth; no row is ever deleted. Each agent
 has two parents: the history parent (forked_from, fixed forever) whose
 conversation it inherits up to fork_msg_id, and the lifecycle parent
 (parent_id) that is told when it exits; the lifecycle parent changes when an
 agent's parent exits first (reparenting to the nearest live ancestor).
+
+The rules of what may happen to an agent live in ops/; this module only reads
+and writes rows.
 """
 
+import os
+import socket
 import sqlite3
 import time
 
-from agentctl.store import history
 from agentctl.errors import NotFound, Refused, UsageError
-from agentctl.ids import INIT_ID, MIN_PREFIX, NAME_RE, ROLES, SHORT, new_id, short
+from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
+from agentctl.text import valid
 
-LIVE = ("R", "S", "T")
+LIVE = ("R", "S", "T")          # alive: running, sleeping, stopped
+EXITED = ("Z", "X")             # a zombie, or dead
+NOT_DEAD = LIVE + ("Z",)        # what agent-ps lists without -a
 STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped",
                 "Z": "a zombie (exited)", "X": "dead"}
 AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, model, "
                  "system_prompt, created_at, exited_at, exit_code, exit_signal, result, "
                  "pending_signal, lease_owner, lease_until, wake_at, retry_at, failures, "
                  "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent")
+# Columns update() may write: the rest are set once, at fork.
+WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
+                      "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
+                      "failures", "hup_pending", "budget", "parent_id"))
+
+
+def statuses(sets):
+    """An SQL list of status letters, e.g. "('R', 'S', 'T')": the one spelling of a set."""
+    return "(" + ", ".join(f"'{s}'" for s in sets) + ")"
 
 
 def label(agent):
@@ -48,6 +65,43 @@ def is_live(agent):
     return agent["status"] in LIVE
 
 
+def has_exited(agent):
+    return agent["status"] in EXITED
+
+
+# -- the effective status: R with a dead lease is really S (or T) ------------------------
+
+def owner_token():
+    """How a lease names its holder: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lease_is_live(agent, now=None):
+    """A lease holds while it has not expired and, when its owner ran on this
+    host, that process still exists (a crash frees it at once)."""
+    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or time.time()):
+        return False
+    host, _, pid = agent["lease_owner"].rpartition(":")
+    if host == socket.gethostname() and pid.isascii() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+    return True
+
+
+def effective_status(agent, now=None):
+    """The status as a reader should see it: an R whose agent-run died is idle
+    (S), or stopped (T) when a STOP was waiting for that run."""
+    if agent["status"] == "R" and not lease_is_live(agent, now):
+        return "T" if agent["pending_signal"] == "STOP" else "S"
+    return agent["status"]
+
+
+# -- finding agents ----------------------------------------------------------------------
+
 def get(conn, agent_id):
     return conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE id = ?",
                         (agent_id,)).fetchone()
@@ -56,7 +110,6 @@ def get(conn, agent_id):
 def resolve(conn, ref):
     """An agent from an id, a name, or a unique id prefix of >= 4 characters.
     A name names the agent that holds it now, else the latest that held it."""
-    from agentctl.text import valid
     ref = valid(ref)            # $AGENT_ID may hold any bytes
     if ref.startswith("-") or not ref:
         raise UsageError(f"not an agent: {ref!r}")
@@ -97,67 +150,36 @@ def prefixed(conn, word, but=None):
     return row and row[0]
 
 
-def record(conn, agent_id, kind, detail=None, actor=None):
-    conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at) "
-                 "VALUES (?, ?, ?, ?, ?)", (agent_id, kind, detail, actor, time.time()))
+def name_holder(conn, name):
+    """The id of the agent not yet dead that holds `name`, or None."""
+    row = conn.execute("SELECT id FROM agents WHERE name = ? AND status != 'X'",
+                       (name,)).fetchone()
+    return row and row[0]
 
 
-def check_name(conn, name):
-    if not NAME_RE.match(name):
-        raise UsageError(f"bad name: {name!r} (want [a-z][a-z0-9._-]*, at most 64)")
-    holder = conn.execute("SELECT id FROM agents WHERE name = ? AND status != 'X'",
-                          (name,)).fetchone()
-    if holder is not None:
-        raise Refused(f"name already taken: {name} (by {holder[0]})")
-    other = prefixed(conn, name)
-    if other is not None:
-        raise Refused(f"name {name} is a prefix of the id {other}: it would shadow that agent")
+def names(conn, ids):
+    """{agent id: name} for `ids`."""
+    ids = list(set(ids))
+    if not ids:
+        return {}
+    return {r[0]: r[1] for r in conn.execute(
+        f"SELECT id, name FROM agents WHERE id IN ({','.join('?' * len(ids))})", ids)}
 
 
-def check_role(role):
-    if role not in ROLES:
-        raise UsageError(f"unknown role: {role} (one of {', '.join(ROLES)})")
+def not_dead(conn):
+    """(id, name, role) of every agent not yet dead, oldest first (completion)."""
+    return conn.execute("SELECT id, name, role FROM agents WHERE status != 'X' "
+                        "ORDER BY created_at").fetchall()
 
 
-def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
-         at=None, prompt=None, actor=None, context_window=None, budget=None):
-    """Create a child of `parent`; returns its id. Writes a constant number of
-    rows whatever the history's length: nothing is copied. With `budget`, the
-    child gets its own account, carved out of the parent's (agentctl(7))."""
-    if not is_live(parent):
-        raise Refused(f"{label(parent)}: can't fork: it is {STATUS_WORDS[parent['status']]}")
-    if parent["role"] == "task":
-        raise Refused(f"{label(parent)}: a task can't fork")
-    check_role(role)
-    if name is not None:
-        check_name(conn, name)
-    if at is None:
-        point = history.latest(conn, parent)
-    elif history.in_context(conn, parent, at):
-        point = at
-    else:
-        raise UsageError(f"message {at} is not in the context of {label(parent)} "
-                         f"(see agent-replay {label(parent)})")
-    if budget is not None:
-        from agentctl.ops.budget import carve
-        carve(conn, parent, budget)
-    child = new_id()
-    try:
-        conn.execute(
-            "INSERT INTO agents (id, name, parent_id, forked_from, fork_msg_id, role, "
-            "status, model, system_prompt, created_at, context_window, budget, budget_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?, ?, ?, ?)",
-            (child, name, parent["id"], parent["id"], point, role,
-             model if model is not None else parent["model"],
-             system if system is not None else parent["system_prompt"], time.time(),
-             context_window if context_window is not None else parent["context_window"],
-             budget, parent["budget_id"] if budget is None else child))
-    except sqlite3.IntegrityError:
-        raise Refused(f"name already taken: {name}")
-    if prompt is not None:
-        history.append(conn, child, "user", prompt)
-    record(conn, child, "fork", f"{parent['id']} {point}", actor)
-    return child
+# -- families --------------------------------------------------------------------------------
+
+def children(conn, agent_id):
+    """The ids of the agent's children by lifecycle parent that are not dead
+    (alive, or zombies waiting to be collected), oldest first."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM agents WHERE parent_id = ? AND status != 'X' ORDER BY created_at",
+        (agent_id,))]
 
 
 def descendants(conn, agent_id):
@@ -173,6 +195,16 @@ def descendants(conn, agent_id):
         (agent_id,)).fetchall()
 
 
+def ancestors(conn, agent_id):
+    """The agent's lifecycle ancestors, init included."""
+    rows = conn.execute(
+        """WITH RECURSIVE up(id) AS (
+             SELECT parent_id FROM agents WHERE id = ?
+             UNION SELECT a.parent_id FROM agents a JOIN up ON a.id = up.id)
+           SELECT id FROM up WHERE id IS NOT NULL""", (agent_id,))
+    return {r[0] for r in rows}
+
+
 def nearest_live_ancestor(conn, agent, dying=()):
     current = agent
     while current["id"] != INIT_ID:
@@ -182,32 +214,79 @@ def nearest_live_ancestor(conn, agent, dying=()):
     return current
 
 
-def exit_agent(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
-    """End `agent`: a zombie while its lifecycle parent lives (until
-    agent-wait collects it), dead otherwise. Its children go to the nearest
-    live ancestor; the parent is told by mail. A clear still waiting for a
-    turn (HUP) is recorded. `dying` holds the ids exiting together (a
-    cascade): they don't count as live parents or heirs."""
-    history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
-    parent = get(conn, agent["parent_id"])
-    collector = parent if is_live(parent) and parent["id"] not in dying else None
-    status = "Z" if collector is not None else "X"
-    conn.execute("UPDATE agents SET status = ?, exited_at = ?, exit_code = ?, "
-                 "exit_signal = ?, result = ?, wake_at = NULL WHERE id = ?",
-                 (status, time.time(), code, signal, result, agent["id"]))
-    how = f"killed by {signal}" if signal else f"exited {code}"
-    record(conn, agent["id"], "exit", how, actor)
-    from agentctl.ops.budget import give_back
-    give_back(conn, get(conn, agent["id"]))
-    orphans = conn.execute("SELECT id FROM agents WHERE parent_id = ? AND status != 'X'",
-                           (agent["id"],)).fetchall()
-    orphans = [o[0] for o in orphans if o[0] not in dying]
-    if orphans:
-        heir = nearest_live_ancestor(conn, agent, dying)
-        for orphan in orphans:
-            conn.execute("UPDATE agents SET parent_id = ? WHERE id = ?", (heir["id"], orphan))
-            record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor)
-    if collector is not None:
-        from agentctl.ops.mail import notify_exit
-        notify_exit(conn, get(conn, agent["id"]), collector)
-    return status
+# -- writing rows ------------------------------------------------------------------------------
+
+def insert(conn, *, agent_id, name, parent_id, point, role, model, system, context_window,
+           budget, budget_id):
+    """The row of a new agent, sleeping. Refused when the name was taken meanwhile."""
+    try:
+        conn.execute(
+            "INSERT INTO agents (id, name, parent_id, forked_from, fork_msg_id, role, "
+            "status, model, system_prompt, created_at, context_window, budget, budget_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?, ?, ?, ?)",
+            (agent_id, name, parent_id, parent_id, point, role, model, system, time.time(),
+             context_window, budget, budget_id))
+    except sqlite3.IntegrityError:
+        raise Refused(f"name already taken: {name}")
+
+
+def update(conn, agent_id, **fields):
+    """Set columns of one agent's row."""
+    unknown = set(fields) - WRITABLE
+    assert not unknown, unknown
+    conn.execute(f"UPDATE agents SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
+                 (*fields.values(), agent_id))
+
+
+def change_status(conn, agent_id, old, new):
+    """Status `old` becomes `new`; whether it was `old`."""
+    return conn.execute("UPDATE agents SET status = ? WHERE id = ? AND status = ?",
+                        (new, agent_id, old)).rowcount > 0
+
+
+def claim(conn, agent_id, until):
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ? "
+                 "WHERE id = ?", (owner_token(), until, agent_id))
+
+
+def renew(conn, agent_id, until):
+    conn.execute("UPDATE agents SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                 (until, agent_id, owner_token()))
+
+
+def release(conn, agent_id, status="S"):
+    """Give up the claim: a running agent becomes `status`; one that exited
+    during its turn keeps its Z or X."""
+    conn.execute("UPDATE agents SET status = CASE status WHEN 'R' THEN ? ELSE status END, "
+                 "lease_owner = NULL, lease_until = NULL WHERE id = ?", (status, agent_id))
+
+
+def add_tokens(conn, agent_id, tokens_in, tokens_out):
+    conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? "
+                 "WHERE id = ?", (tokens_in, tokens_out, agent_id))
+
+
+def failed_once_more(conn, agent_id, delay):
+    """Count a failure in a row and set the time before which --all leaves it alone."""
+    conn.execute("UPDATE agents SET failures = failures + 1, retry_at = ? WHERE id = ?",
+                 (time.time() + delay, agent_id))
+
+
+def sleeping_or_running(conn):
+    """Agents --all may consider (not init), oldest first."""
+    return conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') "
+                        "AND role != 'kernel' ORDER BY created_at").fetchall()
+
+
+# -- events ------------------------------------------------------------------------------------
+
+def record(conn, agent_id, kind, detail=None, actor=None):
+    conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at) "
+                 "VALUES (?, ?, ?, ?, ?)", (agent_id, kind, detail, actor, time.time()))
+
+
+def latest_event(conn, agent_id, kind):
+    """The detail of the agent's newest event of `kind`, or None."""
+    row = conn.execute("SELECT detail FROM events WHERE agent_id = ? AND kind = ? "
+                       "ORDER BY id DESC LIMIT 1", (agent_id, kind)).fetchone()
+    return row and row[0]

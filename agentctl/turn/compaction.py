@@ -10,7 +10,7 @@ import os
 
 from agentctl.turn import context
 from agentctl.store import history
-from agentctl.ops import turns
+from agentctl.ops import lease, turns
 from agentctl.errors import UsageError
 from agentctl.models.base import estimate_tokens
 
@@ -102,7 +102,7 @@ def prepare(conn, agent, turn_id, client):
         return system, rows
     reply = client.complete(summary_request(conn, system, rows[:index]), [])
     summary = (reply.text or "").strip()
-    with turns.holding(conn, agent["id"]):
+    with lease.holding(conn, agent["id"]):
         turns.charge(conn, turn_id, agent["id"], reply.usage)
         if summary:
             history.append(conn, agent["id"], "compaction", summary, turn_id=turn_id,

@@ -1,8 +1,11 @@
 """The context a turn sends: system prompt + replay, in the forms agent-replay
 prints and agent-run sends (one code path, so they never disagree)."""
 
-from agentctl.store import history
+import re
+
+from agentctl.store import history, registry
 from agentctl.ids import short
+from agentctl.text import quoted
 
 HIDDEN = ("clear", "event")     # recorded, never sent to a model
 
@@ -78,12 +81,7 @@ def as_records(system_prompt, rows):
 
 def owner_names(conn, rows):
     """{agent id: name} for the owners of `rows`, for as_text."""
-    owners = {m["agent_id"] for m in rows}
-    if not owners:
-        return {}
-    return {r[0]: r[1] for r in conn.execute(
-        f"SELECT id, name FROM agents WHERE id IN ({','.join('?' * len(owners))})",
-        list(owners))}
+    return registry.names(conn, [m["agent_id"] for m in rows])
 
 
 def as_text(system_prompt, rows, names):
@@ -117,8 +115,6 @@ def indented(content):
 def field(value):
     """A tool name or call id (the model's choice) for a header: as it is when it
     is a plain word, else quoted on one line."""
-    import re
     if re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
         return value
-    from agentctl.text import quoted
     return quoted(value)

@@ -8,13 +8,15 @@ refused operation) becomes an error result the model sees, never a crash. Each c
 one transaction, so a crash leaves either both or neither.
 """
 
+import datetime
 import json
 
-from agentctl.ops import docs, lifecycle, mail, signals, turns
-from agentctl.store import history, registry
-from agentctl.store.db import INTEGER_MAX
+from agentctl import clock
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
+from agentctl.ops import docs, lease, lifecycle, mail, signals
+from agentctl.store import history, mailbox, registry
+from agentctl.store.db import INTEGER_MAX
 from agentctl.text import quoted, valid_json
 
 
@@ -66,9 +68,6 @@ SPECS = {
     "doc_rm": ("Remove a shared document you own (its versions are kept).",
                _schema({"name": {"type": "string"}}, ["name"])),
 }
-
-ENDS_TURN = ("sleep", "exit")
-
 
 def specs():
     """The tools in OpenAI form."""
@@ -136,19 +135,19 @@ def execute(conn, agent_id, turn_id, call):
         except (ToolError, AgentctlError) as e:
             return _record(conn, agent_id, turn_id, call, f"error: {e}")
     try:
-        with turns.holding(conn, agent_id):
+        with lease.holding(conn, agent_id):
             text = handler(conn, agent_id, args, call)
             history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                            tool_call_id=call["tool_call_id"], turn_id=turn_id)
         return text
-    except turns.LostClaim:
+    except lease.LostClaim:
         raise
     except (ToolError, AgentctlError) as e:
         return _record(conn, agent_id, turn_id, call, f"error: {e}")
 
 
 def _record(conn, agent_id, turn_id, call, text):
-    with turns.holding(conn, agent_id):
+    with lease.holding(conn, agent_id):
         history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                        tool_call_id=call["tool_call_id"], turn_id=turn_id)
     return text
@@ -163,8 +162,8 @@ def _descendant(conn, agent_id, ref):
 
 def _fork(conn, agent_id, args, call):
     me = registry.get(conn, agent_id)
-    child = registry.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
-                          actor=agent_id, budget=args.get("budget"))
+    child = lifecycle.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
+                           actor=agent_id, budget_tokens=args.get("budget"))
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.
     history.append(conn, child, "tool_result",
                    f"You are the child ({child}), forked from {registry.label(me)} ({agent_id}).",
@@ -175,18 +174,16 @@ def _fork(conn, agent_id, args, call):
 
 
 def _send(conn, agent_id, args, call):
-    to = registry.resolve(conn, args["to"])
-    mail.check_body(args["body"])
-    mail.check_recipient(to)
-    return f"sent: mail {mail.deliver(conn, agent_id, to, args['body'])}"
+    mail_id, = mail.send(conn, agent_id, [args["to"]], args["body"])
+    return f"sent: mail {mail_id}"
 
 
 def _check_mail(conn, agent_id, args, call):
-    return f"{mail.count_unread(conn, agent_id)} unread"
+    return f"{mailbox.count_unread(conn, agent_id)} unread"
 
 
 def _read_mail(conn, agent_id, args, call):
-    count = mail.count_unread(conn, agent_id)
+    count = mailbox.count_unread(conn, agent_id)
     return f"{count} unread; delivered as an inbox message after this step" if count \
         else "no unread mail"
 
@@ -207,8 +204,7 @@ def _wait(conn, agent_id, args):
     if refs:
         ids = [_descendant(conn, agent_id, ref)["id"] for ref in refs]
     else:
-        ids = [r[0] for r in conn.execute(
-            "SELECT id FROM agents WHERE parent_id = ? AND status != 'X'", (agent_id,))]
+        ids = registry.children(conn, agent_id)
     if not ids:
         return [], []
     return lifecycle.wait(conn, ids, timeout=args.get("timeout", 0), actor=agent_id,
@@ -231,13 +227,11 @@ def _ps(conn, agent_id, args, call):
     rows = registry.descendants(conn, agent_id)
     if not rows:
         return "no descendants"
-    return "\n".join(f"{r['id']} {registry.label(r)} {r['status']} {r['role']}" for r in rows)
+    return "\n".join(f"{r['id']} {registry.label(r)} {registry.effective_status(r)} {r['role']}"
+                     for r in rows)
 
 
 def _sleep(conn, agent_id, args, call):
-    import datetime
-    from agentctl import clock
-    from agentctl.cli.output import iso
     if "until" in args and "seconds" in args:
         raise ToolError("give seconds or until, not both")
     if "until" in args:       # the model's clock is UTC: a time with no zone is UTC
@@ -246,8 +240,8 @@ def _sleep(conn, agent_id, args, call):
         wake = clock.after(args["seconds"])
     else:
         raise ToolError("give seconds or until")
-    conn.execute("UPDATE agents SET wake_at = ? WHERE id = ?", (wake, agent_id))
-    return f"sleeping until {iso(wake)}"
+    registry.update(conn, agent_id, wake_at=wake)
+    return f"sleeping until {clock.iso(wake)}"
 
 
 def _exit(conn, agent_id, args, call):

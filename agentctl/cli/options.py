@@ -1,0 +1,71 @@
+"""Options that several programs share: the output flags, the number types, and
+shell completion of agents and fixed words."""
+
+import click
+
+from agentctl.ids import short
+from agentctl.store import db, registry
+
+
+def output_options(fn):
+    """The output flags of every listing program (agentctl(7), OUTPUT)."""
+    for option in reversed((
+        click.option("--format", "fmt", default="table", metavar="FORMAT",
+                     type=click.Choice(["table", "tsv", "json", "jsonl"]),
+                     help="table (default), tsv, json or jsonl."),
+        click.option("-o", "columns", metavar="COLS",
+                     help="Comma-separated columns to show, in that order."),
+        click.option("-q", "--quiet", is_flag=True, help="Print ids only, one per line."),
+        click.option("-0", "--null", is_flag=True,
+                     help="End records with NUL instead of newline (implies -q "
+                          "unless the format is tsv or jsonl)."),
+        click.option("--no-headers", is_flag=True, help="Leave out the header line."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+class Count(click.IntRange):
+    """A whole-number option (tokens, versions, message ids): at least `least`,
+    and no more than an SQLite INTEGER holds."""
+
+    def __init__(self, least):
+        super().__init__(min=least, max=db.INTEGER_MAX)
+
+
+class Seconds(click.FloatRange):
+    """A duration option: a number of seconds >= 0 (NaN is not one)."""
+
+    def __init__(self):
+        super().__init__(min=0)
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if seconds != seconds:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+def complete_agents(ctx, param, incomplete):
+    """Shell completion: names and ids of agents not yet dead."""
+    from click.shell_completion import CompletionItem
+    try:
+        conn = db.connect(ctx.params.get("db_path"))
+        rows = registry.not_dead(conn)
+    except Exception:
+        return []
+    items = []
+    for agent_id, name, role in rows:
+        for word in (name, agent_id):
+            if word and word.startswith(incomplete):
+                items.append(CompletionItem(word, help=f"{role} {short(agent_id)}"))
+    return items
+
+
+def complete_words(words):
+    """Shell completion from a fixed list (signals, roles), any case."""
+    def complete(ctx, param, incomplete):
+        return [w for w in words if w.lower().startswith(incomplete.lower())]
+    return complete
+
+

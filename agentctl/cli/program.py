@@ -1,0 +1,98 @@
+"""What makes a program: the decorator (-h, --version, --db), the acting agent,
+and run(), the one place where errors become `program: message` and an exit status."""
+
+import os
+import sys
+
+import click
+
+from agentctl import __version__
+from agentctl.cli.stdio import (Interrupted, OutputFault, PipeClosed, discard_output, warn,
+                                whole_writes)
+from agentctl.errors import SOFTWARE, USAGE, AgentctlError, NotFound
+from agentctl.store import db, registry
+from agentctl.text import valid
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _ours(cls):
+    """`cls` with what click's main would mishandle passed on to run()."""
+    class Command(cls):
+        def invoke(self, ctx):
+            try:
+                return super().invoke(ctx)
+            except BrokenPipeError as e:
+                raise PipeClosed() from e
+            except KeyboardInterrupt as e:
+                raise Interrupted() from e
+    return Command
+
+
+def program(name, cls=click.Command, **kwargs):
+    """A click command with -h/--help, --version and --db."""
+    def decorate(fn):
+        fn = click.option("--db", "db_path", metavar="PATH",
+                          help="The database (default $AGENTCTL_DB, else "
+                               "$XDG_DATA_HOME/agentctl/agents.db).")(fn)
+        fn = click.version_option(__version__, "--version", prog_name=name,
+                                  message="%(prog)s (agentctl) %(version)s")(fn)
+        return click.command(name, cls=_ours(cls), context_settings=CONTEXT,
+                             **kwargs)(fn)
+    return decorate
+
+
+def connect(db_path):
+    return db.connect(db_path)
+
+
+def actor(conn):
+    """The acting agent: $AGENT_ID ("self"), or None for the operator."""
+    ref = os.environ.get("AGENT_ID")
+    if not ref:
+        return None
+    try:
+        return registry.resolve(conn, ref)
+    except NotFound:
+        raise NotFound(f"AGENT_ID={valid(ref)}: no such agent")
+
+
+def run(command, argv=None):
+    """Run a click command as a program: never a traceback (unless
+    AGENTCTL_DEBUG=1), always a documented exit status."""
+    name = command.name
+    argv = [valid(a) for a in (sys.argv[1:] if argv is None else argv)]
+    try:
+        whole_writes()
+        status = command.main(args=argv, prog_name=name, standalone_mode=False)
+        sys.stdout.flush()
+        return status if isinstance(status, int) else 0
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.UsageError as e:
+        where = e.ctx.command_path if e.ctx else name     # a subcommand's own help
+        warn(name, f"{e.format_message().rstrip('.')} (see {where} --help)")
+        return USAGE
+    except AgentctlError as e:
+        warn(name, str(e))
+        if isinstance(e, OutputFault):
+            discard_output()
+        return e.code
+    except db.Error as e:
+        error = db.fault(e)
+        warn(name, str(error))
+        return error.code
+    except (BrokenPipeError, PipeClosed):
+        # The reader went away (agent-ps | head): not an error of ours.
+        discard_output()
+        return 141
+    except (KeyboardInterrupt, Interrupted, click.Abort):
+        warn(name, "interrupted")
+        return 130
+    except Exception as e:
+        if os.environ.get("AGENTCTL_DEBUG") == "1":
+            raise
+        warn(name, f"internal error: {e.__class__.__name__}: {e} "
+                   "(AGENTCTL_DEBUG=1 shows the details)")
+        return SOFTWARE
+

@@ -1,0 +1,115 @@
+"""How a turn ends (agentctl(7), TURNS): committed, killed, stopped, or given back
+with the signal that waited for it; and what the turn's record says of it."""
+
+from dataclasses import dataclass
+
+from agentctl.ops import lifecycle, signals
+from agentctl.ops.lease import holding
+from agentctl.store import history, registry, turnlog
+from agentctl.ops.turns import void
+
+
+@dataclass
+class Outcome:
+    agent_id: str
+    turn_id: int
+    status: str                  # done, over_budget, stopped, killed
+    text: str = ""
+    steps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    mail_read: int = 0
+    model: str = ""
+    exited: str = None           # how the agent exited after the turn, if it did
+
+    def record(self):
+        return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,
+                "model": self.model, "steps": self.steps, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "mail_read": self.mail_read,
+                "exited": self.exited, "text": self.text}
+
+
+def outcome(conn, agent_id, turn_id, status, spec, exited=None):
+    turn = turnlog.get(conn, turn_id)
+    return Outcome(agent_id, turn_id, status, turnlog.final_text(conn, turn_id), turn["steps"],
+                   turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited)
+
+
+def how_it_ends(conn, turn_id, validate):
+    """A successful sleep or exit call in this turn ends it: ('exit', its result),
+    ('sleep', None), or (None, None). `validate` parses a call's arguments."""
+    rows = turnlog.successful_calls(conn, turn_id, ("sleep", "exit"))
+    for name, arguments in rows:
+        if name == "exit":      # it succeeded, so its arguments passed the validator
+            return "exit", validate(name, arguments)["result"]
+    return ("sleep", None) if rows else (None, None)
+
+
+def answered(conn, turn_id):
+    """The model's last reply had no tool call: the turn only waits for its
+    commit (a crash came in between), so the model is not asked again."""
+    return turnlog.last_kind(conn, turn_id) == "assistant"
+
+
+def release(conn, agent_id):
+    """Give the agent back; a signal that arrived for the turn that is now not
+    going to finish takes effect here (TERM and KILL end the agent, STOP stops it)."""
+    with holding(conn, agent_id):
+        registry.release(conn, agent_id)
+        agent = registry.get(conn, agent_id)
+        if agent["pending_signal"]:
+            registry.update(conn, agent_id, pending_signal=None)
+            signals.apply(conn, agent, agent["pending_signal"], actor=None)
+
+
+def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
+    """Close the turn, then what follows it: an exit call or a task's first
+    turn ends the agent with its result, a pending TERM ends it too, a
+    pending STOP stops it; the others sleep until new input. A turn ended
+    over budget is committed as it stands (status over_budget); a task
+    does not exit on it."""
+    if registry.get(conn, agent_id)["pending_signal"] == "KILL":
+        return killed(conn, agent_id, turn_id, spec)
+    with holding(conn, agent_id):
+        signal = registry.get(conn, agent_id)["pending_signal"]
+        turnlog.finish(conn, turn_id, status)
+        history.clear_if_pending(conn, agent_id)
+        registry.update(conn, agent_id, failures=0, retry_at=None, pending_signal=None)
+        registry.release(conn, agent_id, "T" if signal == "STOP" else "S")
+        agent = registry.get(conn, agent_id)
+        text = turnlog.final_text(conn, turn_id)
+        exited = None
+        if ending == "exit" or (agent["role"] == "task" and status == "done"):
+            lifecycle.exit(conn, agent, code=0, result=result if ending == "exit" else text,
+                           actor=agent_id)
+            exited = "exited"
+        elif signal in ("TERM", "KILL"):
+            lifecycle.exit(conn, agent, code=signals.exit_code("TERM"), signal="TERM",
+                           result=text)
+            exited = "killed by TERM"
+        elif agent["role"] == "architect" and ending != "sleep":
+            # An architect sleeps on its result until new mail wakes it.
+            registry.update(conn, agent_id, wake_at=None)
+    return outcome(conn, agent_id, turn_id, status, spec, exited)
+
+
+def killed(conn, agent_id, turn_id, spec):
+    """KILL: stop now; the partial turn is never replayed."""
+    with holding(conn, agent_id):
+        void(conn, turnlog.get(conn, turn_id), "killed", "killed by KILL")
+        registry.update(conn, agent_id, pending_signal=None)
+        registry.release(conn, agent_id)
+        lifecycle.exit(conn, registry.get(conn, agent_id), code=signals.exit_code("KILL"),
+                       signal="KILL")
+    return outcome(conn, agent_id, turn_id, "killed", spec, "killed by KILL")
+
+
+def stopped(conn, agent_id, turn_id, spec):
+    """STOP: the turn stays open and resumes after CONT. None when a CONT took
+    the STOP back before this transaction: the turn goes on."""
+    with holding(conn, agent_id):
+        if registry.get(conn, agent_id)["pending_signal"] != "STOP":
+            return None
+        registry.update(conn, agent_id, pending_signal=None)
+        registry.release(conn, agent_id, "T")
+    return outcome(conn, agent_id, turn_id, "stopped", spec)

@@ -1,0 +1,102 @@
+"""The lease that makes one agent-run the only runner of an agent (agentctl(7),
+TURNS): claiming, the checked transaction of the run that holds the claim,
+the heartbeat that keeps it, and giving it back."""
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+from agentctl.errors import Refused, TempFail
+from agentctl.ids import INIT_ID
+from agentctl.store import registry
+from agentctl.store.db import connect, path_of, transaction
+
+LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
+
+
+def lease_seconds():
+    """$AGENTCTL_LEASE when it is a finite number of seconds above 0, else the
+    default (0, nan or inf would make the heartbeat spin, or never beat)."""
+    try:
+        seconds = float(os.environ.get("AGENTCTL_LEASE", LEASE_SECONDS))
+    except ValueError:
+        return LEASE_SECONDS
+    return seconds if 0 < seconds < float("inf") else LEASE_SECONDS
+
+
+def claim(conn, ref):
+    """Take the agent for one turn: status R and a lease. Exit 75 when another
+    run holds it; 3 when it is stopped or has exited."""
+    with transaction(conn):
+        agent = registry.resolve(conn, ref)
+        if agent["id"] == INIT_ID:
+            raise Refused("init doesn't run turns")
+        if agent["status"] == "R" and registry.lease_is_live(agent):
+            raise TempFail(f"{registry.label(agent)}: claimed by another agent-run "
+                           f"({agent['lease_owner']})")
+        if agent["status"] == "T":
+            raise Refused(f"{registry.label(agent)}: stopped (agent-kill -s CONT to resume)")
+        if registry.has_exited(agent):
+            raise Refused(f"{registry.label(agent)}: has exited")
+        registry.claim(conn, agent["id"], time.time() + lease_seconds())
+        return registry.get(conn, agent["id"])
+
+
+class LostClaim(TempFail):
+    """Another agent-run has claimed the agent since this run did (this run's
+    lease ran out, its process stalled): this run must write nothing more."""
+
+
+class KilledMidTurn(LostClaim):
+    """The agent was ended while this run ran (a cascade from an ancestor kills
+    its running descendants at once): the turn is voided, write nothing more."""
+    code = Refused.code
+
+
+@contextmanager
+def holding(conn, agent_id):
+    """A write transaction of the run that holds the agent's claim. The claim
+    is checked inside it, so no write of a run that lost its claim can land
+    beside those of the run that took the agent over: LostClaim instead."""
+    with transaction(conn):
+        row = registry.get(conn, agent_id)
+        if row["lease_owner"] != registry.owner_token():
+            if registry.has_exited(row) and row["exit_signal"]:
+                raise KilledMidTurn(f"{registry.label(row)}: killed by {row['exit_signal']} "
+                                    "while this run held it; it wrote nothing more")
+            raise LostClaim(f"{registry.label(row)}: claimed by another agent-run while this "
+                            "one ran (its lease ran out); it wrote nothing more")
+        yield conn
+
+
+def renew(conn, agent_id):
+    registry.renew(conn, agent_id, time.time() + lease_seconds())
+
+
+@contextmanager
+def heartbeat(conn, agent_id):
+    """Keep the lease alive while a model call is in flight, however long it
+    takes: a thread renews it every third of its length on its own connection."""
+    path = path_of(conn)
+    stop = threading.Event()
+
+    def beat():
+        other = None
+        while not stop.wait(lease_seconds() / 3):
+            try:
+                other = other or connect(path)
+                with transaction(other):
+                    renew(other, agent_id)
+            except Exception:       # the next beat, or the step's own renewal, tries again
+                pass
+        if other is not None:
+            other.close()
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
