@@ -24,7 +24,3 @@ def new_id():
 
 def short(agent_id):
     return agent_id[:SHORT]
-
-
-def valid_name(name):
-    return bool(NAME_RE.match(name))

@@ -568,3 +568,19 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
 def test_a_lease_that_is_no_finite_positive_number_is_ignored(monkeypatch, value):
     monkeypatch.setenv("AGENTCTL_LEASE", value)
     assert lease.lease_seconds() == lease.LEASE_SECONDS
+
+
+def test_format_json_is_the_record_and_json_its_alias(conn):
+    """--format json (and jsonl) print the turn's record, as the released --json does."""
+    records = []
+    for n, flag in enumerate((["--format", "json"], ["--format", "jsonl"], ["--json"])):
+        fork("-n", f"f{n}", "-m", "echo", "hello")
+        result = agent("run", *flag, f"f{n}")
+        assert result.code == 0, result.err
+        records.append({k: v for k, v in json.loads(result.out).items()
+                        if k not in ("turn", "agent")})
+    assert records[0] == records[1] == records[2]
+    assert records[0]["text"] == "hello" and records[0]["status"] == "done"
+    fork("-n", "g", "-m", "echo", "hello")
+    assert agent("run", "--format", "text", "g").out == "hello\n"
+    assert agent("run", "--format", "tsv", "g").code == 2

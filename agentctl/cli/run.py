@@ -22,12 +22,16 @@ from agentctl.turn import runner
 @click.option("-m", "--model", metavar="MODEL", help="The model for this turn (overrides the agent's).")
 @click.option("--max-steps", type=Count(1), default=20, show_default=True,
               help="At most this many model calls in the turn.")
-@click.option("--json", "as_json", is_flag=True, help="Print the turn record as JSON instead.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl"]), default="text",
+              metavar="FORMAT", help="text (the final reply, default), or json / jsonl: "
+                                     "each turn's record, one JSON object a line.")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.argument("agent", required=False, shell_complete=complete_agents)
-def cli(db_path, everything, jobs, model, max_steps, as_json, agent):
+def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
     """Run one turn of AGENT (default self): take all its pending input at
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
+    as_json = as_json or fmt != "text"
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
