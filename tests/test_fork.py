@@ -143,3 +143,14 @@ def test_refusals():
     assert agent("fork", "--at", "-3").code == 2
     assert agent("fork", "--at", "99999").err == \
         "agent-fork: message 99999 is not in the context of init (see agent-replay init)\n"
+
+
+def test_an_id_is_a_random_version_4_uuid():
+    import base64
+    import uuid
+    from agentctl.ids import new_id
+    for _ in range(200):
+        text = new_id()
+        assert len(text) == 22 and not text.startswith("-")
+        value = uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+        assert (value.version, value.variant) == (4, uuid.RFC_4122)

@@ -7,20 +7,20 @@ with NUL.
 """
 
 import sys
-from dataclasses import dataclass
-from typing import Callable
 
 from agentctl.errors import UsageError
 
 FORMATS = ("table", "tsv", "json", "jsonl")
 
 
-@dataclass
 class Column:
-    key: str
-    header: str
-    human: Callable = None      # row -> str for the table; default: the value
-    machine: Callable = None    # row -> JSON value; default: row[key]
+    """A column of a listing: `human` (row -> str) for the table, by default the
+    value; `machine` (row -> JSON value) for the machine formats, by default row[key]."""
+
+    __slots__ = ("key", "header", "human", "machine")
+
+    def __init__(self, key, header, human=None, machine=None):
+        self.key, self.header, self.human, self.machine = key, header, human, machine
 
     def value(self, row):
         return self.machine(row) if self.machine else row.get(self.key)
@@ -82,9 +82,17 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
         return
     if not rows:
         return
-    from tabulate import tabulate
     table = [[c.text(row).translate(UNPRINTABLE) for c in columns] for row in rows]
-    headers = () if no_headers else [c.header for c in columns]
-    # preserve_whitespace: the -f tree indents names
-    out.write(tabulate(table, headers=headers, tablefmt="plain", disable_numparse=True,
-                       preserve_whitespace=True) + "\n")
+    out.write(plain_table(table, () if no_headers else [c.header for c in columns]) + "\n")
+
+
+def plain_table(rows, headers=()):
+    """Columns left-aligned, two spaces apart, each line's end trimmed: tabulate's
+    "plain" format, byte for byte (a test holds them equal), without the cost of
+    importing tabulate (about 28 ms: it loads importlib.metadata) in every agent-ps."""
+    count = len(headers) if headers else len(rows[0])
+    widths = [max([len(headers[i]) + 2 if headers else 0] + [len(r[i]) for r in rows])
+              for i in range(count)]
+    lines = [headers] if headers else []
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+                     for line in lines + rows)

@@ -11,8 +11,8 @@ The rules of what may happen to an agent live in ops/; this module only reads
 and writes rows.
 """
 
+import functools
 import os
-import socket
 import sqlite3
 import time
 
@@ -71,9 +71,17 @@ def has_exited(agent):
 
 # -- the effective status: R with a dead lease is really S (or T) ------------------------
 
+@functools.cache
+def host():
+    """This host's name, as a lease names it (socket is imported only here: most
+    programs never need it)."""
+    import socket
+    return socket.gethostname()
+
+
 def owner_token():
     """How a lease names its holder: host and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{host()}:{os.getpid()}"
 
 
 def lease_is_live(agent, now=None):
@@ -81,8 +89,8 @@ def lease_is_live(agent, now=None):
     host, that process still exists (a crash frees it at once)."""
     if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or time.time()):
         return False
-    host, _, pid = agent["lease_owner"].rpartition(":")
-    if host == socket.gethostname() and pid.isascii() and pid.isdigit():
+    holder, _, pid = agent["lease_owner"].rpartition(":")
+    if holder == host() and pid.isascii() and pid.isdigit():
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
