@@ -584,3 +584,20 @@ def test_format_json_is_the_record_and_json_its_alias(conn):
     fork("-n", "g", "-m", "echo", "hello")
     assert agent("run", "--format", "text", "g").out == "hello\n"
     assert agent("run", "--format", "tsv", "g").code == 2
+
+
+def test_the_ps_tool_shows_the_status_agent_ps_shows(conn, tmp_path):
+    """A child whose agent-run died holds status R in its row with a dead lease:
+    agent-ps shows S, and so does the ps tool its parent's model calls."""
+    fork("-n", "lead", "-m", script(tmp_path, {"steps": [
+        {"tool_calls": [{"id": "p", "name": "ps", "arguments": {}}]}, {"content": "done"}]}))
+    kid = fork("-p", "lead", "-n", "kid")
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = 'elsewhere:1', lease_until = ? "
+                 "WHERE id = ?", (time.time() - 1, kid))
+    assert agent("ps", "-o", "stat", "--format", "tsv", "--no-headers",
+                 "--parent", "lead").out == "S\n"
+    agent("send", "lead", "who is there?")
+    assert agent("run", "lead").code == 0
+    result = conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' "
+                          "AND tool_name = 'ps'").fetchone()[0]
+    assert result == f"{kid} kid S agent"
