@@ -89,6 +89,30 @@ def startup(tmp):
     return base, env
 
 
+def installed_startup(tmp, env):
+    """Start-up as a user gets it: the console scripts of a copy pip installed into a
+    plain virtual environment (the checkout's editable install adds path hooks to every
+    start), against the floor of any click program in that same environment."""
+    venv = os.path.join(tmp, "installed")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", ROOT], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    python = os.path.join(venv, "bin", "python")
+    floor = median_time(command([python, "-c", "import click, sqlite3"], env))
+    print(f"installed copy: click floor (import click, sqlite3) {floor * 1000:.1f} ms")
+    cases = [
+        ("agent-ps", [], 1.4), ("agent-fork", ["-p", "a"], 1.3),
+        ("agent-kill", ["-s", "CONT", "a"], 1.3), ("agent-send", ["a", "hi"], 1.3),
+        ("agent-mail", ["-c", "a"], 1.3), ("agent-replay", ["a"], 1.3),
+        ("agent-wait", ["--timeout", "0", "a"], 1.3), ("agent-run", ["--help"], 1.3),
+        ("agent-doc", ["put", "a", "hi"], 1.3),
+    ]
+    for name, args, limit in cases:
+        ratio = median_time(command([os.path.join(venv, "bin", name)] + args, env)) / floor
+        line(f"1b. installed {name} {' '.join(args)} vs click floor", ratio, at_most(limit))
+
+
 def echo_turn(tmp, base):
     path, conn = fresh(tmp, "run.db")
     ids = []
@@ -196,7 +220,8 @@ def fork_cost(tmp):
 def main():
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        base, _ = startup(tmp)
+        base, env = startup(tmp)
+        installed_startup(tmp, env)
         echo_turn(tmp, base)
         bulk_send(tmp)
         deep_replay(tmp)
