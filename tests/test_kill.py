@@ -1,6 +1,7 @@
 """agent-kill: signals, cascade, zombies, reparenting, events."""
 
 import json
+import time
 
 import pytest
 
@@ -9,6 +10,7 @@ from agentctl.ops import lease
 from agentctl.ids import INIT_ID
 
 from .conftest import Result, agent, fork, started
+from .fakeapi import fakeapi  # noqa: F401
 from .test_run import kinds, script
 
 
@@ -303,3 +305,58 @@ def test_a_run_that_lost_its_agent_is_told_how(conn):
     killed = holding_after("exit_code = 143, exit_signal = 'TERM', lease_owner = NULL")
     assert type(killed) is lease.KilledMidTurn and killed.code == 3
     assert str(killed) == "a: killed by TERM while this run held it; it wrote nothing more"
+
+
+def test_kill_ends_a_run_blocked_on_a_slow_model_call_within_a_second(conn, fakeapi,
+                                                                       monkeypatch):
+    """The model server takes 60 s to answer: agent-run learns of the KILL through
+    the database while it waits on the network, and exits at once; the turn is
+    voided, its input pending again."""
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
+    fakeapi.reply("too late", delay=60)
+    fork("-n", "slow", "-m", "openai:gpt-test", "think hard")
+    run = started("agent-run", "slow")
+    deadline = time.monotonic() + 20
+    while not fakeapi.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fakeapi.requests, "the model call never started"
+    killed = time.monotonic()
+    assert agent("kill", "-s", "KILL", "slow").code == 0
+    out, err = run.communicate(timeout=10)
+    took = time.monotonic() - killed
+    print(f"KILL to the exit of agent-run: {took:.3f} s")
+    assert took < 1.5, f"agent-run exited {took:.2f} s after the KILL"
+    assert (run.returncode, out) == (3, "")
+    assert "killed by KILL" in err
+    row = conn.execute("SELECT status, exit_signal FROM agents WHERE name = 'slow'").fetchone()
+    assert tuple(row) == ("Z", "KILL")
+    assert conn.execute("SELECT status FROM turns").fetchone()[0] == "killed"
+
+
+def test_no_tool_call_starts_after_the_kill_and_a_blocking_wait_is_cut_short(conn, tmp_path):
+    """A step with a wait (up to 60 s, for a child that never exits) then a send and
+    a fork: a KILL during the wait ends it at once, and neither the send nor the
+    fork happens."""
+    rules = tmp_path / "rules.jsonl"
+    rules.write_text(json.dumps({"steps": [{"tool_calls": [
+        {"id": "w", "name": "wait", "arguments": {"timeout": 60}},
+        {"id": "s", "name": "send", "arguments": {"to": "lead", "body": "after"}},
+        {"id": "f", "name": "fork", "arguments": {"name": "late"}}]},
+        {"content": "never"}]}) + "\n")
+    fork("-n", "lead", "-m", f"scripted:{rules}", "go")
+    fork("-p", "lead", "-n", "kid")
+    run = started("agent-run", "lead")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not conn.execute(
+            "SELECT 1 FROM messages WHERE kind = 'tool_call' AND tool_name = 'wait'").fetchone():
+        time.sleep(0.01)
+    time.sleep(0.3)                     # in the wait now
+    killed = time.monotonic()
+    assert agent("kill", "-s", "KILL", "lead").code == 0
+    run.communicate(timeout=10)
+    assert time.monotonic() - killed < 1.5
+    assert run.returncode == 3
+    assert conn.execute("SELECT count(*) FROM mail WHERE body = 'after'").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM agents WHERE name = 'late'").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM messages WHERE kind = 'tool_result' "
+                        "AND void = 0").fetchone()[0] == 0

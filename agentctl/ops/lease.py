@@ -70,6 +70,18 @@ def holding(conn, agent_id):
         yield conn
 
 
+class KillPending(Exception):
+    """A KILL is recorded for the agent: its run starts nothing more (no tool
+    call, no model call) and ends the turn (ops.ending.killed)."""
+
+
+def check_not_killed(conn, agent_id):
+    """Raise KillPending when a KILL waits for the agent's run; inside the run's
+    transaction, so that nothing starts after the KILL is recorded."""
+    if registry.get(conn, agent_id)["pending_signal"] == "KILL":
+        raise KillPending()
+
+
 def renew(conn, agent_id):
     registry.renew(conn, agent_id, time.time() + lease_seconds())
 

@@ -108,9 +108,10 @@ def collect(conn, agent_id, actor=None):
         registry.record(conn, agent_id, "reap", None, actor)
 
 
-def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True):
+def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, until=None):
     """Wait for the agents `ids` to exit, reap them (unless not `reap_them`),
-    and return (their rows in exit order, ids still running)."""
+    and return (their rows in exit order, ids still running). `until()` true
+    ends the wait early (the waiter was killed)."""
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []
@@ -121,7 +122,7 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True):
                 pending.remove(agent_id)
                 collected.append(reap(conn, agent_id, actor) if reap_them
                                  else registry.get(conn, agent_id))
-        return not pending or (any_one and collected)
+        return not pending or (any_one and collected) or (until is not None and until())
 
     wait_for_commit(conn, deadline, sweep)
     return collected, pending

@@ -8,6 +8,7 @@ interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 """
 
 import os
+import threading
 
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
@@ -82,13 +83,56 @@ def _call_ids(conn, turn_id, calls):
 
 def _run_calls(conn, agent_id, turn_id, calls):
     # The sync barrier: a fork sees every other call of its step completed.
-    for call in sorted(calls, key=lambda c: c["tool_name"] == "fork"):
-        tools.execute(conn, agent_id, turn_id, call)
+    try:
+        for call in sorted(calls, key=lambda c: c["tool_name"] == "fork"):
+            tools.execute(conn, agent_id, turn_id, call)
+    except lease.KillPending:
+        pass                    # the loop ends the turn: killed
+
+
+class Interruptible:
+    """A model whose calls a KILL cuts short: the call runs in a thread while this
+    one asks the database every KILL_POLL seconds whether a KILL was recorded, and
+    gives the call up at once if so (agent-run exits soon after, taking the thread
+    and its connection with it)."""
+
+    KILL_POLL = 0.25
+
+    def __init__(self, conn, agent_id, model):
+        self.conn, self.agent_id, self.model = conn, agent_id, model
+
+    def complete(self, messages, tools, on_text=None):
+        lease.check_not_killed(self.conn, self.agent_id)
+        done = {}
+
+        def call():
+            try:
+                done["reply"] = self.model.complete(messages, tools, on_text=on_text)
+            except BaseException as e:      # handed to the thread that waits for it
+                done["error"] = e
+
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(self.KILL_POLL)
+            if worker.is_alive():
+                lease.check_not_killed(self.conn, self.agent_id)
+        if "error" in done:
+            raise done["error"]
+        return done["reply"]
 
 
 def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
     turn_id = turn["id"]
     offered = tools.specs()
+    client = Interruptible(conn, agent_id, client)
+    try:
+        return _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text)
+    except lease.KillPending:
+        return ending.killed(conn, agent_id, turn_id, spec)
+
+
+def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
     while True:
         signal = registry.get(conn, agent_id)["pending_signal"]
         if signal == "KILL":

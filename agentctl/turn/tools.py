@@ -136,6 +136,7 @@ def execute(conn, agent_id, turn_id, call):
             return _record(conn, agent_id, turn_id, call, f"error: {e}")
     try:
         with lease.holding(conn, agent_id):
+            lease.check_not_killed(conn, agent_id)
             text = handler(conn, agent_id, args, call)
             history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                            tool_call_id=call["tool_call_id"], turn_id=turn_id)
@@ -148,6 +149,7 @@ def execute(conn, agent_id, turn_id, call):
 
 def _record(conn, agent_id, turn_id, call, text):
     with lease.holding(conn, agent_id):
+        lease.check_not_killed(conn, agent_id)
         history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                        tool_call_id=call["tool_call_id"], turn_id=turn_id)
     return text
@@ -208,7 +210,16 @@ def _wait(conn, agent_id, args):
     if not ids:
         return [], []
     return lifecycle.wait(conn, ids, timeout=args.get("timeout", 0), actor=agent_id,
-                          reap_them=False)
+                          reap_them=False, until=lambda: _kill_pending(conn, agent_id))
+
+
+def _kill_pending(conn, agent_id):
+    """A KILL cuts a blocking wait short (ops.lease.KillPending)."""
+    try:
+        lease.check_not_killed(conn, agent_id)
+    except lease.KillPending:
+        return True
+    return False
 
 
 def _collect(conn, agent_id, args, call):
