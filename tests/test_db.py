@@ -111,8 +111,31 @@ def test_a_database_of_the_schema_before_is_migrated_on_open(tmp_path):
     assert result.code == 0, result.err
     assert agent("run", "--db", path, "a").code == 0
     conn = db.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 6
     assert [tuple(r) for r in conn.execute("SELECT woke_at FROM turns")] == [(None,)]
+
+
+def test_a_database_of_schema_5_gets_each_agents_depth(tmp_path):
+    """0006_lifecycle counts every agent's forks from the root along forked_from."""
+    path = str(tmp_path / "agents.db")
+    conn = db.connect(path)
+    assert agent("fork", "--db", path, "-n", "a").code == 0
+    assert agent("fork", "--db", path, "-p", "a", "-n", "b").code == 0
+    assert agent("fork", "--db", path, "-p", "b", "-n", "c").code == 0
+    for index in ("agents_kill_at", "agents_zombies", "agents_idle"):
+        conn.execute(f"DROP INDEX {index}")
+    for column in ("restart", "max_restarts", "restart_window", "restarts", "window_start",
+                   "window_restarts", "reap_after", "idle_exit", "max_children", "depth",
+                   "kill_at", "last_failure"):
+        conn.execute(f"ALTER TABLE agents DROP COLUMN {column}")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0006_lifecycle'")
+    conn.execute("PRAGMA user_version = 5")
+    conn.commit()
+    conn.close()
+    assert agent("ps", "--db", path).code == 0
+    conn = db.connect(path)
+    assert dict(conn.execute("SELECT name, depth FROM agents").fetchall()) == \
+        {"init": 0, "a": 1, "b": 2, "c": 3}
 
 
 def test_directory_that_cant_be_made(tmp_path):

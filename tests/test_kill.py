@@ -57,10 +57,11 @@ def test_exit_notifies_the_lifecycle_parent(conn):
     assert conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ?", (INIT_ID,)).fetchone()[0] == 0
 
 
-def test_cascade_kills_the_whole_tree_and_only_the_top_is_a_zombie(conn):
+def test_cascade_kills_the_whole_tree_and_only_the_top_is_a_zombie(conn, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_MAX_DEPTH", "1000")    # deeper than the default limit
     top = fork("-n", "top")
     chain = [top]
-    for _ in range(300):                      # no depth cap
+    for _ in range(300):                      # no depth cap in the cascade
         chain.append(fork("-p", chain[-1]))
     side = fork("-p", "top")
     assert agent("kill", "--cascade", "top").code == 0
@@ -205,11 +206,11 @@ def test_a_hup_waiting_for_a_refused_turn_is_recorded_as_it_ends(conn, tmp_path)
 
 def test_a_hup_waiting_for_a_turn_refused_before_any_step_follows_the_next_turn(
         conn, tmp_path):
-    """A turn refused at its first call is voided, its prompt pending again:
-    the clear waits for the turn that takes it."""
+    """A turn refused at its first call is voided, its prompt pending again (an
+    agent restarted on failure): the clear waits for the turn that takes it."""
     rules = tmp_path / "m.jsonl"
     rules.write_text('{"match": "^go$", "steps": [{"fail": "tempfail"}]}\n')
-    fork("-n", "a", "-m", f"scripted:{rules}", "go")
+    fork("-n", "a", "--restart", "on-failure", "-m", f"scripted:{rules}", "go")
     assert agent("run", "a").code == 75
     assert agent("kill", "-s", "HUP", "a").code == 0
     rules.write_text('{"match": "^go$", "steps": [{"fail": "error"}]}\n')

@@ -21,7 +21,7 @@ LAYERS = [
     ("turn", ["agentctl.turn"]),
     ("ops", ["agentctl.ops", "agentctl.models"]),
     ("store", ["agentctl.store"]),
-    ("base", ["agentctl.errors", "agentctl.ids", "agentctl.text", "agentctl.clock",
+    ("base", ["agentctl.errors", "agentctl.ids", "agentctl.text", "agentctl.clock", "agentctl.env",
               "agentctl.jsonin", "agentctl.secrets", "agentctl"]),
 ]
 # Beside each other on one layer, yet never importing each other.

@@ -233,7 +233,7 @@ def test_the_columns_pages_list_are_those_the_programs_have():
     from agentctl.cli import mail, wait
     assert documented_columns("agent-ps.1") == [c.key for c in ps.COLUMNS] + ["depth"]
     assert documented_columns("agent-mail.1") == [c.key for c in mail._columns()]
-    assert documented_columns("agent-wait.1") == [c.key for c in wait._columns()]
+    assert documented_columns("agent-wait.1") == [c.key for c in wait.wait_columns()]
 
 
 def test_agentctl_5_lists_every_index(conn):

@@ -254,7 +254,8 @@ def test_persistent_faults_exit_75_with_input_still_pending(conn, fakeapi, monke
 
 
 def test_refused_request_voids_the_turn_and_keeps_the_input(conn, fakeapi):
-    fork("-n", "a", "-m", "openai:gpt-test", "prompt")
+    """Restarted on failure: the turn is voided, its input pending again."""
+    fork("-n", "a", "--restart", "on-failure", "-m", "openai:gpt-test", "prompt")
     agent("send", "a", "mail")
     fakeapi.error(400, "bad request")
     result = agent("run", "a")

@@ -225,7 +225,7 @@ def test_wake_and_due_show_two_units(ahead, shown):
 
 def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
     """A turn the API refused (exit 69) gives back what it took: its timer too."""
-    fork("-n", "a", "-m", script(tmp_path, REFUSING))
+    fork("-n", "a", "--restart", "on-failure", "-m", script(tmp_path, REFUSING))
     conn.execute("UPDATE agents SET wake_at = ? WHERE name = 'a'", (time.time() - 5,))
     conn.commit()
     assert agent("run", "a").code == 69

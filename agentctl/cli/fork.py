@@ -2,7 +2,7 @@
 
 import click
 
-from agentctl.cli.options import Count, complete_agents, complete_words
+from agentctl.cli.options import Count, Duration, complete_agents, complete_words
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body
 from agentctl.errors import UsageError
@@ -27,8 +27,24 @@ from agentctl.store.db import transaction
               help="Compact the child's context beyond this many tokens (default: the parent's).")
 @click.option("--budget", type=Count(1), metavar="TOKENS",
               help="The child's own token budget, carved out of the parent's account.")
+@click.option("--restart", type=click.Choice(lifecycle.RESTART_POLICIES), metavar="POLICY",
+              help="never, on-failure or always (default: always for a daemon, else never).")
+@click.option("--max-restarts", type=Count(0), metavar="N",
+              help=f"Give up after N restarts within the window "
+                   f"(default {lifecycle.DEFAULT_MAX_RESTARTS}).")
+@click.option("--restart-window", type=Duration(), metavar="DURATION",
+              help="The window --max-restarts counts in (default 1h).")
+@click.option("--reap-after", type=Duration(), metavar="DURATION",
+              help="Reap the child this long after it exits, if nobody waits for it "
+                   "(default: the parent's, else $AGENTCTL_REAP_AFTER, else 24h).")
+@click.option("--idle-exit", type=Duration(), metavar="DURATION",
+              help="The child exits after this long without input.")
+@click.option("--max-children", type=Count(0), metavar="N",
+              help="At most N children alive or not yet collected at once "
+                   "(default: the parent's; a worker's 4).")
 @click.argument("prompt", required=False)
-def cli(db_path, parent, name, role, model, system, at, window, budget, prompt):
+def cli(db_path, parent, name, role, model, system, at, window, budget, restart, max_restarts,
+        restart_window, reap_after, idle_exit, max_children, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -45,7 +61,10 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, prompt):
         source = registry.resolve(conn, parent) if parent else (me or registry.get(conn, INIT_ID))
         child = lifecycle.fork(conn, source, name=name, role=role, model=model, system=system,
                                at=at, prompt=body, actor=me["id"] if me else None,
-                               context_window=window, budget_tokens=budget)
+                               context_window=window, budget_tokens=budget,
+                               restart=restart, max_restarts=max_restarts,
+                               restart_window=restart_window, reap_after=reap_after,
+                               idle_exit=idle_exit, max_children=max_children)
     click.echo(child)
 
 

@@ -2,11 +2,13 @@
 
 import click
 
-from agentctl.cli.options import complete_agents, complete_words
+from agentctl.cli import wait as agent_wait
+from agentctl.cli.options import Seconds, complete_agents, complete_words
+from agentctl.cli.output import pick, render
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import stdin_words, warn
-from agentctl.errors import AgentctlError
-from agentctl.ops import signals
+from agentctl.errors import AgentctlError, UsageError
+from agentctl.ops import deadlines, lifecycle, signals
 from agentctl.store import registry
 
 
@@ -15,21 +17,41 @@ from agentctl.store import registry
               shell_complete=complete_words(signals.NAMES),
               help="TERM, KILL, STOP, CONT or HUP (also SIGTERM, 15, ...).")
 @click.option("--cascade", is_flag=True, help="Signal every descendant too.")
+@click.option("--grace", type=Seconds(), metavar="SECONDS",
+              help="With TERM: KILL each agent that has not exited SECONDS later.")
+@click.option("--wait", "wait", type=Seconds(), metavar="SECONDS",
+              help="Wait up to SECONDS until each agent has exited, and say how "
+                   "(exit 1 if one has not).")
 @click.argument("agents", nargs=-1, metavar="AGENT...", shell_complete=complete_agents)
-def cli(db_path, sig, cascade, agents):
+def cli(db_path, sig, cascade, grace, wait, agents):
     """Signal each AGENT; with no AGENT, read ids from stdin."""
     sig = signals.parse(sig)
+    if grace is not None and sig != "TERM":
+        raise UsageError(f"--grace goes with TERM (the KILL that follows it), not {sig}")
     targets = stdin_words(agents)
     conn = connect(db_path)
     me = actor(conn)
-    status = 0
+    deadlines.carry_out(conn)
+    status, signalled = 0, []
     for ref in targets:
         try:
-            signals.send(conn, registry.resolve(conn, ref), sig, cascade=cascade,
-                         actor=me["id"] if me else None)
+            target = registry.resolve(conn, ref)
+            signals.send(conn, target, sig, cascade=cascade, actor=me["id"] if me else None,
+                         grace=grace)
+            signalled.append(target["id"])
         except AgentctlError as e:
             warn("agent-kill", str(e))
             status = status or e.code
+    if wait is not None and signalled:
+        exited, pending = lifecycle.wait(conn, signalled, timeout=wait, reap_them=False,
+                                         tick=lambda: deadlines.carry_out(conn),
+                                         next_due=lambda: deadlines.next_due(conn))
+        render([dict(r) | {"how": lifecycle.how(r)} for r in exited],
+               pick(agent_wait.wait_columns(), None, ["id", "name", "status"]))
+        for agent_id in pending:
+            warn("agent-kill", f"{registry.label(registry.get(conn, agent_id))}: "
+                               f"still running after {wait:g} s")
+        status = status or (1 if pending else 0)
     return status
 
 

@@ -3,6 +3,8 @@ shell completion of agents and fixed words."""
 
 import click
 
+from agentctl.clock import parse_duration
+from agentctl.errors import AgentctlError
 from agentctl.ids import short
 from agentctl.store import db, registry
 
@@ -44,6 +46,20 @@ class Seconds(click.FloatRange):
         if seconds != seconds:
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
         return seconds
+
+
+class Duration(click.ParamType):
+    """A duration option: 90, 90s, 10m, 24h or 1d, in seconds."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except AgentctlError as e:
+            self.fail(str(e), param, ctx)
 
 
 def complete_agents(ctx, param, incomplete):

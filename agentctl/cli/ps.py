@@ -25,7 +25,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
-    forked_from fork_msg wake budget spent with -o.
+    forked_from fork_msg wake budget spent restarts retry failure with -o.
     """
     statuses = None
     if status:
@@ -111,6 +111,11 @@ COLUMNS = [
     Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
     Column("budget", "BUDGET", human=_budget),
     Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
+    Column("restarts", "RESTARTS"),
+    Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",
+           machine=lambda r: iso(r["retry_at"])),
+    Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
+           human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
 ]
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
 LONG = DEFAULT + ["wake", "budget"]     # -f

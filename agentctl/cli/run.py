@@ -9,7 +9,7 @@ from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import warn
 from agentctl.errors import UsageError
-from agentctl.ops import budget, turns
+from agentctl.ops import budget, deadlines, turns
 from agentctl.store import registry
 from agentctl.turn import runner
 
@@ -42,6 +42,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
     if not agent:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
     conn = connect(db_path)
+    deadlines.carry_out(conn)
     stream = sys.stdout.isatty() and not as_json
     streamed = []
 
@@ -76,6 +77,7 @@ def _all(db_path, jobs, model, max_steps, as_json):
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
     conn = connect(db_path)
+    deadlines.carry_out(conn)
     ids = turns.runnable(conn)
     conn.close()
     if not ids:

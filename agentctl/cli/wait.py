@@ -8,7 +8,7 @@ from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_words, stdin_is_data
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import lifecycle, mail
+from agentctl.ops import deadlines, lifecycle, mail
 from agentctl.store import registry
 
 
@@ -40,16 +40,18 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
     else:
         ids = registry.children(conn, me["id"] if me else INIT_ID)
     collected, pending = lifecycle.wait(conn, ids, timeout=timeout, any_one=any_one,
-                                       actor=me["id"] if me else None)
+                                       actor=me["id"] if me else None,
+                                       tick=lambda: deadlines.carry_out(conn),
+                                       next_due=lambda: deadlines.next_due(conn))
     render([dict(r) | {"how": lifecycle.how(r)} for r in collected],
-           pick(_columns(), columns, ["id", "name", "status", "result"]),
+           pick(wait_columns(), columns, ["id", "name", "status", "result"]),
            fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
     if pending and not (any_one and collected):
         return 1
     return 3 if any(lifecycle.how(r) != "exited" for r in collected) else 0
 
 
-def _columns():
+def wait_columns():
 
     def status(r):
         return f"killed {r['exit_signal']}" if r["exit_signal"] else f"{r['how']} {r['exit_code']}"

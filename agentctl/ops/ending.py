@@ -3,7 +3,7 @@ with the signal that waited for it; and what the turn's record says of it."""
 
 from dataclasses import dataclass
 
-from agentctl.ops import lifecycle, signals
+from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
 from agentctl.store import history, registry, turnlog
 from agentctl.ops.turns import void
@@ -80,9 +80,10 @@ def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
         text = turnlog.final_text(conn, turn_id)
         exited = None
         if ending == "exit" or (agent["role"] == "task" and status == "done"):
-            lifecycle.exit(conn, agent, code=0, result=result if ending == "exit" else text,
-                           actor=agent_id)
-            exited = "exited"
+            if not supervise.exit_or_restart(conn, agent, result):
+                lifecycle.exit(conn, agent, code=0,
+                               result=result if ending == "exit" else text, actor=agent_id)
+                exited = "exited"
         elif signal in ("TERM", "KILL"):
             lifecycle.exit(conn, agent, code=signals.exit_code("TERM"), signal="TERM",
                            result=text)

@@ -76,9 +76,11 @@ class KillPending(Exception):
 
 
 def check_not_killed(conn, agent_id):
-    """Raise KillPending when a KILL waits for the agent's run; inside the run's
-    transaction, so that nothing starts after the KILL is recorded."""
-    if registry.get(conn, agent_id)["pending_signal"] == "KILL":
+    """Raise KillPending when a KILL waits for the agent's run, or its grace period
+    (agent-kill --grace) has ended; inside the run's transaction, so that nothing
+    starts after the KILL is recorded."""
+    row = registry.get(conn, agent_id)
+    if row["pending_signal"] == "KILL" or registry.overdue(row) == "KILL":
         raise KillPending()
 
 

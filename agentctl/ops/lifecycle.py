@@ -3,6 +3,7 @@ the parent's notice, waiting for children, and collecting them (reaping: Z -> X)
 
 import time
 
+from agentctl import env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import budget, mail
@@ -26,17 +27,54 @@ def check_role(role):
         raise UsageError(f"unknown role: {role} (one of {', '.join(ROLES)})")
 
 
+RESTART_POLICIES = ("never", "on-failure", "always")
+DEFAULT_MAX_RESTARTS = 5
+DEFAULT_RESTART_WINDOW = 3600.0
+DEFAULT_MAX_DEPTH = 256
+WORKER_MAX_CHILDREN = 4         # "a worker manages at most a few children"
+
+
+def default_restart(role):
+    """The role table's restart policy: a daemon is restarted, the others are not
+    (their parent is told, and decides)."""
+    return "always" if role == "daemon" else "never"
+
+
+def max_depth():
+    return int(env.number("AGENTCTL_MAX_DEPTH", DEFAULT_MAX_DEPTH, minimum=1, whole=True))
+
+
+def check_limits(conn, parent):
+    """Refused (exit 3; a tool error for a model) when a fork of `parent` would go
+    beyond its --max-children or the tree's depth limit."""
+    limit = parent["max_children"]
+    if limit is not None and registry.live_children(conn, parent["id"]) >= limit:
+        raise Refused(f"{registry.label(parent)}: can't fork: it has {limit} children alive "
+                      f"or not yet collected (--max-children {limit})")
+    if parent["depth"] + 1 > max_depth():
+        raise Refused(f"{registry.label(parent)}: can't fork: the tree would be deeper than "
+                      f"AGENTCTL_MAX_DEPTH={max_depth()} forks")
+
+
 def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
-         at=None, prompt=None, actor=None, context_window=None, budget_tokens=None):
+         at=None, prompt=None, actor=None, context_window=None, budget_tokens=None,
+         restart=None, max_restarts=None, restart_window=None, reap_after=None,
+         idle_exit=None, max_children=None):
     """Create a child of `parent`; returns its id. Writes a constant number of
     rows whatever the history's length: nothing is copied. With `budget_tokens`,
-    the child gets its own account, carved out of the parent's (agentctl(7))."""
+    the child gets its own account, carved out of the parent's (agentctl(7)).
+    Unset, --reap-after and --max-children are the parent's (a worker's
+    max-children is 4), the restart policy the role's."""
     if not registry.is_live(parent):
         raise Refused(f"{registry.label(parent)}: can't fork: it is "
                       f"{registry.STATUS_WORDS[parent['status']]}")
     if parent["role"] == "task":
         raise Refused(f"{registry.label(parent)}: a task can't fork")
     check_role(role)
+    if restart is not None and restart not in RESTART_POLICIES:
+        raise UsageError(f"unknown restart policy: {restart} "
+                         f"(one of {', '.join(RESTART_POLICIES)})")
+    check_limits(conn, parent)
     if name is not None:
         check_name(conn, name)
     if at is None:
@@ -49,13 +87,20 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
     if budget_tokens is not None:
         budget.carve(conn, parent, budget_tokens)
     child = new_id()
+    if max_children is None:
+        max_children = WORKER_MAX_CHILDREN if role == "worker" else parent["max_children"]
     registry.insert(
-        conn, agent_id=child, name=name, parent_id=parent["id"], point=point, role=role,
+        conn, id=child, name=name, parent_id=parent["id"], forked_from=parent["id"],
+        fork_msg_id=point, role=role,
         model=model if model is not None else parent["model"],
-        system=system if system is not None else parent["system_prompt"],
+        system_prompt=system if system is not None else parent["system_prompt"],
         context_window=context_window if context_window is not None
         else parent["context_window"],
-        budget=budget_tokens, budget_id=parent["budget_id"] if budget_tokens is None else child)
+        budget=budget_tokens, budget_id=parent["budget_id"] if budget_tokens is None else child,
+        restart=restart or default_restart(role), max_restarts=max_restarts,
+        restart_window=restart_window, idle_exit=idle_exit, max_children=max_children,
+        reap_after=reap_after if reap_after is not None else parent["reap_after"],
+        depth=parent["depth"] + 1)
     if prompt is not None:
         history.append(conn, child, "user", prompt)
     registry.record(conn, child, "fork", f"{parent['id']} {point}", actor)
@@ -73,7 +118,7 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     collector = parent if registry.is_live(parent) and parent["id"] not in dying else None
     status = "Z" if collector is not None else "X"
     registry.update(conn, agent["id"], status=status, exited_at=time.time(), exit_code=code,
-                    exit_signal=signal, result=result, wake_at=None)
+                    exit_signal=signal, result=result, wake_at=None, kill_at=None)
     how_ = f"killed by {signal}" if signal else f"exited {code}"
     registry.record(conn, agent["id"], "exit", how_, actor)
     budget.give_back(conn, registry.get(conn, agent["id"]))
@@ -108,15 +153,20 @@ def collect(conn, agent_id, actor=None):
         registry.record(conn, agent_id, "reap", None, actor)
 
 
-def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, until=None):
+def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, until=None,
+         tick=None, next_due=None):
     """Wait for the agents `ids` to exit, reap them (unless not `reap_them`),
     and return (their rows in exit order, ids still running). `until()` true
-    ends the wait early (the waiter was killed)."""
+    ends the wait early (the waiter was killed); `tick()` runs before each look
+    (deadlines to carry out), `next_due()` says when to look though nothing was
+    committed."""
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []
 
     def sweep():
+        if tick is not None:
+            tick()
         for agent_id in list(pending):
             if registry.has_exited(registry.get(conn, agent_id)):
                 pending.remove(agent_id)
@@ -124,5 +174,5 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, 
                                  else registry.get(conn, agent_id))
         return not pending or (any_one and collected) or (until is not None and until())
 
-    wait_for_commit(conn, deadline, sweep)
+    wait_for_commit(conn, deadline, sweep, next_due=next_due)
     return collected, pending

@@ -6,6 +6,8 @@ between steps. A HUP waits for the turn in progress, running or open
 (agents.hup_pending). Every signal is recorded as an event.
 """
 
+import time
+
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, turns
@@ -29,12 +31,19 @@ def parse(text):
     raise UsageError(f"unknown signal: {text} (one of {', '.join(NAMES)})")
 
 
-def send(conn, target, sig, *, cascade=False, actor=None):
+def send(conn, target, sig, *, cascade=False, actor=None, grace=None):
     """Signal `target` (and with `cascade` every live descendant) in one
-    transaction. Returns how many agents got it."""
+    transaction. Returns how many agents got it. With `grace` (seconds, TERM
+    only), each that has not exited when it ends is killed (kill_at)."""
     with transaction(conn):
         count, refusal = apply(conn, registry.get(conn, target["id"]), sig,
                                cascade=cascade, actor=actor)
+        if grace is not None:
+            victims = [target["id"]] + ([d["id"] for d in registry.descendants(
+                conn, target["id"])] if cascade else [])
+            for victim in victims:
+                if registry.is_live(registry.get(conn, victim)):
+                    registry.update(conn, victim, kill_at=time.time() + grace)
     if refusal:
         raise Refused(refusal + (f" (its descendants were signalled: {count})" if cascade else ""))
     return count

@@ -11,6 +11,7 @@ never replayed, and the mail it had taken is unread again.
 
 import time
 
+from agentctl import env
 from agentctl.clock import iso
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
 from agentctl.ops import budget, lifecycle, mail
@@ -99,14 +100,14 @@ def void(conn, turn, status, error=None):
     turnlog.finish(conn, turn["id"], status, error)
 
 
-def fail(conn, turn, error):
+def fail(conn, turn, error, keep_input=False):
     """End a turn the model's API refused for good. The steps it completed stay
     in the history, their input taken: their tool calls' effects happened, and
     a turn redone from its input would do them twice. A turn with no step is
-    voided, its input pending again. A clear waiting for the turn follows it.
-    A task, whose one turn this was, exits failed (status 69, the error as its
-    result), so that whoever waits for it learns."""
-    if not turn["steps"]:
+    voided, its input pending again, unless `keep_input`. A clear waiting for
+    the turn follows it. A task, whose one turn this was, exits failed (status
+    69, the error as its result), so that whoever waits for it learns."""
+    if not turn["steps"] and not keep_input:
         void(conn, turn, "failed", error)
         return
     turnlog.finish(conn, turn["id"], "failed", error)
@@ -116,12 +117,19 @@ def fail(conn, turn, error):
         lifecycle.exit(conn, agent, code=UNAVAILABLE, result=error)
 
 
+def backoff(failures):
+    """The wait after `failures` failures in a row: AGENTCTL_BACKOFF=FIRST[,MAX]
+    (durations; 0 means none), by default 30 s doubling up to an hour."""
+    first, most = env.durations("AGENTCTL_BACKOFF", (BACKOFF_FIRST, BACKOFF_MAX))
+    return min(first * 2 ** min(failures, 64), most)
+
+
 def back_off(conn, agent_id):
-    """After a failed turn: `agent-run --all` leaves the agent alone for a
-    while, doubling from 30 s up to an hour."""
-    failures = registry.get(conn, agent_id)["failures"]
-    registry.failed_once_more(conn, agent_id,
-                              min(BACKOFF_FIRST * 2 ** failures, BACKOFF_MAX))
+    """After a failure: `agent-run --all` leaves the agent alone for a while, longer
+    with each failure in a row (a success resets it). The wait, in seconds."""
+    delay = backoff(registry.get(conn, agent_id)["failures"])
+    registry.failed_once_more(conn, agent_id, delay)
+    return delay
 
 
 def runnable(conn, now=None):

@@ -163,6 +163,37 @@ def turn_timer(db):
     _run(db, "ALTER TABLE turns ADD COLUMN woke_at REAL")
 
 
+@MIGRATIONS(name="0006_lifecycle")
+def lifecycle(db):
+    # Supervision (restart policy, its intensity and period, the restarts made),
+    # reaping, idle exit, the limits against runaway forking, and a grace period's
+    # deadline (agentctl(7), LIFECYCLE). depth counts forks along forked_from.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN restart TEXT;
+    ALTER TABLE agents ADD COLUMN max_restarts INTEGER;
+    ALTER TABLE agents ADD COLUMN restart_window REAL;
+    ALTER TABLE agents ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN window_start REAL;
+    ALTER TABLE agents ADD COLUMN window_restarts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN reap_after REAL;
+    ALTER TABLE agents ADD COLUMN idle_exit REAL;
+    ALTER TABLE agents ADD COLUMN max_children INTEGER;
+    ALTER TABLE agents ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN kill_at REAL;
+    ALTER TABLE agents ADD COLUMN last_failure TEXT;
+    CREATE INDEX agents_kill_at ON agents(kill_at) WHERE kill_at IS NOT NULL;
+    CREATE INDEX agents_zombies ON agents(exited_at) WHERE status = 'Z';
+    CREATE INDEX agents_idle ON agents(idle_exit) WHERE idle_exit IS NOT NULL
+    """)
+    db.execute("""
+    WITH RECURSIVE line(id, depth) AS (
+        SELECT id, 0 FROM agents WHERE forked_from IS NULL
+        UNION ALL
+        SELECT a.id, line.depth + 1 FROM agents a JOIN line ON a.forked_from = line.id)
+    UPDATE agents SET depth = (SELECT depth FROM line WHERE line.id = agents.id)
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

@@ -3,14 +3,17 @@
 import time
 
 from agentctl.store.mailbox import deferred, unread
-from agentctl.store.registry import NOT_DEAD, effective_status
+from agentctl.store.registry import LIVE, NOT_DEAD, effective_status, overdue
 from agentctl.store.registry import statuses as statuses_sql
 
 
 def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     where, params = [], []
     if statuses:
-        stored = set(statuses) | ({"R"} if {"S", "T"} & set(statuses) else set())  # a dead run
+        wanted = set(statuses)
+        stored = wanted | ({"R"} if {"S", "T"} & wanted else set())     # a dead run
+        stored |= {"Z"} if "X" in wanted else set()                     # reaping overdue
+        stored |= set(LIVE) if {"Z", "X"} & wanted else set()           # a grace ended
         where.append(f"a.status IN ({','.join('?' * len(stored))})")
         params += sorted(stored)
     elif not everything:
@@ -22,10 +25,12 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         where.append("a.role = ?")
         params.append(role)
     sql = f"""
-        SELECT a.id, a.name, a.parent_id, p.name AS parent_name, a.status, a.role,
+        SELECT a.id, a.name, a.parent_id, p.name AS parent_name, p.status AS parent_status,
+               a.status, a.role,
                a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
                a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent,
-               a.lease_owner, a.lease_until, a.pending_signal,
+               a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
+               a.restarts, a.retry_at, a.failures, a.last_failure,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
                   AND {deferred()}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,
@@ -40,6 +45,14 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     for row in conn.execute(sql, params):
         item = dict(row)
         item["status"] = effective_status(item, now)    # an R whose agent-run died is not R
+        due = overdue(item, now)        # what the next writing program will carry out
+        if due == "KILL":
+            item.update(status="Z" if item["parent_status"] in LIVE else "X",
+                        exit_code=137, exit_signal="KILL", exited_at=item["kill_at"])
+        elif due == "reap":
+            item["status"] = "X"
+        if item["status"] == "X" and not (everything or statuses):
+            continue
         if statuses and item["status"] not in statuses:
             continue
         item["age"] = int(now - item["created_at"])

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import time
 
+from agentctl import env
 from agentctl.errors import NotFound, Refused, UsageError
 from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
 from agentctl.text import valid
@@ -28,11 +29,15 @@ STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped",
 AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, model, "
                  "system_prompt, created_at, exited_at, exit_code, exit_signal, result, "
                  "pending_signal, lease_owner, lease_until, wake_at, retry_at, failures, "
-                 "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent")
+                 "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent, "
+                 "restart, max_restarts, restart_window, restarts, window_start, "
+                 "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
+                 "last_failure")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
-                      "failures", "hup_pending", "budget", "parent_id"))
+                      "failures", "hup_pending", "budget", "parent_id", "restarts",
+                      "window_start", "window_restarts", "kill_at", "last_failure"))
 
 
 def statuses(sets):
@@ -102,10 +107,64 @@ def lease_is_live(agent, now=None):
 
 def effective_status(agent, now=None):
     """The status as a reader should see it: an R whose agent-run died is idle
-    (S), or stopped (T) when a STOP was waiting for that run."""
+    (S), or stopped (T) when a STOP was waiting for that run. (A deadline that
+    has passed, which the next writing program carries out, is overdue().)"""
     if agent["status"] == "R" and not lease_is_live(agent, now):
         return "T" if agent["pending_signal"] == "STOP" else "S"
     return agent["status"]
+
+
+DEFAULT_REAP_AFTER = 86400.0
+
+
+def reap_after(agent):
+    """Seconds after its exit when a zombie nobody collected is reaped."""
+    if agent["reap_after"] is not None:
+        return agent["reap_after"]
+    return env.duration("AGENTCTL_REAP_AFTER", DEFAULT_REAP_AFTER)
+
+
+def overdue(agent, now=None):
+    """What a deadline that has passed makes of the agent, before a writing program
+    carries it out: 'KILL' (its grace period ended), 'reap' (a zombie nobody
+    collected in time), or None."""
+    now = time.time() if now is None else now
+    if agent["status"] in LIVE and agent["kill_at"] is not None and agent["kill_at"] <= now:
+        return "KILL"
+    if agent["status"] == "Z" and agent["exited_at"] + reap_after(agent) <= now:
+        return "reap"
+    return None
+
+
+def grace_ended(conn, now):
+    """Agents alive whose grace period has ended."""
+    return conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE kill_at IS NOT NULL "
+                        f"AND kill_at <= ? AND status IN {statuses(LIVE)} ORDER BY kill_at",
+                        (now,)).fetchall()
+
+
+def zombies_due(conn, now, default):
+    """Zombies nobody collected within their reap_after (`default` where unset)."""
+    return conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE status = 'Z' "
+                        "AND exited_at + coalesce(reap_after, ?) <= ? ORDER BY exited_at",
+                        (default, now)).fetchall()
+
+
+def next_deadline(conn, default_reap):
+    """The earliest grace period's end or reaping still to come, or None."""
+    return conn.execute(
+        f"SELECT min(t) FROM (SELECT min(kill_at) AS t FROM agents WHERE kill_at IS NOT NULL "
+        f"AND status IN {statuses(LIVE)} UNION ALL SELECT min(exited_at + coalesce(reap_after, "
+        "?)) FROM agents WHERE status = 'Z')", (default_reap,)).fetchone()[0]
+
+
+def idle_since(conn, now):
+    """Sleeping agents with an --idle-exit whose last input or turn is that long ago."""
+    return conn.execute(
+        f"SELECT {AGENT_COLUMNS} FROM agents a WHERE idle_exit IS NOT NULL AND status = 'S' "
+        "AND wake_at IS NULL AND max(created_at, coalesce((SELECT max(coalesce(t.ended_at, "
+        "t.started_at)) FROM turns t WHERE t.agent_id = a.id), 0)) + idle_exit <= ?",
+        (now,)).fetchall()
 
 
 # -- finding agents ----------------------------------------------------------------------
@@ -224,18 +283,27 @@ def nearest_live_ancestor(conn, agent, dying=()):
 
 # -- writing rows ------------------------------------------------------------------------------
 
-def insert(conn, *, agent_id, name, parent_id, point, role, model, system, context_window,
-           budget, budget_id):
+FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id", "role",
+                          "model", "system_prompt", "context_window", "budget", "budget_id",
+                          "restart", "max_restarts", "restart_window", "reap_after",
+                          "idle_exit", "max_children", "depth"))
+
+
+def insert(conn, **fields):
     """The row of a new agent, sleeping. Refused when the name was taken meanwhile."""
+    assert not set(fields) - FORK_COLUMNS, fields
+    fields = dict(fields, status="S", created_at=time.time())
     try:
-        conn.execute(
-            "INSERT INTO agents (id, name, parent_id, forked_from, fork_msg_id, role, "
-            "status, model, system_prompt, created_at, context_window, budget, budget_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, 'S', ?, ?, ?, ?, ?, ?)",
-            (agent_id, name, parent_id, parent_id, point, role, model, system, time.time(),
-             context_window, budget, budget_id))
+        conn.execute(f"INSERT INTO agents ({', '.join(fields)}) "
+                     f"VALUES ({', '.join('?' * len(fields))})", tuple(fields.values()))
     except sqlite3.IntegrityError:
-        raise Refused(f"name already taken: {name}")
+        raise Refused(f"name already taken: {fields['name']}")
+
+
+def live_children(conn, agent_id):
+    """How many children the agent has alive or zombie (not yet collected)."""
+    return conn.execute("SELECT count(*) FROM agents WHERE parent_id = ? AND status != 'X'",
+                        (agent_id,)).fetchone()[0]
 
 
 def update(conn, agent_id, **fields):

@@ -12,7 +12,7 @@ import threading
 
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
-from agentctl.ops import budget, ending, lease, mail, turns
+from agentctl.ops import budget, ending, lease, mail, supervise, turns
 from agentctl.store import history, registry, turnlog
 from agentctl.turn import compaction, context, tools
 
@@ -38,6 +38,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
     try:
         spec, client = choose_model(agent, model)
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
+        turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
         turn = turns.start(conn, agent, spec)
     except lease.LostClaim:
         raise                   # ended by a cascade since the claim: touch nothing
@@ -50,13 +51,14 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
     except lease.LostClaim:
         raise                   # the agent is another run's now: touch nothing
     except Exception as e:
-        # Retried later, with backoff, so that cron does not hit it every minute. A
-        # refusal for good ends the turn; a temporary fault or a bug (exit 70) leaves
-        # it open, to be resumed.
+        # A refusal for good is a failed turn: the restart policy decides. A temporary
+        # fault or a bug (exit 70) leaves the turn open, to be resumed after a backoff,
+        # so that cron does not hit it every minute.
         with lease.holding(conn, agent_id):
             if isinstance(e, ModelError):
-                turns.fail(conn, turns.open_turn(conn, agent_id), str(e))
-            turns.back_off(conn, agent_id)
+                supervise.failed(conn, agent_id, str(e))
+            else:
+                turns.back_off(conn, agent_id)
         ending.release(conn, agent_id)
         raise
     except BaseException:
@@ -134,6 +136,7 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
 
 def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
     while True:
+        lease.check_not_killed(conn, agent_id)     # a KILL, or a grace period's end
         signal = registry.get(conn, agent_id)["pending_signal"]
         if signal == "KILL":
             return ending.killed(conn, agent_id, turn_id, spec)

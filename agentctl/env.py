@@ -1,0 +1,62 @@
+"""Settings from the environment, checked: a value that is no finite number (inf,
+nan, text) or is out of range is a usage error that names the variable, never a
+silent default."""
+
+import math
+import os
+
+from agentctl.clock import parse_duration
+from agentctl.errors import UsageError
+
+
+def _raw(name):
+    raw = os.environ.get(name, "").strip()
+    return raw or None
+
+
+def number(name, default, minimum=0.0, whole=False):
+    """$name as a finite number >= minimum (a whole one with `whole`), else the default
+    when it is unset or empty."""
+    raw = _raw(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < minimum:
+        what = "a whole number" if whole else "a number"
+        raise UsageError(f"{name} must be {what} >= {minimum:g}, not {raw!r}")
+    return value
+
+
+def duration(name, default):
+    """$name as a duration (90, 90s, 10m, 24h, 1d), in seconds, else the default."""
+    raw = _raw(name)
+    if raw is None:
+        return default
+    return _duration(name, raw)
+
+
+def durations(name, defaults):
+    """$name as FIRST[,SECOND] durations; what is not given keeps its default."""
+    raw = _raw(name)
+    if raw is None:
+        return defaults
+    parts = raw.split(",")
+    if len(parts) > len(defaults):
+        raise UsageError(f"{name} must be at most {len(defaults)} durations "
+                         f"separated by commas, not {raw!r}")
+    given = [_duration(name, part) for part in parts]
+    return tuple(given) + tuple(defaults[len(given):])
+
+
+def _duration(name, raw):
+    try:
+        seconds = parse_duration(raw)
+    except UsageError:
+        seconds = None
+    if seconds is None or not math.isfinite(seconds):
+        raise UsageError(f"{name} must be a duration such as 90, 90s, 10m or 24h, "
+                         f"not {raw!r}")
+    return seconds

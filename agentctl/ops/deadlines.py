@@ -1,0 +1,46 @@
+"""Deadlines (agentctl(7), LIFECYCLE): a grace period's end, a zombie's reaping,
+an idle agent's exit. There is no daemon: whichever writing program runs after a
+deadline (agent-run, agent-run --all, agent-wait, agent-kill) carries it out, so
+`agent-run --all` from cron is enough; agent-ps, a reader, only shows it
+(store.registry.overdue)."""
+
+import time
+
+from agentctl.ops import lifecycle, signals, turns
+from agentctl.store import registry
+from agentctl.store.db import transaction
+
+
+def carry_out(conn, now=None):
+    """Apply every deadline that has passed, in one transaction; how many agents it
+    changed."""
+    now = time.time() if now is None else now
+    if not _any_due(conn, now):
+        return 0            # the common case, read without taking the write lock
+    with transaction(conn):
+        done = 0
+        for agent in registry.grace_ended(conn, now):
+            signals.apply(conn, agent, "KILL", actor=None)
+            done += 1
+        default = registry.reap_after({"reap_after": None})
+        for agent in registry.zombies_due(conn, now, default):
+            lifecycle.collect(conn, agent["id"])
+            done += 1
+        for agent in registry.idle_since(conn, now):
+            if not turns.has_pending_input(conn, agent, now):
+                lifecycle.exit(conn, agent, code=0,
+                               result=f"idle: no input for {agent['idle_exit']:g} s "
+                                      "(--idle-exit)")
+                done += 1
+    return done
+
+
+def _any_due(conn, now):
+    due = next_due(conn)
+    return (due is not None and due <= now) or bool(registry.idle_since(conn, now))
+
+
+def next_due(conn):
+    """The earliest deadline still to come, or None: when a waiting program must
+    look again though nothing was committed."""
+    return registry.next_deadline(conn, registry.reap_after({"reap_after": None}))

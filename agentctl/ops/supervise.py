@@ -1,0 +1,96 @@
+"""Supervision (agentctl(7), LIFECYCLE): what an agent's restart policy makes of a
+failed turn, as an Erlang/OTP supervisor would.
+
+A failed turn is one the model's API refused for good (exit 69). A temporary
+fault (75) or a bug (70) leaves the turn open, to be resumed after a backoff; a
+crash of agent-run leaves it open too, and the next run resumes it where it
+stopped; a turn ended over budget or at --max-steps is committed. None of those
+is a failure.
+
+  never       the agent is not restarted: the failed turn is kept as it is (its
+              input taken), the agent sleeps until new input, and its parent is
+              told; a task, whose one turn this was, exits failed (69)
+  on-failure  the agent is restarted: the failed turn is voided, its input
+              pending again, and the next run after a backoff takes it again;
+              more than --max-restarts restarts within --restart-window seconds
+              and it exits with status 76, its restarts used up
+  always      as on-failure, and an exit (the exit tool) restarts it too
+
+Its parent is told once at the first failure of a run of failures (a mail of
+kind failure), and once more when the restarts run out (the exit notice), not
+at every retry: each mail wakes it and costs it tokens. TERM and KILL never
+lead to a restart.
+"""
+
+import time
+
+from agentctl.ids import INIT_ID
+from agentctl.ops import lifecycle, mail, turns
+from agentctl.store import registry
+
+RESTARTS_EXHAUSTED = 76
+DEFAULT_MAX_RESTARTS = lifecycle.DEFAULT_MAX_RESTARTS
+DEFAULT_RESTART_WINDOW = lifecycle.DEFAULT_RESTART_WINDOW
+
+
+def restarts(agent):
+    return agent["restart"] in ("on-failure", "always")
+
+
+def failed(conn, agent_id, error):
+    """The turn in progress failed for good; apply the agent's restart policy.
+    The caller holds the run's transaction."""
+    agent = registry.get(conn, agent_id)
+    turn = turns.open_turn(conn, agent_id)
+    first = agent["failures"] == 0
+    registry.update(conn, agent_id, last_failure=error)
+    if not restarts(agent):
+        turns.fail(conn, turn, error, keep_input=True)
+        registry.update(conn, agent_id, failures=agent["failures"] + 1)
+        if first and registry.is_live(registry.get(conn, agent_id)):
+            _tell(conn, agent, "failed (69); not restarted (--restart never): its input "
+                               "stays taken, and it waits for new input", error)
+        return
+    turns.void(conn, turn, "failed", error)
+    restart(conn, agent, error, first)
+
+
+def restart(conn, agent, why, first=False):
+    """Count a restart in the agent's window; exit it when there are too many, else
+    let it back off. `first`: the first failure of a run, which its parent is told."""
+    now = time.time()
+    window = agent["restart_window"] or DEFAULT_RESTART_WINDOW
+    limit = DEFAULT_MAX_RESTARTS if agent["max_restarts"] is None else agent["max_restarts"]
+    if agent["window_start"] is None or now - agent["window_start"] > window:
+        start, count = now, 1
+    else:
+        start, count = agent["window_start"], agent["window_restarts"] + 1
+    registry.update(conn, agent["id"], restarts=agent["restarts"] + 1, window_start=start,
+                    window_restarts=count)
+    if count > limit:
+        lifecycle.exit(conn, registry.get(conn, agent["id"]), code=RESTARTS_EXHAUSTED,
+                       result=f"restarts used up: more than {limit} within {window:g} s; "
+                              f"the last failure: {why}")
+        return
+    delay = turns.back_off(conn, agent["id"])
+    if first:
+        _tell(conn, agent, f"failed; restarting in {delay:g} s (restart {count} of {limit} "
+                           f"within {window:g} s)", why)
+
+
+def _tell(conn, agent, how, why):
+    """The failure notice, in the exit notice's form, to the lifecycle parent."""
+    parent = registry.get(conn, agent["parent_id"])
+    if parent["id"] == INIT_ID or not registry.is_live(parent):
+        return
+    mail.deliver(conn, agent["id"], parent,
+                 f"{registry.label(agent)} ({agent['id']}) {how}\nerror:\n{why}", kind="failure")
+
+
+def exit_or_restart(conn, agent, result):
+    """An exit call (or a task's end) of an agent whose policy is always restarts it:
+    it stays alive, no zombie, no exit mail. Whether it was restarted."""
+    if agent["restart"] != "always":
+        return False
+    registry.update(conn, agent["id"], restarts=agent["restarts"] + 1)
+    return True
