@@ -9,6 +9,7 @@ It records every request (path, headers, parsed body) and answers from a queue o
     fakeapi.reply("text", cut_after=3)       # drop the connection after 3 stream events
     fakeapi.reply("text", malformed=True)    # a body (or one stream event) that isn't JSON
     fakeapi.reply("text", delay=1.0)         # answer only after the client has timed out
+    fakeapi.reply("text", drop=True)         # close the connection without answering
     fakeapi.error(429, "slow down", retry_after=1)
 
 Test modules import the fixture: `from tests.fakeapi import fakeapi`.
@@ -57,7 +58,8 @@ class FakeAPI:
         faults: cut_after=N events (clean=True ends the stream neatly but without its end mark),
         malformed=True, delay=seconds before answering, stall_after=N events + stall=seconds,
         error_event="overloaded_error" sent after cut_after events (Anthropic streams),
-        ignore_stream=True answers a stream request with a plain JSON body.
+        ignore_stream=True answers a stream request with a plain JSON body, drop=True closes the
+        connection without a word, as a server closing a kept-alive connection at once does.
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -108,6 +110,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if flavour is None:
                 self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+            elif behaviour.get("drop"):
+                self.drop()
             elif "status" in behaviour:
                 self.send_error_reply(flavour, behaviour)
             else:

@@ -113,7 +113,7 @@ def test_persistent_malformed_gives_tempfail(fakeapi, spec):
 
 @both
 def test_tries_are_shared_between_http_and_stream_retries(fakeapi, spec):
-    # Two HTTP 500s retried inside urllib3, then two cut streams retried by our loop: 4 tries.
+    # Two HTTP 500s, then two cut streams: one retry loop counts them all, 4 tries.
     fakeapi.error(500, times=2).reply("cut", cut_after=2).reply("cut", cut_after=2)
     fakeapi.reply("never reached")
     with pytest.raises(TempFail, match="after 4 tries"):
@@ -232,3 +232,28 @@ def test_unparsable_retry_after_falls_back_to_backoff(fakeapi):
     fakeapi.error(503, retry_after="in a moment").reply("back")
     reply, _ = ask("openai:gpt-test")
     assert reply.text == "back"
+
+
+@both
+def test_a_kept_alive_connection_is_reused_and_one_the_server_closed_is_retried(fakeapi, spec):
+    from agentctl.models import get_model
+    from tests.fakeapi import HELLO
+    model = get_model(spec)
+    fakeapi.reply("first").reply("unanswered", drop=True).reply("second")
+    assert model.complete(list(HELLO), []).text == "first"
+    assert model.complete(list(HELLO), []).text == "second"
+    assert len(fakeapi.requests) == 3
+    # The second call went out on the first call's connection, which the server closed.
+    assert len(fakeapi.sockets) == 2
+
+
+@both
+def test_tls_failure_is_a_model_error(fakeapi, monkeypatch, spec):
+    # The fake server speaks plain HTTP: a TLS handshake with it fails.
+    host = fakeapi.url.split("//")[1]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"https://{host}/v1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"https://{host}")
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    assert str(caught.value) == f"model API error: {spec.split(':')[0]}: TLS failure with {host}"
+    assert caught.value.code == 69

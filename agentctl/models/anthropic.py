@@ -8,8 +8,8 @@ message, and neighbouring messages of one role are merged, since the API wants r
 import json
 
 from ..errors import AgentctlError
-from .base import (Model, ModelError, Reply, ToolCall, Transient, is_count, load_json,
-                   make_usage)
+from .api import HTTPModel
+from .base import ModelError, Reply, ToolCall, Transient, is_count, load_json, make_usage
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -19,41 +19,30 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
 TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
-class AnthropicModel(Model):
+class AnthropicModel(HTTPModel):
     provider = "anthropic"
+    url_variable, default_url = "ANTHROPIC_BASE_URL", DEFAULT_BASE_URL
+    key_variable = "ANTHROPIC_API_KEY"
+    path = "/v1/messages"
 
-    def __init__(self, model):
-        self.model = model
-        self.name = f"anthropic:{model}"
-        self._client = None
+    def options(self, url):
+        from .http import env_number
+        return {"max_tokens": env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)}
 
-    def check(self):
-        self._endpoint()
+    def headers(self, endpoint):
+        headers = {"anthropic-version": API_VERSION}
+        if endpoint.key:
+            headers["x-api-key"] = endpoint.key
+        return headers
 
-    def _endpoint(self):
-        # Imported here, not at the top: requests costs more start-up time than get_model should.
-        from . import http
-        url = http.base_url("ANTHROPIC_BASE_URL", DEFAULT_BASE_URL)
-        key = http.api_key("ANTHROPIC_API_KEY", url, self.name)
-        max_tokens = http.env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)
-        return url + "/v1/messages", key, max_tokens
+    def request_body(self, messages, tools, stream, endpoint):
+        return request_body(self.model, messages, tools, endpoint.options["max_tokens"], stream)
 
-    def complete(self, messages, tools, on_text=None):
-        from . import http
-        if self._client is None:
-            self._client = http.Client(self.provider)
-        url, key, max_tokens = self._endpoint()
-        headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
-        if key:
-            headers["x-api-key"] = key
-        body = request_body(self.model, messages, tools, max_tokens, stream=on_text is not None)
+    def parse_plain(self, body, messages):
+        return parse_message(body, messages)
 
-        def read(response):
-            return http.read_reply(response, on_text,
-                                   lambda obj: parse_message(obj, messages),
-                                   lambda events: read_stream(events, messages, on_text))
-
-        return self._client.post(url, headers, body, read, secret=key)
+    def parse_stream(self, events, messages, on_text):
+        return read_stream(events, messages, on_text)
 
 
 # -- the request ---------------------------------------------------------------------------------

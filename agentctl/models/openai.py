@@ -5,7 +5,8 @@
 import json
 import secrets
 
-from .base import Model, Reply, ToolCall, Transient, load_json, make_usage
+from .api import HTTPModel
+from .base import Reply, ToolCall, Transient, load_json, make_usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # What a request message may carry; anything else the caller keeps for itself stays home.
@@ -13,40 +14,23 @@ MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same thing
 
 
-class OpenAIModel(Model):
+class OpenAIModel(HTTPModel):
     provider = "openai"
+    url_variable, default_url = "OPENAI_BASE_URL", DEFAULT_BASE_URL
+    key_variable = "OPENAI_API_KEY"
+    path = "/chat/completions"
 
-    def __init__(self, model):
-        self.model = model
-        self.name = f"openai:{model}"
-        self._client = None
+    def headers(self, endpoint):
+        return {"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}
 
-    def check(self):
-        self._endpoint()
+    def request_body(self, messages, tools, stream, endpoint):
+        return request_body(self.model, messages, tools, stream)
 
-    def _endpoint(self):
-        # Imported here, not at the top: requests costs more start-up time than get_model should.
-        from . import http
-        url = http.base_url("OPENAI_BASE_URL", DEFAULT_BASE_URL)
-        key = http.api_key("OPENAI_API_KEY", url, self.name)
-        return url + "/chat/completions", key
+    def parse_plain(self, body, messages):
+        return parse_completion(body, messages)
 
-    def complete(self, messages, tools, on_text=None):
-        from . import http
-        if self._client is None:
-            self._client = http.Client(self.provider)
-        url, key = self._endpoint()
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = request_body(self.model, messages, tools, stream=on_text is not None)
-
-        def read(response):
-            return http.read_reply(response, on_text,
-                                   lambda obj: parse_completion(obj, messages),
-                                   lambda events: read_stream(events, messages, on_text))
-
-        return self._client.post(url, headers, body, read, secret=key)
+    def parse_stream(self, events, messages, on_text):
+        return read_stream(events, messages, on_text)
 
 
 def request_body(model, messages, tools, stream):
