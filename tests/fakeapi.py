@@ -10,6 +10,7 @@ It records every request (path, headers, parsed body) and answers from a queue o
     fakeapi.reply("text", malformed=True)    # a body (or one stream event) that isn't JSON
     fakeapi.reply("text", delay=1.0)         # answer only after the client has timed out
     fakeapi.reply("text", drop=True)         # close the connection without answering
+    fakeapi.reply(body=b"[[[1]]]")           # this body (to a stream: this one event's data)
     fakeapi.error(429, "slow down", retry_after=1)
 
 Test modules import the fixture: `from tests.fakeapi import fakeapi`.
@@ -59,7 +60,8 @@ class FakeAPI:
         malformed=True, delay=seconds before answering, stall_after=N events + stall=seconds,
         error_event="overloaded_error" sent after cut_after events (Anthropic streams),
         ignore_stream=True answers a stream request with a plain JSON body, drop=True closes the
-        connection without a word, as a server closing a kept-alive connection at once does.
+        connection without a word, as a server closing a kept-alive connection at once does,
+        body=bytes answers with these bytes (a stream request: with one event holding them).
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -151,6 +153,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(status, obj, headers)
 
     def send_plain(self, flavour, behaviour, body):
+        if behaviour.get("body") is not None:
+            return self.send_json(200, None, raw=behaviour["body"])
         if behaviour.get("malformed"):
             return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
         render = openai_plain if flavour == "openai" else anthropic_plain
@@ -168,8 +172,11 @@ class Handler(BaseHTTPRequestHandler):
         else:
             events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in
                       anthropic_events(behaviour, body.get("model"))]
+        if behaviour.get("body") is not None:
+            events = [b"data: %s\n\n" % behaviour["body"]]
+        events = [e if isinstance(e, bytes) else e.encode() for e in events]
         if behaviour.get("malformed"):
-            events.insert(1, "data: {\"choices\": [{\"delta\": {\"content\": \"Hel\n\n")
+            events.insert(1, b"data: {\"choices\": [{\"delta\": {\"content\": \"Hel\n\n")
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -181,7 +188,7 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(behaviour.get("stall", 0))
             if number == cut_after:
                 return self.end_early(behaviour)
-            self.write_chunk(event.encode())
+            self.write_chunk(event)
         self.write_chunk(b"")
 
     def end_early(self, behaviour):

@@ -197,3 +197,12 @@ def test_missing_key_for_a_remote_server(fakeapi, monkeypatch):
     assert str(caught.value) == ("ANTHROPIC_API_KEY is not set "
                                  "(needed by model anthropic:claude-sonnet-4-5)")
     assert fakeapi.requests == []
+
+
+def test_arguments_nested_too_deep_are_replayed_as_empty_input():
+    deep = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    _, turns = convert_messages([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [call("t1", "f", deep)]},
+        {"role": "tool", "tool_call_id": "t1", "content": "error: arguments too deep"}])
+    assert turns[1]["content"] == [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]

@@ -257,3 +257,31 @@ def test_tls_failure_is_a_model_error(fakeapi, monkeypatch, spec):
         ask(spec)
     assert str(caught.value) == f"model API error: {spec.split(':')[0]}: TLS failure with {host}"
     assert caught.value.code == 69
+
+
+# -- bodies beyond jsonin's bounds: refused at once, never a crash -------------------------------------
+
+DEEP = b"[" * 50_000 + b"]" * 50_000
+
+
+@both
+@streamed
+def test_a_body_nested_too_deep_is_a_model_error_at_once(fakeapi, spec, stream):
+    fakeapi.reply(body=b'{"choices": ' + DEEP + b"}").reply("never")
+    with pytest.raises(ModelError) as caught:
+        ask(spec, stream)
+    provider = spec.split(":")[0]
+    assert str(caught.value) == (f"model API error: {provider}: response: "
+                                 "nested more than 100 levels deep")
+    assert caught.value.code == 69
+    assert len(fakeapi.requests) == 1
+
+
+@both
+@streamed
+def test_a_body_too_large_is_a_model_error_at_once(fakeapi, monkeypatch, spec, stream):
+    monkeypatch.setattr("agentctl.jsonin.MAX_BYTES", 4096)
+    fakeapi.reply("x" * 5000).reply("never")
+    with pytest.raises(ModelError, match=r": response: larger than 4 KiB$"):
+        ask(spec, stream)
+    assert len(fakeapi.requests) == 1

@@ -7,9 +7,10 @@ message, and neighbouring messages of one role are merged, since the API wants r
 
 import json
 
+from .. import jsonin
 from ..errors import AgentctlError
 from .api import HTTPModel
-from .base import ModelError, Reply, ToolCall, Transient, is_count, load_json, make_usage
+from .base import Reply, ToolCall, Transient, Unusable, is_count, load_json, make_usage
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -105,11 +106,12 @@ def convert_message(role, message, content):
 def tool_use_block(call):
     function = call.get("function") or {}
     try:
-        arguments = json.loads(function.get("arguments") or "{}")
-    except ValueError:
+        arguments = jsonin.loads(function.get("arguments") or "{}", what="tool call arguments")
+    except jsonin.JSONError:
         arguments = None
     # The API wants an object; a call the model botched (the caller has answered it with an
-    # error) is replayed with empty input rather than failing the whole request.
+    # error), or nested beyond jsonin's bounds, is replayed with empty input rather than
+    # failing the whole request.
     if not isinstance(arguments, dict):
         arguments = {}
     return {"type": "tool_use", "id": call.get("id") or "", "name": function.get("name") or "",
@@ -194,9 +196,7 @@ class StreamState:
         error = event.get("error") or {}
         kind, message = error.get("type") or "error", str(error.get("message") or "")
         line = f"{kind}: {message.splitlines()[0][:200] if message else 'no message'}"
-        if kind in TRANSIENT_ERRORS:
-            raise Transient(line)
-        raise ModelError(f"model API error: anthropic: {line}")
+        raise (Transient if kind in TRANSIENT_ERRORS else Unusable)(line)
 
     def reply(self, messages):
         blocks = [b for _, b in sorted(self.blocks.items())]

@@ -23,6 +23,13 @@ class Transient(Exception):
     """
 
 
+class Unusable(Exception):
+    """A reply no retry would mend (a body nested too deep, or too large to read).
+
+    Raised by the reply parsers like Transient; the retry loop turns it into ModelError at once.
+    """
+
+
 @dataclass
 class ToolCall:
     id: str
@@ -105,12 +112,15 @@ def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None
     return {"input_tokens": input_tokens, "output_tokens": output_tokens, "estimated": estimated}
 
 
-def load_json(data):
-    """Parse an API body or stream event; a malformed one is worth another try."""
-    import json     # here, not at the top: this module must stay cheap to import
+def load_json(data, what="response"):
+    """Parse an API body or stream event within jsonin's bounds: one that is no JSON is worth
+    another try (Transient), one beyond the bounds is not (Unusable)."""
+    from .. import jsonin      # here, not at the top: this module must stay cheap to import
     try:
-        return json.loads(data)
-    except ValueError:
+        return jsonin.loads(data, what=what)
+    except jsonin.OutOfBounds as exc:
+        raise Unusable(str(exc)) from None
+    except jsonin.JSONError:
         raise Transient("malformed response (not JSON)") from None
 
 

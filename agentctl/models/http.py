@@ -19,8 +19,9 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, ProtocolError, ReadTimeoutError
 
+from .. import jsonin
 from ..errors import TempFail, UsageError
-from .base import ModelError, Transient, load_json
+from .base import ModelError, Transient, Unusable, load_json
 
 # The official SDKs retry 408 and 409 too; 529 is Anthropic's "overloaded". Any other non-2xx status
 # is taken as the API's final word.
@@ -226,8 +227,9 @@ def post(session, provider, url, headers, body, read, secret=""):
                         return read(response)
                     except (Transient, requests.RequestException) as exc:
                         fault = describe(exc, url, settings)
-                    except ModelError as exc:   # an error event in a stream quotes the server
-                        raise ModelError(redact(str(exc), secret)) from None
+                    except Unusable as exc:     # too deep, too large, an error event
+                        raise ModelError(f"model API error: {provider}: "
+                                         f"{redact(str(exc), secret)}") from None
         wait = budget.backoff() if asked is None else asked
         if not budget.allows(wait, asked=asked is not None):
             note = f" ({budget.note})" if budget.note else ""
@@ -265,16 +267,28 @@ def iter_sse(chunks):
                 data.append(value)
 
 
+def bounded(chunks, limit):
+    """The chunks of a response body, refused (Unusable) once they add up to more than `limit`."""
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise Unusable(f"response: larger than {jsonin.describe_bytes(limit)}")
+        yield chunk
+
+
 def read_reply(response, on_text, parse_plain, parse_stream):
     """The Reply in a plain JSON body or in an SSE stream, whichever the server sent.
 
     A server that ignores "stream": true answers in one piece; its text goes to on_text at once.
+    Either is read to jsonin.MAX_BYTES at most (counted after any gzip is undone).
     """
+    # chunk_size=None yields each chunk as the server sends it, so text reaches on_text at once.
+    chunks = bounded(response.iter_content(chunk_size=None), jsonin.MAX_BYTES)
     content_type = response.headers.get("Content-Type", "")
     if on_text is None or content_type.startswith("application/json"):
-        reply = parse_plain(load_json(response.content))
+        reply = parse_plain(load_json(b"".join(chunks)))
         if on_text and reply.text:
             on_text(reply.text)
         return reply
-    # chunk_size=None yields each chunk as the server sends it, so text reaches on_text at once.
-    return parse_stream(iter_sse(response.iter_content(chunk_size=None)))
+    return parse_stream(iter_sse(chunks))

@@ -6,6 +6,7 @@ They exist for tests, demos and shell pipelines, so they are deterministic and n
 import json
 import re
 
+from .. import jsonin
 from ..errors import TempFail, UsageError
 from .base import Model, ModelError, Reply, ToolCall, default_stop, make_usage
 
@@ -161,14 +162,21 @@ def reply_problem(reply):
 
 
 def load_rules(path):
-    """Rules from a JSON array, or from JSONL: one rule a line, blank lines and # lines skipped."""
+    """Rules from a JSON array, or from JSONL: one rule a line, blank lines and # lines skipped.
+
+    Within jsonin's bounds: a file of at most jsonin.MAX_BYTES, rules nested at most
+    jsonin.MAX_DEPTH levels deep.
+    """
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(jsonin.MAX_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"scripted: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"scripted: {path}: not UTF-8 text") from None
+    if jsonin.size(text) > jsonin.MAX_BYTES:
+        raise UsageError(f"scripted: {path}: larger than "
+                         f"{jsonin.describe_bytes(jsonin.MAX_BYTES)}")
     if text.lstrip().startswith("["):
         items = json_array_items(path, text)
     else:
@@ -185,14 +193,18 @@ def jsonl_items(path, text):
         if not line or line.startswith("#"):
             continue
         try:
-            items.append((number, json.loads(line)))
-        except ValueError as exc:
-            raise bad_line(path, number, f"not JSON ({getattr(exc, 'msg', exc)})") from None
+            items.append((number, jsonin.loads(line)))
+        except jsonin.JSONError as exc:
+            raise bad_line(path, number, exc.reason) from None
     return items
 
 
 def json_array_items(path, text):
     """(line, element) for each element of a JSON array, so errors can name the rule's line."""
+    try:
+        jsonin.check(text)      # before the decoder, which recurses once a level
+    except jsonin.TooDeep as exc:
+        raise bad_line(path, line_of(text, exc.pos), exc.reason) from None
     decoder, items = json.JSONDecoder(), []
     pos = skip_space(text, text.index("[") + 1)
     if text.startswith("]", pos):
