@@ -1,6 +1,7 @@
 """Faults of the model APIs, for both providers, plain and streamed: retried within the budget,
 then TempFail (75); refusals are ModelError (69). Run against the fake API in tests/fakeapi.py."""
 
+import json
 import socket
 import time
 
@@ -285,3 +286,30 @@ def test_a_body_too_large_is_a_model_error_at_once(fakeapi, monkeypatch, spec, s
     with pytest.raises(ModelError, match=r": response: larger than 4 KiB$"):
         ask(spec, stream)
     assert len(fakeapi.requests) == 1
+
+
+# -- keys: redacted before any text is cut ---------------------------------------------------------------
+
+@both
+def test_a_key_straddling_the_cut_of_a_stream_error_is_redacted_whole(fakeapi, spec):
+    from tests.fakeapi import ANTHROPIC_KEY, OPENAI_KEY
+    key = OPENAI_KEY if spec.startswith("openai") else ANTHROPIC_KEY
+    message = "x" * 190 + key + " and more"
+    error = ({"error": {"message": message}} if spec.startswith("openai") else
+             {"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+    for _ in range(4):
+        fakeapi.reply(body=json.dumps(error).encode())
+    with pytest.raises((TempFail, ModelError)) as caught:
+        ask(spec, stream=True)
+    assert "x" * 190 + "***" in str(caught.value)
+    assert key[:6] not in str(caught.value)
+
+
+def test_redact_replaces_each_key_of_8_characters_or_more(monkeypatch):
+    from agentctl.keys import redact
+    monkeypatch.setenv("OPENAI_API_KEY", " sk-abcdefgh \n")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "short")
+    assert redact("key sk-abcdefgh, sk-abcdefgh; a short one") == "key ***, ***; a short one"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-abcdefgh-longer")
+    assert redact("sk-abcdefgh-longer") == "***"
+    assert redact("") == "" and redact(None) is None

@@ -237,3 +237,13 @@ def test_rules_nested_too_deep_are_a_usage_error_naming_the_line(tmp_path, form)
             call()
         assert str(caught.value) == f"scripted: {path}:3: nested more than 100 levels deep"
         assert caught.value.code == 2
+
+
+def test_no_rule_message_redacts_a_key_before_cutting(tmp_path, monkeypatch):
+    key = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    path = script(tmp_path, {"match": "^never$", "reply": {"content": "x"}})
+    with pytest.raises(ModelError) as caught:
+        run(path, [user("y" * 50 + key)])
+    assert "'" + "y" * 50 + "***'" in str(caught.value)
+    assert key[:6] not in str(caught.value)

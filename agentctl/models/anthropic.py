@@ -10,7 +10,8 @@ import json
 from .. import jsonin
 from ..errors import AgentctlError
 from .api import HTTPModel
-from .base import Reply, ToolCall, Transient, Unusable, is_count, load_json, make_usage
+from .base import (Reply, ToolCall, Transient, Unusable, is_count, load_json, make_usage,
+                   said)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -194,8 +195,8 @@ class StreamState:
 
     def _on_error(self, event):
         error = event.get("error") or {}
-        kind, message = error.get("type") or "error", str(error.get("message") or "")
-        line = f"{kind}: {message.splitlines()[0][:200] if message else 'no message'}"
+        kind = said(error.get("type") or "error", 60)
+        line = f"{kind}: {said(error.get('message')) or 'no message'}"
         raise (Transient if kind in TRANSIENT_ERRORS else Unusable)(line)
 
     def reply(self, messages):

@@ -85,7 +85,7 @@ class HTTPModel(Model):
 
         with self._session() as session:
             return http.post(session, self.provider, endpoint.url + self.path, headers, body,
-                             read, secret=endpoint.key)
+                             read)
 
     @contextmanager
     def _session(self):

@@ -124,5 +124,14 @@ def load_json(data, what="response"):
         raise Transient("malformed response (not JSON)") from None
 
 
+def said(text, limit=200):
+    """A server's words, made fit for a one-line message: keys redacted first (a key cut in two
+    would no longer be found), then the first line, at most `limit` characters."""
+    from ..keys import redact
+    lines = redact(str(text or "")).strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 def default_stop(tool_calls):
     return "tool_calls" if tool_calls else "stop"

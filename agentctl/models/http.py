@@ -21,7 +21,8 @@ from urllib3.exceptions import ConnectTimeoutError, ProtocolError, ReadTimeoutEr
 
 from .. import jsonin
 from ..errors import TempFail, UsageError
-from .base import ModelError, Transient, Unusable, load_json
+from ..keys import redact
+from .base import ModelError, Transient, Unusable, load_json, said
 
 # The official SDKs retry 408 and 409 too; 529 is Anthropic's "overloaded". Any other non-2xx status
 # is taken as the API's final word.
@@ -160,12 +161,8 @@ def describe(exc, url, settings):
     return f"cannot reach {host} ({type(cause).__name__})"
 
 
-def redact(text, secret):
-    return text.replace(secret, "***") if secret else text
-
-
-def api_error_message(response, secret):
-    """The API's own explanation of a refusal: first line, at most 200 characters."""
+def api_error_message(response):
+    """The API's own explanation of a refusal: its error.message, else the body's first line."""
     try:
         body = response.json()
         message = body.get("error", body)
@@ -175,9 +172,7 @@ def api_error_message(response, secret):
             message = response.text
         except Exception:
             message = ""
-    lines = redact(str(message or response.reason or ""), secret).strip().splitlines()
-    line = lines[0] if lines else "no explanation given"
-    return line if len(line) <= 200 else line[:199] + "…"
+    return said(message or response.reason) or "no explanation given"
 
 
 def plural(count):
@@ -194,7 +189,7 @@ def new_session():
     return session
 
 
-def post(session, provider, url, headers, body, read, secret=""):
+def post(session, provider, url, headers, body, read):
     """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
 
     read() parses the body and raises Transient for a fault worth retrying. When it streams text
@@ -220,7 +215,7 @@ def post(session, provider, url, headers, body, read, secret=""):
                     # 0 or a date gone by: our own backoff, so a server can't make us retry in a tight loop
                     fault, asked = f"HTTP {status}", retry_after(response) or None
                 elif not 200 <= status < 300:
-                    message = api_error_message(response, secret)
+                    message = api_error_message(response)
                     raise ModelError(f"model API error: {provider}: HTTP {status}: {message}")
                 else:
                     try:
@@ -229,11 +224,11 @@ def post(session, provider, url, headers, body, read, secret=""):
                         fault = describe(exc, url, settings)
                     except Unusable as exc:     # too deep, too large, an error event
                         raise ModelError(f"model API error: {provider}: "
-                                         f"{redact(str(exc), secret)}") from None
+                                         f"{redact(str(exc))}") from None
         wait = budget.backoff() if asked is None else asked
         if not budget.allows(wait, asked=asked is not None):
             note = f" ({budget.note})" if budget.note else ""
-            raise TempFail(f"model API unavailable: {provider}: {redact(fault, secret)} after "
+            raise TempFail(f"model API unavailable: {provider}: {redact(fault)} after "
                            f"{plural(budget.tries)}{note}")
         time.sleep(wait)
 

@@ -6,7 +6,7 @@ import json
 import secrets
 
 from .api import HTTPModel
-from .base import Reply, ToolCall, Transient, load_json, make_usage
+from .base import Reply, ToolCall, Transient, load_json, make_usage, said
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # What a request message may carry; anything else the caller keeps for itself stays home.
@@ -105,7 +105,7 @@ class StreamState:
             # Errors inside a 200 stream come from the server's side of the generation.
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error
-            raise Transient(f"error in stream: {str(message).splitlines()[0][:200]}")
+            raise Transient(f"error in stream: {said(message) or 'no message'}")
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
