@@ -70,9 +70,11 @@ class FakeAPI:
         self.queue.append(dict(faults, text=text, calls=calls, usage=usage, pieces=pieces))
         return self
 
-    def error(self, status, message="fake error", retry_after=None, times=1):
+    def error(self, status, message="fake error", retry_after=None, times=1, body=None):
+        """Queue an error in the provider's JSON form, or with body=bytes as its text/html body."""
         for _ in range(times):
-            self.queue.append({"status": status, "message": message, "retry_after": retry_after})
+            self.queue.append({"status": status, "message": message, "retry_after": retry_after,
+                               "body": body})
         return self
 
     @property
@@ -127,10 +129,10 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- plain responses ----------------------------------------------------------------------
 
-    def send_json(self, status, obj, headers=(), raw=None, cut=False):
+    def send_json(self, status, obj, headers=(), raw=None, cut=False, kind="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         for name, value in headers:
             self.send_header(name, value)
@@ -150,7 +152,10 @@ class Handler(BaseHTTPRequestHandler):
                                               "message": message}}
         retry_after = behaviour.get("retry_after")
         headers = [("Retry-After", str(retry_after))] if retry_after is not None else []
-        self.send_json(status, obj, headers)
+        if behaviour.get("body") is not None:       # as a proxy in front of the API would answer
+            self.send_json(status, None, headers, raw=behaviour["body"], kind="text/html")
+        else:
+            self.send_json(status, obj, headers)
 
     def send_plain(self, flavour, behaviour, body):
         if behaviour.get("body") is not None:

@@ -98,10 +98,30 @@ def test_persistent_500_gives_tempfail_in_bounded_time(fakeapi, spec, stream):
         ask(spec, stream)
     assert time.monotonic() - start < 2
     provider = spec.split(":")[0]
-    assert str(caught.value) == f"model API unavailable: {provider}: HTTP 500 after 4 tries"
+    assert str(caught.value) == f"model API unavailable: {provider}: HTTP 500 after 4 tries: down"
     assert caught.value.code == 75
     assert len(fakeapi.requests) == 4
     assert_no_secret(caught.value)
+
+
+@both
+def test_persistent_5xx_keeps_the_servers_words_redacted_and_bounded(fakeapi, spec):
+    from tests.fakeapi import ANTHROPIC_KEY, OPENAI_KEY
+    key = OPENAI_KEY if spec.startswith("openai") else ANTHROPIC_KEY
+    fakeapi.error(503, f"Overloaded, key {key} " + "z" * 300 + "\nsecond line", times=4)
+    with pytest.raises(TempFail) as caught:
+        ask(spec)
+    words = str(caught.value).split(" after 4 tries: ", 1)[1]
+    assert words.startswith("Overloaded, key *** zzz") and len(words) <= 200
+    assert_no_secret(caught.value)
+
+
+def test_persistent_5xx_from_a_proxy_keeps_its_first_line(fakeapi):
+    fakeapi.error(502, body=b"502 Bad Gateway\n<html><body>nginx</body></html>", times=4)
+    with pytest.raises(TempFail) as caught:
+        ask("openai:gpt-test")
+    assert str(caught.value) == ("model API unavailable: openai: HTTP 502 after 4 tries: "
+                                 "502 Bad Gateway")
 
 
 @both
@@ -125,7 +145,7 @@ def test_tries_are_shared_between_http_and_stream_retries(fakeapi, spec):
 def test_retry_tries_setting(fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_RETRY_TRIES", "1")
     fakeapi.error(503, times=2)
-    with pytest.raises(TempFail, match="HTTP 503 after 1 try$"):
+    with pytest.raises(TempFail, match="HTTP 503 after 1 try: fake error$"):
         ask("openai:gpt-test")
     assert len(fakeapi.requests) == 1
 

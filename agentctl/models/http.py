@@ -28,6 +28,7 @@ from .base import ModelError, Transient, Unusable, load_json, said
 # is taken as the API's final word.
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 CONNECT_TIMEOUT = 10.0
+ERROR_BYTES = 64 * 1024     # of an error response's body, for its explanation
 SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
 
 
@@ -162,17 +163,25 @@ def describe(exc, url, settings):
 
 
 def api_error_message(response):
-    """The API's own explanation of a refusal: its error.message, else the body's first line."""
+    """The API's own explanation of a refusal: its error.message, else the body's first line.
+
+    At most ERROR_BYTES of the body are read: an error page has no more to say.
+    """
+    data = b""
     try:
-        body = response.json()
-        message = body.get("error", body)
+        for chunk in response.iter_content(chunk_size=None):
+            data += chunk
+            if len(data) >= ERROR_BYTES:
+                break
+    except requests.RequestException:
+        pass                # what came before the fault is all there is to quote
+    try:
+        body = jsonin.loads(data[:ERROR_BYTES], what="error body")
+        message = body.get("error", body) if isinstance(body, dict) else body
         message = message.get("message") if isinstance(message, dict) else message
-    except Exception:
-        try:
-            message = response.text
-        except Exception:
-            message = ""
-    return said(message or response.reason) or "no explanation given"
+    except jsonin.JSONError:
+        message = data[:ERROR_BYTES].decode("utf-8", "replace")
+    return said(message if isinstance(message, str) and message.strip() else response.reason)
 
 
 def plural(count):
@@ -200,6 +209,7 @@ def post(session, provider, url, headers, body, read):
     while True:
         budget.tries += 1
         asked = None        # the wait a Retry-After asked for
+        words = ""          # what the server said of a retryable status, for the last one
         try:
             response = session.post(url, json=body, headers=headers, stream=True,
                                     timeout=settings.timeouts, allow_redirects=False)
@@ -214,8 +224,9 @@ def post(session, provider, url, headers, body, read):
                 if status in RETRY_STATUSES:
                     # 0 or a date gone by: our own backoff, so a server can't make us retry in a tight loop
                     fault, asked = f"HTTP {status}", retry_after(response) or None
+                    words = api_error_message(response)
                 elif not 200 <= status < 300:
-                    message = api_error_message(response)
+                    message = api_error_message(response) or "no explanation given"
                     raise ModelError(f"model API error: {provider}: HTTP {status}: {message}")
                 else:
                     try:
@@ -228,8 +239,9 @@ def post(session, provider, url, headers, body, read):
         wait = budget.backoff() if asked is None else asked
         if not budget.allows(wait, asked=asked is not None):
             note = f" ({budget.note})" if budget.note else ""
+            words = f": {words}" if words else ""
             raise TempFail(f"model API unavailable: {provider}: {redact(fault)} after "
-                           f"{plural(budget.tries)}{note}")
+                           f"{plural(budget.tries)}{note}{words}")
         time.sleep(wait)
 
 
