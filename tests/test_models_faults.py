@@ -333,3 +333,49 @@ def test_redact_replaces_each_key_of_8_characters_or_more(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-abcdefgh-longer")
     assert redact("sk-abcdefgh-longer") == "***"
     assert redact("") == "" and redact(None) is None
+
+
+# -- refusals that say what to do --------------------------------------------------------------------
+
+@both
+def test_401_without_a_key_names_the_variable_to_set(fakeapi, monkeypatch, spec):
+    variable = "OPENAI_API_KEY" if spec.startswith("openai") else "ANTHROPIC_API_KEY"
+    monkeypatch.delenv(variable)        # a loopback server may need none: this one does
+    fakeapi.error(401, "Missing API key")
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    assert str(caught.value) == (f"model API error: {spec.split(':')[0]}: HTTP 401: "
+                                 f"Missing API key (set {variable})")
+
+
+CONTEXT_HINT = " (a smaller context window may help: agent-fork -w TOKENS or AGENTCTL_CONTEXT_WINDOW)"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("openai:gpt-test", "This model's maximum context length is 8192 tokens. However, your "
+                        "messages resulted in 9001 tokens."),
+    ("anthropic:claude-test", "prompt is too long: 210000 tokens > 200000 maximum"),
+    ("openai:gpt-test", "the request exceeds the available context size, try increasing it"),
+])
+def test_400_for_a_context_too_long_hints_at_a_smaller_window(fakeapi, spec, message):
+    fakeapi.error(400, message)
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    assert str(caught.value) == (f"model API error: {spec.split(':')[0]}: HTTP 400: "
+                                 f"{message}{CONTEXT_HINT}")
+
+
+def test_400_whose_error_code_says_context_length_exceeded_hints_too(fakeapi):
+    body = {"error": {"message": "Invalid request.", "type": "invalid_request_error",
+                      "param": "messages", "code": "context_length_exceeded"}}
+    fakeapi.error(400, body=json.dumps(body).encode())
+    with pytest.raises(ModelError) as caught:
+        ask("openai:gpt-test")
+    assert str(caught.value) == f"model API error: openai: HTTP 400: Invalid request.{CONTEXT_HINT}"
+
+
+def test_other_400s_get_no_hint(fakeapi):
+    fakeapi.error(400, "messages: roles must alternate")
+    with pytest.raises(ModelError) as caught:
+        ask("anthropic:claude-test")
+    assert str(caught.value).endswith("HTTP 400: messages: roles must alternate")

@@ -9,11 +9,18 @@ Kept free of requests: naming an API model (get_model) must stay cheap; http.py,
 is imported when a call is made.
 """
 
+import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .base import Model
+
+# What the APIs (OpenAI, Anthropic, vLLM, llama.cpp's server) say of a conversation too long for
+# the model, in a 400's message or error code.
+CONTEXT_TOO_LONG = re.compile(r"context.length|maximum context|too long|exceeds the (available )?"
+                              r"context|context size", re.IGNORECASE)
+CONTEXT_HINT = "a smaller context window may help: agent-fork -w TOKENS or AGENTCTL_CONTEXT_WINDOW"
 
 
 @dataclass
@@ -63,6 +70,14 @@ class HTTPModel(Model):
 
     # -- the rest ----------------------------------------------------------------------------------
 
+    def hint(self, status, text, endpoint):
+        """What the message of a refusal (HTTP `status`, body `text`) should end with."""
+        if status == 401 and not endpoint.key:
+            return f" (set {self.key_variable})"
+        if status == 400 and CONTEXT_TOO_LONG.search(text):
+            return f" ({CONTEXT_HINT})"
+        return ""
+
     def check(self):
         self.endpoint()
 
@@ -85,7 +100,7 @@ class HTTPModel(Model):
 
         with self._session() as session:
             return http.post(session, self.provider, endpoint.url + self.path, headers, body,
-                             read)
+                             read, lambda status, text: self.hint(status, text, endpoint))
 
     @contextmanager
     def _session(self):

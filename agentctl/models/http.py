@@ -162,8 +162,9 @@ def describe(exc, url, settings):
     return f"cannot reach {host} ({type(cause).__name__})"
 
 
-def api_error_message(response):
-    """The API's own explanation of a refusal: its error.message, else the body's first line.
+def api_error(response):
+    """(line, text): the API's own explanation of a refusal, its error.message or else the
+    body's first line, made fit for a message (said), and the body's text as it came.
 
     At most ERROR_BYTES of the body are read: an error page has no more to say.
     """
@@ -175,13 +176,15 @@ def api_error_message(response):
                 break
     except requests.RequestException:
         pass                # what came before the fault is all there is to quote
+    text = data[:ERROR_BYTES].decode("utf-8", "replace")
     try:
-        body = jsonin.loads(data[:ERROR_BYTES], what="error body")
+        body = jsonin.loads(text, what="error body")
         message = body.get("error", body) if isinstance(body, dict) else body
         message = message.get("message") if isinstance(message, dict) else message
     except jsonin.JSONError:
-        message = data[:ERROR_BYTES].decode("utf-8", "replace")
-    return said(message if isinstance(message, str) and message.strip() else response.reason)
+        message = text
+    line = said(message if isinstance(message, str) and message.strip() else response.reason)
+    return line, text
 
 
 def plural(count):
@@ -198,8 +201,10 @@ def new_session():
     return session
 
 
-def post(session, provider, url, headers, body, read):
+def post(session, provider, url, headers, body, read, hint=lambda status, text: ""):
     """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
+
+    hint(status, body text) gives what a refusal's message should end with: " (set VARIABLE)".
 
     read() parses the body and raises Transient for a fault worth retrying. When it streams text
     out (on_text), a retry streams the text again from the start.
@@ -224,10 +229,11 @@ def post(session, provider, url, headers, body, read):
                 if status in RETRY_STATUSES:
                     # 0 or a date gone by: our own backoff, so a server can't make us retry in a tight loop
                     fault, asked = f"HTTP {status}", retry_after(response) or None
-                    words = api_error_message(response)
+                    words = api_error(response)[0]
                 elif not 200 <= status < 300:
-                    message = api_error_message(response) or "no explanation given"
-                    raise ModelError(f"model API error: {provider}: HTTP {status}: {message}")
+                    message, text = api_error(response)
+                    raise ModelError(f"model API error: {provider}: HTTP {status}: "
+                                     f"{message or 'no explanation given'}{hint(status, text)}")
                 else:
                     try:
                         return read(response)
