@@ -379,3 +379,19 @@ def test_other_400s_get_no_hint(fakeapi):
     with pytest.raises(ModelError) as caught:
         ask("anthropic:claude-test")
     assert str(caught.value).endswith("HTTP 400: messages: roles must alternate")
+
+
+@both
+@pytest.mark.parametrize("key", ["sk-café-0123456789", "sk-ключ-0123456789", "sk-01234\n56789",
+                                 "sk-01234 56789", "sk-0123456789\x7f"])
+def test_a_key_no_http_header_can_carry_is_a_usage_error(fakeapi, monkeypatch, spec, key):
+    variable = "OPENAI_API_KEY" if spec.startswith("openai") else "ANTHROPIC_API_KEY"
+    monkeypatch.setenv(variable, key)
+    from agentctl.models import get_model
+    for call in (get_model(spec).check, lambda: ask(spec)):
+        with pytest.raises(UsageError) as caught:
+            call()
+        assert str(caught.value) == (f"{variable} must be printable ASCII without spaces "
+                                     "(it is sent in an HTTP header)")
+        assert caught.value.code == 2
+    assert fakeapi.requests == []

@@ -29,6 +29,7 @@ from .base import ModelError, Transient, Unusable, load_json, said
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 CONNECT_TIMEOUT = 10.0
 ERROR_BYTES = 64 * 1024     # of an error response's body, for its explanation
+VISIBLE_ASCII = re.compile(r"[!-~]*")
 SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
 
 
@@ -85,6 +86,11 @@ def api_key(variable, url, spec):
     key = os.environ.get(variable, "").strip()
     if not key and not is_loopback(url):
         raise UsageError(f"{variable} is not set (needed by model {spec})")
+    if not VISIBLE_ASCII.fullmatch(key):
+        # A header can't carry it (or would carry other bytes than meant): say so now, not as an
+        # encoding error (70) or a connection fault (75). The value is not shown.
+        raise UsageError(f"{variable} must be printable ASCII without spaces "
+                         "(it is sent in an HTTP header)")
     return key
 
 
