@@ -61,7 +61,8 @@ class FakeAPI:
         error_event="overloaded_error" sent after cut_after events (Anthropic streams),
         ignore_stream=True answers a stream request with a plain JSON body, drop=True closes the
         connection without a word, as a server closing a kept-alive connection at once does,
-        body=bytes answers with these bytes (a stream request: with one event holding them).
+        body=bytes answers with these bytes (a stream request: with one event holding them),
+        stop="length" ends the reply for its length (Anthropic's stop_reason max_tokens).
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -219,6 +220,10 @@ class Handler(BaseHTTPRequestHandler):
 
 # -- OpenAI wire format -----------------------------------------------------------------------
 
+def openai_finish(b):
+    return b.get("stop") or ("tool_calls" if b["calls"] else "stop")
+
+
 def openai_usage(usage):
     return {"prompt_tokens": usage[0], "completion_tokens": usage[1],
             "total_tokens": usage[0] + usage[1]}
@@ -232,7 +237,7 @@ def openai_plain(b, model):
                                  for c in b["calls"]]
     obj = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,
            "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                        "finish_reason": "tool_calls" if b["calls"] else "stop"}]}
+                                        "finish_reason": openai_finish(b)}]}
     if b["usage"]:
         obj["usage"] = openai_usage(b["usage"])
     return obj
@@ -255,7 +260,7 @@ def openai_chunks(b, model, include_usage):
         chunks.append(chunk({"tool_calls": [head]}))
         chunks += [chunk({"tool_calls": [{"index": c["index"], "function": {"arguments": piece}}]})
                    for piece in split(c["arguments"], b["pieces"])]
-    chunks.append(chunk({}, "tool_calls" if b["calls"] else "stop"))
+    chunks.append(chunk({}, openai_finish(b)))
     if include_usage and b["usage"]:
         chunks.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                        "created": 1700000000, "model": model, "choices": [],
@@ -265,13 +270,19 @@ def openai_chunks(b, model, include_usage):
 
 # -- Anthropic wire format --------------------------------------------------------------------
 
+def anthropic_stop(b):
+    if b.get("stop"):
+        return {"length": "max_tokens"}.get(b["stop"], b["stop"])
+    return "tool_use" if b["calls"] else "end_turn"
+
+
 def anthropic_plain(b, model):
     content = [{"type": "text", "text": b["text"]}] if b["text"] else []
     content += [{"type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}",
                  "name": c["name"], "input": json.loads(c["arguments"] or "{}")}
                 for c in b["calls"]]
     obj = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-           "content": content, "stop_reason": "tool_use" if b["calls"] else "end_turn",
+           "content": content, "stop_reason": anthropic_stop(b),
            "stop_sequence": None}
     if b["usage"]:
         obj["usage"] = {"input_tokens": b["usage"][0], "output_tokens": b["usage"][1]}
@@ -304,7 +315,7 @@ def anthropic_events(b, model):
         events.append({"type": "content_block_stop", "index": index})
         index += 1
     delta = {"type": "message_delta", "delta": {
-        "stop_reason": "tool_use" if b["calls"] else "end_turn", "stop_sequence": None}}
+        "stop_reason": anthropic_stop(b), "stop_sequence": None}}
     if usage:
         delta["usage"] = {"output_tokens": usage[1]}
     events += [delta, {"type": "message_stop"}]

@@ -395,3 +395,11 @@ def test_a_key_no_http_header_can_carry_is_a_usage_error(fakeapi, monkeypatch, s
                                      "(it is sent in an HTTP header)")
         assert caught.value.code == 2
     assert fakeapi.requests == []
+
+
+@both
+@streamed
+def test_a_reply_cut_for_its_length_says_so(fakeapi, spec, stream):
+    fakeapi.reply("The answer is", stop="length")
+    reply, _ = ask(spec, stream)
+    assert (reply.text, reply.stop_reason) == ("The answer is", "length")

@@ -4,11 +4,13 @@
 
 import json
 import secrets
+from urllib.parse import urlsplit
 
 from .api import HTTPModel
 from .base import Reply, ToolCall, Transient, load_json, make_usage, said
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+OPENAI_HOST = "api.openai.com"
+DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
 # What a request message may carry; anything else the caller keeps for itself stays home.
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same thing
@@ -20,17 +22,31 @@ class OpenAIModel(HTTPModel):
     key_variable = "OPENAI_API_KEY"
     path = "/chat/completions"
 
+    def options(self, url):
+        from .http import env_number
+        limit = env_number("AGENTCTL_MAX_TOKENS", None, minimum=1, kind=int)
+        # Unset, nothing is sent: the server's own limit holds.
+        return {"token_limit": {max_tokens_field(url): limit} if limit else {}}
+
     def headers(self, endpoint):
         return {"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}
 
     def request_body(self, messages, tools, stream, endpoint):
-        return request_body(self.model, messages, tools, stream)
+        return {**request_body(self.model, messages, tools, stream),
+                **endpoint.options["token_limit"]}
 
     def parse_plain(self, body, messages):
         return parse_completion(body, messages)
 
     def parse_stream(self, events, messages, on_text):
         return read_stream(events, messages, on_text)
+
+
+def max_tokens_field(url):
+    """The name a server reads a reply's token limit under. OpenAI's own API has renamed it, and
+    refuses the old name for its reasoning models; the compatible servers (llama.cpp's, vLLM,
+    Ollama, LM Studio) read the old one."""
+    return "max_completion_tokens" if urlsplit(url).hostname == OPENAI_HOST else "max_tokens"
 
 
 def request_body(model, messages, tools, stream):
