@@ -210,3 +210,23 @@ def test_bad_max_tokens_is_a_usage_error(fakeapi, monkeypatch, value):
     with pytest.raises(UsageError, match="AGENTCTL_MAX_TOKENS must be a whole number >= 1"):
         get_model(SPEC).check()
     assert fakeapi.requests == []
+
+
+def test_tool_ids_are_sent_as_they_are_but_for_none(fakeapi):
+    def asks(*ids):
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            for i in ids]}
+
+    def answer(call_id):
+        return {"role": "tool", "tool_call_id": call_id, "content": "ok"}
+
+    fakeapi.reply("done")
+    ask(SPEC, messages=[{"role": "user", "content": "go"}, asks("call_0_0"), answer("call_0_0"),
+                        asks("call_0_0", "functions.f:1", ""), answer("call_0_0"),
+                        answer("functions.f:1"), answer("")], tools=TOOLS)
+    sent = fakeapi.last["body"]["messages"]
+    assert [c["id"] for m in sent for c in m.get("tool_calls", ())] == \
+        ["call_0_0", "call_0_0", "functions.f:1", "call_3"]
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == \
+        ["call_0_0", "call_0_0", "functions.f:1", "call_3"]

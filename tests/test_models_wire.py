@@ -98,3 +98,38 @@ def test_converted_conversation_alternates_without_empty_parts(conversation):
         kinds = [b["type"] for b in turn["content"]]
         assert kinds == sorted(kinds, key=lambda k: k != "tool_result")
     assert "\n\n\n" not in system
+
+
+raw_ids = st.sampled_from(["t", "call_0_0", "functions.f:0", "", "x y", "toolu_ok"])
+contents = st.sampled_from(["", " \n", "text", None, "\t"])
+
+
+@st.composite
+def paired_conversations(draw):
+    """Conversations whose every tool call is answered at once, ids drawn from a few, repeated."""
+    out = []
+    for kind in draw(st.lists(st.sampled_from(["user", "assistant", "calls"]), max_size=10)):
+        if kind == "calls":
+            ids = draw(st.lists(raw_ids, min_size=1, max_size=3))
+            out.append({"role": "assistant", "content": draw(contents), "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for i in ids]})
+            out += [{"role": "tool", "tool_call_id": i, "content": draw(contents)} for i in ids]
+        else:
+            out.append({"role": kind, "content": draw(contents)})
+    return out
+
+
+@given(paired_conversations())
+def test_converted_tool_ids_are_valid_unique_and_answer_the_calls_before(conversation):
+    import re
+    _, turns = convert_messages(conversation)
+    uses = [b["id"] for t in turns for b in t["content"] if b["type"] == "tool_use"]
+    assert len(set(uses)) == len(uses)
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", i) for i in uses)
+    for before, turn in zip(turns, turns[1:]):
+        results = [b["tool_use_id"] for b in turn["content"] if b["type"] == "tool_result"]
+        if results:
+            assert results == [b["id"] for b in before["content"] if b["type"] == "tool_use"]
+    for turn in turns:
+        assert all(b["text"].strip() for b in turn["content"] if b["type"] == "text")

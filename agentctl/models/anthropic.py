@@ -6,17 +6,21 @@ message, and neighbouring messages of one role are merged, since the API wants r
 """
 
 import json
+import re
 
 from .. import jsonin
 from ..errors import AgentctlError
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, is_count, load_json, make_usage,
-                   said)
+                   said, with_tool_ids)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
                 "max_tokens": "length", "refusal": "content_filter"}
+# What the API takes as a tool_use id (and, here, as a tool name in the conversation).
+ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 # Error types that a stream may report after a 200 and that are worth another try.
 TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
@@ -68,17 +72,23 @@ def convert_tool(tool):
 
 
 def convert_messages(messages):
-    """(system, messages) in Messages API form from OpenAI chat messages."""
+    """(system, messages) in Messages API form from OpenAI chat messages.
+
+    What the API refuses is mended: text that is empty or only whitespace is left out (a message
+    left with nothing is left out whole), and tool call ids are made unique in the conversation
+    and of the characters the API takes (with_tool_ids: the same conversation, the same ids).
+    """
     system, turns = [], []
-    for message in messages:
+    for message in with_tool_ids(messages, keeps=lambda call_id, used: (
+            ID.fullmatch(call_id) is not None and call_id not in used), stem=id_stem):
         role = message.get("role")
         content = message.get("content") or ""
         if role in ("system", "developer"):
-            if content:
+            if content.strip():
                 system.append(content)
             continue
         role, blocks = convert_message(role, message, content)
-        if not blocks:          # the API rejects empty messages and empty text blocks
+        if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
@@ -90,15 +100,19 @@ def convert_messages(messages):
     return "\n\n".join(system), turns
 
 
+def id_stem(call_id):
+    return UNSAFE.sub("_", call_id)[:40] or "call"
+
+
 def convert_message(role, message, content):
-    text = [{"type": "text", "text": content}] if content else []
+    text = [{"type": "text", "text": content}] if content.strip() else []
     if role == "user":
         return "user", text
     if role == "assistant":
         return "assistant", text + [tool_use_block(c) for c in message.get("tool_calls") or ()]
     if role == "tool":
         block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id") or ""}
-        if content:
+        if content.strip():
             block["content"] = content
         return "user", [block]
     raise AgentctlError(f"anthropic: message with unknown role {role!r}")
@@ -115,8 +129,11 @@ def tool_use_block(call):
     # failing the whole request.
     if not isinstance(arguments, dict):
         arguments = {}
-    return {"type": "tool_use", "id": call.get("id") or "", "name": function.get("name") or "",
-            "input": arguments}
+    # So is a name the API refuses (a model may call a tool that isn't, by any name).
+    name = function.get("name") or ""
+    if not ID.fullmatch(name):
+        name = UNSAFE.sub("_", name)[:64] or "unnamed"
+    return {"type": "tool_use", "id": call.get("id") or "", "name": name, "input": arguments}
 
 
 # -- the reply -----------------------------------------------------------------------------------

@@ -124,6 +124,44 @@ def load_json(data, what="response"):
         raise Transient("malformed response (not JSON)") from None
 
 
+def with_tool_ids(messages, keeps, stem=lambda call_id: call_id or "call"):
+    """`messages` (OpenAI form) with each tool call's id that keeps(id, ids so far) refuses
+    replaced, in the call and in the result that answers it, by stem(id) + "_" + the call's
+    position among the conversation's tool calls (made unique).
+
+    The new ids are derived from the conversation alone: the same conversation gets the same
+    ids, and a longer one the same ids for the calls they share (a replay stays exact, a prompt
+    cache still matches). A result answers the first call not yet answered with its id in the
+    latest assistant message, as when one id comes twice. The messages given are not changed.
+    """
+    used, waiting, out = set(), {}, []
+    position = 0
+    for message in messages:
+        if message.get("role") == "assistant":
+            waiting = {}        # results answer the latest assistant message's calls
+            calls = []
+            for call in message.get("tool_calls") or ():
+                call_id = call.get("id") or ""
+                new = call_id
+                if not keeps(call_id, used):
+                    new = f"{stem(call_id)}_{position}"
+                    while new in used:
+                        new += "_"
+                    call = {**call, "id": new}
+                used.add(new)
+                waiting.setdefault(call_id, []).append(new)
+                calls.append(call)
+                position += 1
+            if calls:
+                message = {**message, "tool_calls": calls}
+        elif message.get("role") == "tool":
+            call_id = message.get("tool_call_id") or ""
+            if waiting.get(call_id):
+                message = {**message, "tool_call_id": waiting[call_id].pop(0)}
+        out.append(message)
+    return out
+
+
 def said(text, limit=200):
     """A server's words, made fit for a one-line message: keys redacted first (a key cut in two
     would no longer be found), then the first line, at most `limit` characters."""

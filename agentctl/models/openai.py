@@ -7,7 +7,7 @@ import secrets
 from urllib.parse import urlsplit
 
 from .api import HTTPModel
-from .base import Reply, ToolCall, Transient, load_json, make_usage, said
+from .base import Reply, ToolCall, Transient, load_json, make_usage, said, with_tool_ids
 
 OPENAI_HOST = "api.openai.com"
 DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
@@ -50,6 +50,8 @@ def max_tokens_field(url):
 
 
 def request_body(model, messages, tools, stream):
+    # Ids are sent as they are (OpenAI takes one repeated in a later turn), but for none at all.
+    messages = with_tool_ids(messages, keeps=lambda call_id, used: bool(call_id))
     body = {"model": model, "messages": [clean_message(m) for m in messages]}
     if tools:       # some compatible servers reject an empty list
         body["tools"] = tools
