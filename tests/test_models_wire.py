@@ -133,3 +133,14 @@ def test_converted_tool_ids_are_valid_unique_and_answer_the_calls_before(convers
             assert results == [b["id"] for b in before["content"] if b["type"] == "tool_use"]
     for turn in turns:
         assert all(b["text"].strip() for b in turn["content"] if b["type"] == "text")
+
+
+def test_sse_reading_stays_linear_in_a_line_that_never_ends():
+    """A hostile server's stream of one endless line: 20 MB in 1 KB pieces (the whole body
+    bound, jsonin.MAX_BYTES, allows 64 MiB) is read in a moment, not re-split at every piece."""
+    import time
+    piece = b"data: " + b"x" * 1018
+    start = time.monotonic()
+    events = list(iter_sse([piece] * 20_000 + [b"\n\n"]))
+    assert time.monotonic() - start < 2
+    assert len(events) == 1 and len(events[0][1]) == 20_000 * 1024 - 6

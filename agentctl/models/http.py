@@ -233,7 +233,7 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
             with response:
                 status = response.status_code
                 if status in RETRY_STATUSES:
-                    # 0 or a date gone by: our own backoff, so a server can't make us retry in a tight loop
+                    # 0 or a date gone by: our own backoff (a server can't make us spin)
                     fault, asked = f"HTTP {status}", retry_after(response) or None
                     words = api_error(response)[0]
                 elif not 200 <= status < 300:
@@ -265,10 +265,13 @@ def iter_sse(chunks):
     Lines may be split anywhere between chunks, \\r\\n included. An event is dispatched at its blank
     line; one cut off before it is dropped, as the SSE specification says.
     """
-    event, data, pending = "", [], b""
+    event, data, pending = "", [], bytearray()
     for chunk in chunks:
         pending += chunk
-        *lines, pending = pending.split(b"\n")
+        if b"\n" not in chunk:     # a line still coming: splitting all of it again would make
+            continue                # a long line cost the square of its length
+        *lines, rest = pending.split(b"\n")
+        pending = bytearray(rest)
         for raw in lines:
             line = raw.rstrip(b"\r").decode("utf-8", "replace")
             if not line:
