@@ -3,7 +3,7 @@ streamed tool arguments reassemble exactly, and converted conversations alternat
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from agentctl.models.anthropic import convert_messages
 from agentctl.models.http import iter_sse
@@ -144,3 +144,59 @@ def test_sse_reading_stays_linear_in_a_line_that_never_ends():
     events = list(iter_sse([piece] * 20_000 + [b"\n\n"]))
     assert time.monotonic() - start < 2
     assert len(events) == 1 and len(events[0][1]) == 20_000 * 1024 - 6
+
+
+# -- replies of any shape: a Reply, or a fault of the reply, never a crash ------------------------
+
+from agentctl.models import anthropic, openai  # noqa: E402
+from agentctl.models.base import Reply, Transient, Unusable  # noqa: E402
+
+WORDS = ["", "x", "text", "tool_use", "text_delta", "input_json_delta", "message_start",
+         "content_block_start", "content_block_delta", "message_delta", "message_stop", "error",
+         "length", "stop", "tool_calls", "overloaded_error"]
+FIELDS = ["choices", "message", "content", "tool_calls", "function", "name", "arguments", "id",
+          "index", "delta", "finish_reason", "usage", "prompt_tokens", "completion_tokens", "type",
+          "text", "input", "content_block", "partial_json", "stop_reason", "error",
+          "input_tokens", "output_tokens", "json"]
+shapes = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) |
+    st.sampled_from(WORDS),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS), inner,
+                                                                max_size=4),
+    max_leaves=25)
+
+
+def reply_or_fault(parse):
+    try:
+        reply = parse()
+    except (Transient, Unusable):
+        return
+    assert isinstance(reply, Reply) and isinstance(reply.text, str)
+    assert all(isinstance(v, str) for c in reply.tool_calls for v in (c.id, c.name, c.arguments))
+    assert isinstance(reply.stop_reason, str)
+
+
+@settings(max_examples=400)
+@given(shapes)
+@example({"content": [None]})
+@example({"stop_reason": [None], "content": []})
+@example({"choices": [{"message": {"content": 5, "tool_calls": [{"function": 1}]}}]})
+def test_a_plain_reply_of_any_shape_is_a_reply_or_a_fault(body):
+    reply_or_fault(lambda: openai.parse_completion(body, []))
+    reply_or_fault(lambda: anthropic.parse_message(body, []))
+
+
+@settings(max_examples=400)
+@given(st.lists(shapes, max_size=6))
+@example([{"type": "content_block_start", "content_block": 5}])
+@example([{"type": "content_block_start", "index": "0"}, {"type": "content_block_start"}])
+@example([{"choices": [5]}, {"choices": [{"delta": {"content": 5}}]}])
+@example([{"choices": [{"delta": {"tool_calls": [{"index": [], "function": {"name": 1}}]}}]}])
+def test_a_stream_of_any_shapes_is_a_reply_or_a_fault(events):
+    for module in (openai, anthropic):
+        def parse():
+            state = module.StreamState(on_text=lambda text: None)
+            for event in events:
+                state.feed(event)
+            return state.reply([])
+        reply_or_fault(parse)

@@ -11,8 +11,8 @@ import re
 from .. import jsonin
 from ..errors import AgentctlError
 from .api import HTTPModel
-from .base import (Reply, ToolCall, Transient, Unusable, is_count, load_json, make_usage,
-                   said, with_tool_ids)
+from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
+                   make_usage, mapping, mappings, said, string, with_tool_ids)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -139,6 +139,7 @@ def tool_use_block(call):
 # -- the reply -----------------------------------------------------------------------------------
 
 def stop_reason(raw, tool_calls):
+    raw = string(raw)
     if not raw:
         return "tool_calls" if tool_calls else "stop"
     return STOP_REASONS.get(raw, raw)
@@ -157,11 +158,12 @@ def parse_message(body, messages):
     content = body.get("content") if isinstance(body, dict) else None
     if not isinstance(content, list):
         raise Transient("malformed response (no content list)")
-    text = "".join(b.get("text") or "" for b in content if b.get("type") == "text")
-    calls = [ToolCall(b.get("id") or "", b.get("name") or "",
+    blocks = mappings(content)
+    text = "".join(string(b.get("text")) for b in blocks if b.get("type") == "text")
+    calls = [ToolCall(string(b.get("id")), string(b.get("name")),
                       json.dumps(b.get("input") or {}, ensure_ascii=False))
-             for b in content if b.get("type") == "tool_use"]
-    usage = body.get("usage") or {}
+             for b in blocks if b.get("type") == "tool_use"]
+    usage = mapping(body.get("usage"))
     usage = make_usage(messages, text, calls, input_tokens(usage), usage.get("output_tokens"))
     return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls))
 
@@ -171,7 +173,7 @@ class StreamState:
 
     def __init__(self, on_text):
         self.on_text = on_text
-        self.blocks = {}        # index -> content block, tool_use input gathered as JSON text
+        self.blocks = {}        # index -> content block, its tool_use input gathered as JSON text
         self.usage = {}
         self.stop = None
         self.done = False
@@ -183,53 +185,59 @@ class StreamState:
             handler(event)
 
     def _on_message_start(self, event):
-        self.usage.update((event.get("message") or {}).get("usage") or {})
+        self.usage.update(mapping(mapping(event.get("message")).get("usage")))
 
     def _on_content_block_start(self, event):
-        block = dict(event.get("content_block") or {})
-        if block.get("type") == "tool_use":
-            block["json"] = []
-        self.blocks[event.get("index", len(self.blocks))] = block
-        if block.get("type") == "text" and block.get("text"):
+        given = mapping(event.get("content_block"))
+        block = new_block(string(given.get("type")), string(given.get("text")))
+        block.update(id=string(given.get("id")), name=string(given.get("name")),
+                     input=given.get("input"))
+        self.blocks[index(event.get("index"), len(self.blocks))] = block
+        if block["type"] == "text" and block["text"]:
             self.on_text(block["text"])
 
     def _on_content_block_delta(self, event):
-        block = self.blocks.setdefault(event.get("index", 0), {"type": "text", "text": ""})
-        delta = event.get("delta") or {}
-        if delta.get("type") == "text_delta" and delta.get("text"):
-            block["text"] = (block.get("text") or "") + delta["text"]
-            self.on_text(delta["text"])
+        block = self.blocks.setdefault(index(event.get("index"), 0), new_block("text"))
+        delta = mapping(event.get("delta"))
+        text = string(delta.get("text"))
+        if delta.get("type") == "text_delta" and text:
+            block["text"] += text
+            self.on_text(text)
         elif delta.get("type") == "input_json_delta":
-            block.setdefault("json", []).append(delta.get("partial_json") or "")
+            block["json"].append(string(delta.get("partial_json")))
 
     def _on_message_delta(self, event):
-        self.stop = (event.get("delta") or {}).get("stop_reason") or self.stop
+        self.stop = string(mapping(event.get("delta")).get("stop_reason")) or self.stop
         # Counts here are cumulative, so they replace those of message_start.
-        self.usage.update(event.get("usage") or {})
+        self.usage.update(mapping(event.get("usage")))
 
     def _on_message_stop(self, event):
         self.done = True
 
     def _on_error(self, event):
-        error = event.get("error") or {}
+        error = mapping(event.get("error"))
         kind = said(error.get("type") or "error", 60)
         line = f"{kind}: {said(error.get('message')) or 'no message'}"
         raise (Transient if kind in TRANSIENT_ERRORS else Unusable)(line)
 
     def reply(self, messages):
         blocks = [b for _, b in sorted(self.blocks.items())]
-        text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
-        calls = [ToolCall(b.get("id") or "", b.get("name") or "", tool_arguments(b))
-                 for b in blocks if b.get("type") == "tool_use"]
+        text = "".join(b["text"] for b in blocks if b["type"] == "text")
+        calls = [ToolCall(b["id"], b["name"], tool_arguments(b))
+                 for b in blocks if b["type"] == "tool_use"]
         usage = make_usage(messages, text, calls, input_tokens(self.usage),
                            self.usage.get("output_tokens"))
         return Reply(text, calls, usage, stop_reason(self.stop, calls))
 
 
+def new_block(kind, text=""):
+    return {"type": kind, "text": text, "id": "", "name": "", "input": None, "json": []}
+
+
 def tool_arguments(block):
     # A tool without parameters may get no input_json_delta at all: its input is the start's {}.
-    text = "".join(block.get("json") or ())
-    return text if text else json.dumps(block.get("input") or {})
+    text = "".join(block["json"])
+    return text if text else json.dumps(block["input"] or {})
 
 
 def read_stream(events, messages, on_text):

@@ -171,5 +171,25 @@ def said(text, limit=200):
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
+# A reply's JSON may hold any value anywhere (a number where an object should be): the parsers
+# read it through these, so a value of the wrong type counts as one left out, never a crash.
+
+def mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def mappings(value):
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def string(value):
+    return value if isinstance(value, str) else ""
+
+
+def index(value, default):
+    """A position as given (a whole number), else `default`."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def default_stop(tool_calls):
     return "tool_calls" if tool_calls else "stop"

@@ -7,7 +7,8 @@ import secrets
 from urllib.parse import urlsplit
 
 from .api import HTTPModel
-from .base import Reply, ToolCall, Transient, load_json, make_usage, said, with_tool_ids
+from .base import (Reply, ToolCall, Transient, index, load_json, make_usage, mapping, mappings,
+                   said, string, with_tool_ids)
 
 OPENAI_HOST = "api.openai.com"
 DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
@@ -65,6 +66,13 @@ def clean_message(message):
     return {k: message[k] for k in MESSAGE_KEYS if k in message}
 
 
+def content_text(content):
+    """A message's text: a string, or (from a few compatible servers) a list of parts."""
+    if isinstance(content, list):
+        return "".join(string(p.get("text")) for p in mappings(content) if p.get("type") == "text")
+    return string(content)
+
+
 def arguments_text(arguments):
     # The standard says a string; a few compatible servers send the object itself.
     if isinstance(arguments, str):
@@ -78,6 +86,7 @@ def fresh_call_id():
 
 
 def stop_reason(raw, tool_calls):
+    raw = string(raw)
     if not raw:
         return "tool_calls" if tool_calls else "stop"
     return STOP_REASONS.get(raw, raw)
@@ -90,16 +99,17 @@ def usage_counts(usage):
 
 def parse_completion(body, messages):
     """The Reply in a plain (non-streamed) chat.completion object."""
-    try:
-        choice = body["choices"][0]
-        message = choice["message"]
-    except (KeyError, IndexError, TypeError):
-        raise Transient("malformed response (no choices[0].message)") from None
-    text = message.get("content") or ""
+    choices = mapping(body).get("choices")
+    choice = mapping(choices[0] if isinstance(choices, list) and choices else None)
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise Transient("malformed response (no choices[0].message)")
+    text = content_text(message.get("content"))
     calls = []
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        calls.append(ToolCall(call.get("id") or fresh_call_id(), function.get("name") or "",
+    for call in mappings(message.get("tool_calls")):
+        function = mapping(call.get("function"))
+        calls.append(ToolCall(string(call.get("id")) or fresh_call_id(),
+                              string(function.get("name")),
                               arguments_text(function.get("arguments"))))
     usage = make_usage(messages, text, calls, *usage_counts(body.get("usage")))
     return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls))
@@ -124,30 +134,30 @@ class StreamState:
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error
             raise Transient(f"error in stream: {said(message) or 'no message'}")
-        if chunk.get("usage"):
+        if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) == 0:
+        for choice in mappings(chunk.get("choices")):
+            if index(choice.get("index"), 0) == 0:
                 self._feed_choice(choice)
 
     def _feed_choice(self, choice):
-        delta = choice.get("delta") or {}
-        text = delta.get("content")
+        delta = mapping(choice.get("delta"))
+        text = content_text(delta.get("content"))
         if text:
             self.text.append(text)
             self.on_text(text)
-        for position, piece in enumerate(delta.get("tool_calls") or ()):
+        for position, piece in enumerate(mappings(delta.get("tool_calls"))):
             self._feed_call(piece, position)
-        if choice.get("finish_reason"):
+        if string(choice.get("finish_reason")):
             self.finish = choice["finish_reason"]
 
     def _feed_call(self, piece, position):
-        call = self.calls.setdefault(piece.get("index", position),
+        call = self.calls.setdefault(index(piece.get("index"), position),
                                      {"id": "", "name": "", "arguments": ""})
-        if piece.get("id"):
+        if string(piece.get("id")):
             call["id"] = piece["id"]
-        function = piece.get("function") or {}
-        name = function.get("name")
+        function = mapping(piece.get("function"))
+        name = string(function.get("name"))
         # The name normally comes whole in the first piece; some servers repeat it in every one.
         if name and name != call["name"]:
             call["name"] += name
