@@ -9,12 +9,22 @@ It records every request (path, headers, parsed body) and answers from a queue o
     fakeapi.reply("text", cut_after=3)       # drop the connection after 3 stream events
     fakeapi.reply("text", malformed=True)    # a body (or one stream event) that isn't JSON
     fakeapi.reply("text", delay=1.0)         # answer only after the client has timed out
+    fakeapi.reply("text", drop=True)         # close the connection without answering
+    fakeapi.reply(body=b"[[[1]]]")           # this body (to a stream: this one event's data)
     fakeapi.error(429, "slow down", retry_after=1)
+
+Every request body is checked first against the official SDKs' request types (openai's
+CompletionCreateParams, anthropic's MessageCreateParams, validated by pydantic with unknown keys
+refused) and against the rules those APIs enforce beyond their types (tool ids, tool results
+answering the calls before them, text that isn't only whitespace). A body that fails is answered
+400 with the problem, and recorded: the fixture then fails the test, whatever it expected.
 
 Test modules import the fixture: `from tests.fakeapi import fakeapi`.
 """
 
+import copy
 import json
+import re
 import socket
 import threading
 import time
@@ -40,7 +50,9 @@ def split(text, pieces):
 
 class FakeAPI:
     def __init__(self):
+        Schemas.start()
         self.requests = []
+        self.violations = []        # (path, problem) for each request body that broke the rules
         self.queue = deque()
         self.sockets = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -57,7 +69,10 @@ class FakeAPI:
         faults: cut_after=N events (clean=True ends the stream neatly but without its end mark),
         malformed=True, delay=seconds before answering, stall_after=N events + stall=seconds,
         error_event="overloaded_error" sent after cut_after events (Anthropic streams),
-        ignore_stream=True answers a stream request with a plain JSON body.
+        ignore_stream=True answers a stream request with a plain JSON body, drop=True closes the
+        connection without a word, as a server closing a kept-alive connection at once does,
+        body=bytes answers with these bytes (a stream request: with one event holding them),
+        stop="length" ends the reply for its length (Anthropic's stop_reason max_tokens).
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -66,9 +81,11 @@ class FakeAPI:
         self.queue.append(dict(faults, text=text, calls=calls, usage=usage, pieces=pieces))
         return self
 
-    def error(self, status, message="fake error", retry_after=None, times=1):
+    def error(self, status, message="fake error", retry_after=None, times=1, body=None):
+        """Queue an error in the provider's JSON form, or with body=bytes as its text/html body."""
         for _ in range(times):
-            self.queue.append({"status": status, "message": message, "retry_after": retry_after})
+            self.queue.append({"status": status, "message": message, "retry_after": retry_after,
+                               "body": body})
         return self
 
     @property
@@ -103,11 +120,21 @@ class Handler(BaseHTTPRequestHandler):
         fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
                                                             self.headers.items()}, "body": body})
         flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
-        behaviour = fake.queue.popleft() if fake.queue else {
-            "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
+        try:
+            problem = flavour and request_problem(flavour, body)
+        except AssertionError as exc:   # no SDKs to check with: no request passes unchecked
+            problem = str(exc)
+        if problem:
+            fake.violations.append((self.path, problem))
+            behaviour = {"status": 400, "message": f"fakeapi: invalid request: {problem}"}
+        else:
+            behaviour = fake.queue.popleft() if fake.queue else {
+                "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
         try:
             if flavour is None:
                 self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+            elif behaviour.get("drop"):
+                self.drop()
             elif "status" in behaviour:
                 self.send_error_reply(flavour, behaviour)
             else:
@@ -121,10 +148,10 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- plain responses ----------------------------------------------------------------------
 
-    def send_json(self, status, obj, headers=(), raw=None, cut=False):
+    def send_json(self, status, obj, headers=(), raw=None, cut=False, kind="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         for name, value in headers:
             self.send_header(name, value)
@@ -144,9 +171,14 @@ class Handler(BaseHTTPRequestHandler):
                                               "message": message}}
         retry_after = behaviour.get("retry_after")
         headers = [("Retry-After", str(retry_after))] if retry_after is not None else []
-        self.send_json(status, obj, headers)
+        if behaviour.get("body") is not None:       # as a proxy in front of the API would answer
+            self.send_json(status, None, headers, raw=behaviour["body"], kind="text/html")
+        else:
+            self.send_json(status, obj, headers)
 
     def send_plain(self, flavour, behaviour, body):
+        if behaviour.get("body") is not None:
+            return self.send_json(200, None, raw=behaviour["body"])
         if behaviour.get("malformed"):
             return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
         render = openai_plain if flavour == "openai" else anthropic_plain
@@ -164,8 +196,11 @@ class Handler(BaseHTTPRequestHandler):
         else:
             events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in
                       anthropic_events(behaviour, body.get("model"))]
+        if behaviour.get("body") is not None:
+            events = [b"data: %s\n\n" % behaviour["body"]]
+        events = [e if isinstance(e, bytes) else e.encode() for e in events]
         if behaviour.get("malformed"):
-            events.insert(1, "data: {\"choices\": [{\"delta\": {\"content\": \"Hel\n\n")
+            events.insert(1, b"data: {\"choices\": [{\"delta\": {\"content\": \"Hel\n\n")
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -177,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(behaviour.get("stall", 0))
             if number == cut_after:
                 return self.end_early(behaviour)
-            self.write_chunk(event.encode())
+            self.write_chunk(event)
         self.write_chunk(b"")
 
     def end_early(self, behaviour):
@@ -203,6 +238,10 @@ class Handler(BaseHTTPRequestHandler):
 
 # -- OpenAI wire format -----------------------------------------------------------------------
 
+def openai_finish(b):
+    return b.get("stop") or ("tool_calls" if b["calls"] else "stop")
+
+
 def openai_usage(usage):
     return {"prompt_tokens": usage[0], "completion_tokens": usage[1],
             "total_tokens": usage[0] + usage[1]}
@@ -216,7 +255,7 @@ def openai_plain(b, model):
                                  for c in b["calls"]]
     obj = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,
            "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                        "finish_reason": "tool_calls" if b["calls"] else "stop"}]}
+                                        "finish_reason": openai_finish(b)}]}
     if b["usage"]:
         obj["usage"] = openai_usage(b["usage"])
     return obj
@@ -239,7 +278,7 @@ def openai_chunks(b, model, include_usage):
         chunks.append(chunk({"tool_calls": [head]}))
         chunks += [chunk({"tool_calls": [{"index": c["index"], "function": {"arguments": piece}}]})
                    for piece in split(c["arguments"], b["pieces"])]
-    chunks.append(chunk({}, "tool_calls" if b["calls"] else "stop"))
+    chunks.append(chunk({}, openai_finish(b)))
     if include_usage and b["usage"]:
         chunks.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                        "created": 1700000000, "model": model, "choices": [],
@@ -249,13 +288,19 @@ def openai_chunks(b, model, include_usage):
 
 # -- Anthropic wire format --------------------------------------------------------------------
 
+def anthropic_stop(b):
+    if b.get("stop"):
+        return {"length": "max_tokens"}.get(b["stop"], b["stop"])
+    return "tool_use" if b["calls"] else "end_turn"
+
+
 def anthropic_plain(b, model):
     content = [{"type": "text", "text": b["text"]}] if b["text"] else []
     content += [{"type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}",
                  "name": c["name"], "input": json.loads(c["arguments"] or "{}")}
                 for c in b["calls"]]
     obj = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-           "content": content, "stop_reason": "tool_use" if b["calls"] else "end_turn",
+           "content": content, "stop_reason": anthropic_stop(b),
            "stop_sequence": None}
     if b["usage"]:
         obj["usage"] = {"input_tokens": b["usage"][0], "output_tokens": b["usage"][1]}
@@ -288,16 +333,174 @@ def anthropic_events(b, model):
         events.append({"type": "content_block_stop", "index": index})
         index += 1
     delta = {"type": "message_delta", "delta": {
-        "stop_reason": "tool_use" if b["calls"] else "end_turn", "stop_sequence": None}}
+        "stop_reason": anthropic_stop(b), "stop_sequence": None}}
     if usage:
         delta["usage"] = {"output_tokens": usage[1]}
     events += [delta, {"type": "message_stop"}]
     return events
 
 
+# -- request checks ---------------------------------------------------------------------------
+
+class Schemas:
+    """The SDKs' request types as pydantic validators, built once per process in a thread of its
+    own (importing the SDKs takes a second or so: the server starts at once all the same)."""
+
+    lock = threading.Lock()
+    thread = None
+    validators = None
+    failure = None
+
+    @classmethod
+    def start(cls):
+        with cls.lock:
+            if cls.thread is None:
+                cls.thread = threading.Thread(target=cls.build, daemon=True)
+                cls.thread.start()
+
+    @classmethod
+    def wait(cls):
+        cls.start()
+        cls.thread.join()
+        if cls.failure:
+            raise AssertionError(f"fakeapi: cannot check requests ({cls.failure}): "
+                                 "install the test extra, pip install -e '.[test]'")
+        return cls.validators
+
+    @classmethod
+    def build(cls):
+        try:
+            cls.validators = cls.validators_of_the_sdks()
+        except Exception as exc:        # said by every test that uses the fixture
+            cls.failure = f"{type(exc).__name__}: {exc}"
+
+    @staticmethod
+    def validators_of_the_sdks():
+        import pydantic
+        import pydantic_core
+        from anthropic.types import message_create_params as anthropic_params
+        from openai.types.chat import completion_create_params as openai_params
+
+        def validator(kind):
+            schema = copy.deepcopy(pydantic.TypeAdapter(kind).core_schema)
+            return pydantic_core.SchemaValidator(closed(schema))
+
+        return {
+            ("openai", False): validator(openai_params.CompletionCreateParamsNonStreaming),
+            ("openai", True): validator(openai_params.CompletionCreateParamsStreaming),
+            ("anthropic", False): validator(anthropic_params.MessageCreateParamsNonStreaming),
+            ("anthropic", True): validator(anthropic_params.MessageCreateParamsStreaming)}
+
+
+STRICT_TYPES = {"bool", "int", "float", "str", "list", "dict", "typed-dict"}
+
+
+def closed(schema):
+    """A pydantic core schema made as strict as the API: unknown keys refused in every TypedDict
+    (TypedDicts let them through), and a list's items checked at once (pydantic checks those of
+    an Iterable only as it is iterated, and nothing iterates them here), and values of their own
+    JSON types (no "yes" for true, no "10" for 10: pydantic's lax mode would take them)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(kind, str):           # else a field named "type", or no schema at all
+        if kind == "generator":
+            schema["type"] = kind = "list"
+        if kind == "typed-dict":
+            schema["extra_behavior"] = "forbid"
+        if kind in STRICT_TYPES:
+            schema["strict"] = True
+    if isinstance(schema, dict):
+        for value in schema.values():
+            closed(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            closed(value)
+    return schema
+
+
+def request_problem(flavour, body):
+    """What is wrong with a request body, or None."""
+    import pydantic_core
+    validators = Schemas.wait()
+    try:
+        validators[flavour, bool(body.get("stream"))].validate_python(body)
+    except pydantic_core.ValidationError as exc:
+        return schema_problem(exc.errors())
+    return (openai_problem if flavour == "openai" else anthropic_problem)(body)
+
+
+def schema_problem(errors):
+    """The errors that tell: in a union of message or block types, those of the member whose role
+    or type matched (the others fail on it, saying nothing of use), else all."""
+    def mismatch(error):
+        return error["type"] == "literal_error" and error["loc"][-1] in ("role", "type")
+    telling = [e for e in errors if not mismatch(e)] or errors
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in telling[:3])
+
+
+def openai_problem(body):
+    """The rules of Chat Completions beyond its types: each tool message answers a call of the
+    assistant message before it, and each call is answered."""
+    waiting = set()
+    for n, message in enumerate(body["messages"]):
+        if message["role"] == "tool":
+            if message["tool_call_id"] not in waiting:
+                return (f"messages.{n}: role 'tool' must be a response to a preceding message "
+                        f"with 'tool_calls' ({message['tool_call_id']!r} is none of them)")
+            waiting.discard(message["tool_call_id"])
+            continue
+        if waiting:
+            return f"messages.{n}: tool_call_ids did not have response messages: {sorted(waiting)}"
+        for call in message.get("tool_calls") or ():
+            if not call["id"]:
+                return f"messages.{n}: a tool call id is empty"
+            waiting.add(call["id"])
+    if waiting:
+        return f"tool_call_ids did not have response messages: {sorted(waiting)}"
+    return None
+
+
+TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def anthropic_problem(body):
+    """The rules of the Messages API beyond its types: text blocks hold more than whitespace,
+    tool_use ids are unique and of [a-zA-Z0-9_-], and the tool_result blocks of a user message
+    answer the tool_use blocks of the message before it, each of them."""
+    seen, waiting = set(), set()
+    for n, message in enumerate(body["messages"]):
+        blocks = message["content"]
+        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
+        if not blocks:
+            return f"messages.{n}: all messages must have non-empty content"
+        results = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+        if results - waiting:
+            return (f"messages.{n}: unexpected tool_use_id found in tool_result blocks: "
+                    f"{sorted(results - waiting)}")
+        if waiting - results:
+            return (f"messages.{n - 1}: tool_use ids were found without tool_result blocks "
+                    f"immediately after: {sorted(waiting - results)}")
+        waiting = set()
+        for block in blocks:
+            if block["type"] == "text" and not block["text"].strip():
+                return f"messages.{n}: text content blocks must contain non-whitespace text"
+            if block["type"] == "tool_use":
+                if not TOOL_ID.fullmatch(block["id"]):
+                    return f"messages.{n}: tool_use.id: String should match pattern " \
+                           f"'^[a-zA-Z0-9_-]+$' ({block['id']!r})"
+                if block["id"] in seen:
+                    return f"messages.{n}: tool_use ids must be unique ({block['id']!r})"
+                seen.add(block["id"])
+                waiting.add(block["id"])
+    system = body.get("system")
+    if isinstance(system, str) and not system.strip():
+        return "system: text content blocks must contain non-whitespace text"
+    return None
+
+
 @pytest.fixture
 def fakeapi(monkeypatch):
-    """A running FakeAPI, with the environment pointing both providers at it."""
+    """A running FakeAPI, with the environment pointing both providers at it. Fails the test
+    when a request body broke the rules of its API (see request_problem)."""
     api = FakeAPI()
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
                  "all_proxy", "AGENTCTL_MAX_TOKENS", "AGENTCTL_RETRY_TRIES"):
@@ -308,8 +511,11 @@ def fakeapi(monkeypatch):
                 "AGENTCTL_RETRY_SECONDS": "10", "AGENTCTL_HTTP_TIMEOUT": "0.5"}
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
+    # The first request of a process must not wait for the SDKs beyond the client's timeout.
+    Schemas.wait()
     yield api
     api.close()
+    assert not api.violations, f"requests the real API would refuse: {api.violations}"
 
 
 # -- helpers for the test modules -------------------------------------------------------------

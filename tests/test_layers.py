@@ -22,7 +22,7 @@ LAYERS = [
     ("ops", ["agentctl.ops", "agentctl.models"]),
     ("store", ["agentctl.store"]),
     ("base", ["agentctl.errors", "agentctl.ids", "agentctl.text", "agentctl.clock", "agentctl.env",
-              "agentctl.jsonin", "agentctl.secrets", "agentctl"]),
+              "agentctl.jsonin", "agentctl.keys", "agentctl"]),
 ]
 # Beside each other on one layer, yet never importing each other.
 APART = [("agentctl.ops", "agentctl.models")]

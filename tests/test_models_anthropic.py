@@ -197,3 +197,78 @@ def test_missing_key_for_a_remote_server(fakeapi, monkeypatch):
     assert str(caught.value) == ("ANTHROPIC_API_KEY is not set "
                                  "(needed by model anthropic:claude-sonnet-4-5)")
     assert fakeapi.requests == []
+
+
+def test_arguments_nested_too_deep_are_replayed_as_empty_input():
+    deep = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    _, turns = convert_messages([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [call("t1", "f", deep)]},
+        {"role": "tool", "tool_call_id": "t1", "content": "error: arguments too deep"}])
+    assert turns[1]["content"] == [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]
+
+
+# -- what the API refuses, mended: whitespace-only text, tool ids ---------------------------------
+
+def asks(*ids):
+    return {"role": "assistant", "content": None,
+            "tool_calls": [call(i, "read_file", '{"path": "/a"}') for i in ids]}
+
+
+def answer(call_id):
+    return {"role": "tool", "tool_call_id": call_id, "content": "A"}
+
+
+ID_CONVERSATION = [
+    {"role": "user", "content": "first"}, asks("call_0_0"), answer("call_0_0"),
+    {"role": "user", "content": "second"}, asks("call_0_0"), answer("call_0_0"),   # again
+    asks("functions.read_file:0", ""), answer("functions.read_file:0"), answer(""),
+    asks("dup", "dup"), answer("dup"), answer("dup"),
+    asks("toolu_" + "x" * 70), answer("toolu_" + "x" * 70),
+]
+
+
+def ids_sent(turns):
+    uses = [b["id"] for t in turns for b in t["content"] if b["type"] == "tool_use"]
+    results = [b["tool_use_id"] for t in turns for b in t["content"] if b["type"] == "tool_result"]
+    return uses, results
+
+
+def test_tool_ids_are_made_unique_and_valid_in_call_and_result_alike():
+    uses, results = ids_sent(convert_messages(ID_CONVERSATION)[1])
+    assert uses == ["call_0_0", "call_0_0_1", "functions_read_file_0_2", "call_3", "dup", "dup_5",
+                    "toolu_" + "x" * 34 + "_6"]
+    assert results == uses
+
+
+def test_tool_ids_are_the_same_for_the_calls_a_longer_conversation_shares():
+    whole = ids_sent(convert_messages(ID_CONVERSATION)[1])[0]
+    for end in range(len(ID_CONVERSATION)):
+        part = ids_sent(convert_messages(ID_CONVERSATION[:end])[1])[0]
+        assert part == whole[:len(part)]
+    assert convert_messages(ID_CONVERSATION) == convert_messages(ID_CONVERSATION)
+
+
+def test_whitespace_only_text_is_left_out():
+    system, turns = convert_messages([
+        {"role": "system", "content": " \n"}, {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "  "}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "\n\n", "tool_calls": [call("t1", "now", "{}")]},
+        {"role": "tool", "tool_call_id": "t1", "content": " \t"},
+        {"role": "assistant", "content": "\t"}, {"role": "user", "content": "more"}])
+    assert system == "Be brief."
+    assert turns == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "now",
+                                           "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"},
+                                     {"type": "text", "text": "more"}]}]
+
+
+@pytest.mark.parametrize("name, sent", [("functions.read_file", "functions_read_file"),
+                                        ("", "unnamed"), ("x" * 80, "x" * 64)])
+def test_a_tool_name_the_api_refuses_is_replayed_mended(name, sent):
+    _, turns = convert_messages([{"role": "user", "content": "go"},
+                                 {"role": "assistant", "content": "",
+                                  "tool_calls": [call("t1", name, "{}")]}, answer("t1")])
+    assert turns[1]["content"][0]["name"] == sent

@@ -1,6 +1,7 @@
 """Faults of the model APIs, for both providers, plain and streamed: retried within the budget,
 then TempFail (75); refusals are ModelError (69). Run against the fake API in tests/fakeapi.py."""
 
+import json
 import socket
 import time
 
@@ -97,10 +98,30 @@ def test_persistent_500_gives_tempfail_in_bounded_time(fakeapi, spec, stream):
         ask(spec, stream)
     assert time.monotonic() - start < 2
     provider = spec.split(":")[0]
-    assert str(caught.value) == f"model API unavailable: {provider}: HTTP 500 after 4 tries"
+    assert str(caught.value) == f"model API unavailable: {provider}: HTTP 500 after 4 tries: down"
     assert caught.value.code == 75
     assert len(fakeapi.requests) == 4
     assert_no_secret(caught.value)
+
+
+@both
+def test_persistent_5xx_keeps_the_servers_words_redacted_and_bounded(fakeapi, spec):
+    from tests.fakeapi import ANTHROPIC_KEY, OPENAI_KEY
+    key = OPENAI_KEY if spec.startswith("openai") else ANTHROPIC_KEY
+    fakeapi.error(503, f"Overloaded, key {key} " + "z" * 300 + "\nsecond line", times=4)
+    with pytest.raises(TempFail) as caught:
+        ask(spec)
+    words = str(caught.value).split(" after 4 tries: ", 1)[1]
+    assert words.startswith("Overloaded, key *** zzz") and len(words) <= 200
+    assert_no_secret(caught.value)
+
+
+def test_persistent_5xx_from_a_proxy_keeps_its_first_line(fakeapi):
+    fakeapi.error(502, body=b"502 Bad Gateway\n<html><body>nginx</body></html>", times=4)
+    with pytest.raises(TempFail) as caught:
+        ask("openai:gpt-test")
+    assert str(caught.value) == ("model API unavailable: openai: HTTP 502 after 4 tries: "
+                                 "502 Bad Gateway")
 
 
 @both
@@ -113,7 +134,7 @@ def test_persistent_malformed_gives_tempfail(fakeapi, spec):
 
 @both
 def test_tries_are_shared_between_http_and_stream_retries(fakeapi, spec):
-    # Two HTTP 500s retried inside urllib3, then two cut streams retried by our loop: 4 tries.
+    # Two HTTP 500s, then two cut streams: one retry loop counts them all, 4 tries.
     fakeapi.error(500, times=2).reply("cut", cut_after=2).reply("cut", cut_after=2)
     fakeapi.reply("never reached")
     with pytest.raises(TempFail, match="after 4 tries"):
@@ -124,7 +145,7 @@ def test_tries_are_shared_between_http_and_stream_retries(fakeapi, spec):
 def test_retry_tries_setting(fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_RETRY_TRIES", "1")
     fakeapi.error(503, times=2)
-    with pytest.raises(TempFail, match="HTTP 503 after 1 try$"):
+    with pytest.raises(TempFail, match="HTTP 503 after 1 try: fake error$"):
         ask("openai:gpt-test")
     assert len(fakeapi.requests) == 1
 
@@ -232,3 +253,153 @@ def test_unparsable_retry_after_falls_back_to_backoff(fakeapi):
     fakeapi.error(503, retry_after="in a moment").reply("back")
     reply, _ = ask("openai:gpt-test")
     assert reply.text == "back"
+
+
+@both
+def test_a_kept_alive_connection_is_reused_and_one_the_server_closed_is_retried(fakeapi, spec):
+    from agentctl.models import get_model
+    from tests.fakeapi import HELLO
+    model = get_model(spec)
+    fakeapi.reply("first").reply("unanswered", drop=True).reply("second")
+    assert model.complete(list(HELLO), []).text == "first"
+    assert model.complete(list(HELLO), []).text == "second"
+    assert len(fakeapi.requests) == 3
+    # The second call went out on the first call's connection, which the server closed.
+    assert len(fakeapi.sockets) == 2
+
+
+@both
+def test_tls_failure_is_a_model_error(fakeapi, monkeypatch, spec):
+    # The fake server speaks plain HTTP: a TLS handshake with it fails.
+    host = fakeapi.url.split("//")[1]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"https://{host}/v1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"https://{host}")
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    assert str(caught.value) == f"model API error: {spec.split(':')[0]}: TLS failure with {host}"
+    assert caught.value.code == 69
+
+
+# -- bodies beyond jsonin's bounds: refused at once, never a crash -------------------------------------
+
+DEEP = b"[" * 50_000 + b"]" * 50_000
+
+
+@both
+@streamed
+def test_a_body_nested_too_deep_is_a_model_error_at_once(fakeapi, spec, stream):
+    fakeapi.reply(body=b'{"choices": ' + DEEP + b"}").reply("never")
+    with pytest.raises(ModelError) as caught:
+        ask(spec, stream)
+    provider = spec.split(":")[0]
+    assert str(caught.value) == (f"model API error: {provider}: response: "
+                                 "nested more than 100 levels deep")
+    assert caught.value.code == 69
+    assert len(fakeapi.requests) == 1
+
+
+@both
+@streamed
+def test_a_body_too_large_is_a_model_error_at_once(fakeapi, monkeypatch, spec, stream):
+    monkeypatch.setattr("agentctl.jsonin.MAX_BYTES", 4096)
+    fakeapi.reply("x" * 5000).reply("never")
+    with pytest.raises(ModelError, match=r": response: larger than 4 KiB$"):
+        ask(spec, stream)
+    assert len(fakeapi.requests) == 1
+
+
+# -- keys: redacted before any text is cut ---------------------------------------------------------------
+
+@both
+def test_a_key_straddling_the_cut_of_a_stream_error_is_redacted_whole(fakeapi, spec):
+    from tests.fakeapi import ANTHROPIC_KEY, OPENAI_KEY
+    key = OPENAI_KEY if spec.startswith("openai") else ANTHROPIC_KEY
+    message = "x" * 190 + key + " and more"
+    error = ({"error": {"message": message}} if spec.startswith("openai") else
+             {"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+    for _ in range(4):
+        fakeapi.reply(body=json.dumps(error).encode())
+    with pytest.raises((TempFail, ModelError)) as caught:
+        ask(spec, stream=True)
+    assert "x" * 190 + "***" in str(caught.value)
+    assert key[:6] not in str(caught.value)
+
+
+def test_redact_replaces_each_key_of_8_characters_or_more(monkeypatch):
+    from agentctl.keys import redact
+    monkeypatch.setenv("OPENAI_API_KEY", " sk-abcdefgh \n")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "short")
+    assert redact("key sk-abcdefgh, sk-abcdefgh; a short one") == "key ***, ***; a short one"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-abcdefgh-longer")
+    assert redact("sk-abcdefgh-longer") == "***"
+    assert redact("") == "" and redact(None) is None
+
+
+# -- refusals that say what to do --------------------------------------------------------------------
+
+@both
+def test_401_without_a_key_names_the_variable_to_set(fakeapi, monkeypatch, spec):
+    variable = "OPENAI_API_KEY" if spec.startswith("openai") else "ANTHROPIC_API_KEY"
+    monkeypatch.delenv(variable)        # a loopback server may need none: this one does
+    fakeapi.error(401, "Missing API key")
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    assert str(caught.value) == (f"model API error: {spec.split(':')[0]}: HTTP 401: "
+                                 f"Missing API key (set {variable})")
+
+
+CONTEXT_HINT = " (a smaller context window may help: agent-fork -w TOKENS or AGENTCTL_CONTEXT_WINDOW)"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("openai:gpt-test", "This model's maximum context length is 8192 tokens. However, your "
+                        "messages resulted in 9001 tokens."),
+    ("anthropic:claude-test", "prompt is too long: 210000 tokens > 200000 maximum"),
+    ("openai:gpt-test", "the request exceeds the available context size, try increasing it"),
+])
+def test_400_for_a_context_too_long_hints_at_a_smaller_window(fakeapi, spec, message):
+    fakeapi.error(400, message)
+    with pytest.raises(ModelError) as caught:
+        ask(spec)
+    assert str(caught.value) == (f"model API error: {spec.split(':')[0]}: HTTP 400: "
+                                 f"{message}{CONTEXT_HINT}")
+
+
+def test_400_whose_error_code_says_context_length_exceeded_hints_too(fakeapi):
+    body = {"error": {"message": "Invalid request.", "type": "invalid_request_error",
+                      "param": "messages", "code": "context_length_exceeded"}}
+    fakeapi.error(400, body=json.dumps(body).encode())
+    with pytest.raises(ModelError) as caught:
+        ask("openai:gpt-test")
+    assert str(caught.value) == f"model API error: openai: HTTP 400: Invalid request.{CONTEXT_HINT}"
+
+
+def test_other_400s_get_no_hint(fakeapi):
+    fakeapi.error(400, "messages: roles must alternate")
+    with pytest.raises(ModelError) as caught:
+        ask("anthropic:claude-test")
+    assert str(caught.value).endswith("HTTP 400: messages: roles must alternate")
+
+
+@both
+@pytest.mark.parametrize("key", ["sk-café-0123456789", "sk-ключ-0123456789", "sk-01234\n56789",
+                                 "sk-01234 56789", "sk-0123456789\x7f"])
+def test_a_key_no_http_header_can_carry_is_a_usage_error(fakeapi, monkeypatch, spec, key):
+    variable = "OPENAI_API_KEY" if spec.startswith("openai") else "ANTHROPIC_API_KEY"
+    monkeypatch.setenv(variable, key)
+    from agentctl.models import get_model
+    for call in (get_model(spec).check, lambda: ask(spec)):
+        with pytest.raises(UsageError) as caught:
+            call()
+        assert str(caught.value) == (f"{variable} must be printable ASCII without spaces "
+                                     "(it is sent in an HTTP header)")
+        assert caught.value.code == 2
+    assert fakeapi.requests == []
+
+
+@both
+@streamed
+def test_a_reply_cut_for_its_length_says_so(fakeapi, spec, stream):
+    fakeapi.reply("The answer is", stop="length")
+    reply, _ = ask(spec, stream)
+    assert (reply.text, reply.stop_reason) == ("The answer is", "length")

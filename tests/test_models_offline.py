@@ -217,3 +217,33 @@ agentctl.models.get_model("anthropic:claude-sonnet-4-5")
 print("requests" in sys.modules, "urllib3" in sys.modules)
 """)
     assert out.split("\n")[:4] == ["[]", "hi", "canned", "False False"]
+
+
+# -- rules beyond jsonin's bounds ------------------------------------------------------------------
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize("form", ["jsonl", "array"])
+def test_rules_nested_too_deep_are_a_usage_error_naming_the_line(tmp_path, form):
+    rule = '{"reply": {"content": "x", "usage": {"input_tokens": %s}}}' % DEEP
+    text = f'# a comment [[[[\n{{"reply": {{}}}}\n{rule}\n' if form == "jsonl" else \
+        f'[\n{{"reply": {{}}}},\n{rule}\n]\n'
+    path = tmp_path / "deep.jsonl"
+    path.write_text(text)
+    for call in (get_model(f"scripted:{path}").check,
+                 lambda: run(path, [user("hi")])):
+        with pytest.raises(UsageError) as caught:
+            call()
+        assert str(caught.value) == f"scripted: {path}:3: nested more than 100 levels deep"
+        assert caught.value.code == 2
+
+
+def test_no_rule_message_redacts_a_key_before_cutting(tmp_path, monkeypatch):
+    key = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    path = script(tmp_path, {"match": "^never$", "reply": {"content": "x"}})
+    with pytest.raises(ModelError) as caught:
+        run(path, [user("y" * 50 + key)])
+    assert "'" + "y" * 50 + "***'" in str(caught.value)
+    assert key[:6] not in str(caught.value)

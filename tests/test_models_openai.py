@@ -174,3 +174,59 @@ def test_stream_state_object_arguments_and_length_stop():
     reply = state.reply([])
     assert json.loads(reply.tool_calls[0].arguments) == {"k": "v"}
     assert reply.stop_reason == "length"
+
+
+# -- AGENTCTL_MAX_TOKENS -------------------------------------------------------------------------
+
+@streamed
+def test_max_tokens_is_sent_as_max_tokens_to_other_servers(fakeapi, monkeypatch, stream):
+    fakeapi.reply("ok")
+    ask(SPEC, stream)
+    assert "max_tokens" not in fakeapi.last["body"]           # unset: the server's own limit
+    assert "max_completion_tokens" not in fakeapi.last["body"]
+    monkeypatch.setenv("AGENTCTL_MAX_TOKENS", "123")
+    fakeapi.reply("ok")
+    ask(SPEC, stream)
+    assert fakeapi.last["body"]["max_tokens"] == 123           # llama.cpp's server, vLLM, Ollama
+    assert "max_completion_tokens" not in fakeapi.last["body"]
+
+
+@pytest.mark.parametrize("url, field", [("https://api.openai.com/v1", "max_completion_tokens"),
+                                        ("https://api.openai.com/v1/", "max_completion_tokens"),
+                                        ("https://openai.example.net/v1", "max_tokens")])
+def test_max_tokens_field_follows_the_server(monkeypatch, url, field):
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("AGENTCTL_MAX_TOKENS", "500")
+    model = get_model("openai:gpt-test")
+    body = model.request_body(list(HELLO), [], False, model.endpoint())
+    assert body[field] == 500
+    assert {"max_tokens", "max_completion_tokens"} & set(body) == {field}
+
+
+@pytest.mark.parametrize("value", ["0", "many", "-3"])
+def test_bad_max_tokens_is_a_usage_error(fakeapi, monkeypatch, value):
+    monkeypatch.setenv("AGENTCTL_MAX_TOKENS", value)
+    with pytest.raises(UsageError, match="AGENTCTL_MAX_TOKENS must be a whole number >= 1"):
+        get_model(SPEC).check()
+    assert fakeapi.requests == []
+
+
+def test_tool_ids_are_sent_as_they_are_but_for_none(fakeapi):
+    def asks(*ids):
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            for i in ids]}
+
+    def answer(call_id):
+        return {"role": "tool", "tool_call_id": call_id, "content": "ok"}
+
+    fakeapi.reply("done")
+    ask(SPEC, messages=[{"role": "user", "content": "go"}, asks("call_0_0"), answer("call_0_0"),
+                        asks("call_0_0", "functions.f:1", ""), answer("call_0_0"),
+                        answer("functions.f:1"), answer("")], tools=TOOLS)
+    sent = fakeapi.last["body"]["messages"]
+    assert [c["id"] for m in sent for c in m.get("tool_calls", ())] == \
+        ["call_0_0", "call_0_0", "functions.f:1", "call_3"]
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == \
+        ["call_0_0", "call_0_0", "functions.f:1", "call_3"]

@@ -3,7 +3,7 @@ streamed tool arguments reassemble exactly, and converted conversations alternat
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from agentctl.models.anthropic import convert_messages
 from agentctl.models.http import iter_sse
@@ -98,3 +98,105 @@ def test_converted_conversation_alternates_without_empty_parts(conversation):
         kinds = [b["type"] for b in turn["content"]]
         assert kinds == sorted(kinds, key=lambda k: k != "tool_result")
     assert "\n\n\n" not in system
+
+
+raw_ids = st.sampled_from(["t", "call_0_0", "functions.f:0", "", "x y", "toolu_ok"])
+contents = st.sampled_from(["", " \n", "text", None, "\t"])
+
+
+@st.composite
+def paired_conversations(draw):
+    """Conversations whose every tool call is answered at once, ids drawn from a few, repeated."""
+    out = []
+    for kind in draw(st.lists(st.sampled_from(["user", "assistant", "calls"]), max_size=10)):
+        if kind == "calls":
+            ids = draw(st.lists(raw_ids, min_size=1, max_size=3))
+            out.append({"role": "assistant", "content": draw(contents), "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for i in ids]})
+            out += [{"role": "tool", "tool_call_id": i, "content": draw(contents)} for i in ids]
+        else:
+            out.append({"role": kind, "content": draw(contents)})
+    return out
+
+
+@given(paired_conversations())
+def test_converted_tool_ids_are_valid_unique_and_answer_the_calls_before(conversation):
+    import re
+    _, turns = convert_messages(conversation)
+    uses = [b["id"] for t in turns for b in t["content"] if b["type"] == "tool_use"]
+    assert len(set(uses)) == len(uses)
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", i) for i in uses)
+    for before, turn in zip(turns, turns[1:]):
+        results = [b["tool_use_id"] for b in turn["content"] if b["type"] == "tool_result"]
+        if results:
+            assert results == [b["id"] for b in before["content"] if b["type"] == "tool_use"]
+    for turn in turns:
+        assert all(b["text"].strip() for b in turn["content"] if b["type"] == "text")
+
+
+def test_sse_reading_stays_linear_in_a_line_that_never_ends():
+    """A hostile server's stream of one endless line: 20 MB in 1 KB pieces (the whole body
+    bound, jsonin.MAX_BYTES, allows 64 MiB) is read in a moment, not re-split at every piece."""
+    import time
+    piece = b"data: " + b"x" * 1018
+    start = time.monotonic()
+    events = list(iter_sse([piece] * 20_000 + [b"\n\n"]))
+    assert time.monotonic() - start < 2
+    assert len(events) == 1 and len(events[0][1]) == 20_000 * 1024 - 6
+
+
+# -- replies of any shape: a Reply, or a fault of the reply, never a crash ------------------------
+
+from agentctl.models import anthropic, openai  # noqa: E402
+from agentctl.models.base import Reply, Transient, Unusable  # noqa: E402
+
+WORDS = ["", "x", "text", "tool_use", "text_delta", "input_json_delta", "message_start",
+         "content_block_start", "content_block_delta", "message_delta", "message_stop", "error",
+         "length", "stop", "tool_calls", "overloaded_error"]
+FIELDS = ["choices", "message", "content", "tool_calls", "function", "name", "arguments", "id",
+          "index", "delta", "finish_reason", "usage", "prompt_tokens", "completion_tokens", "type",
+          "text", "input", "content_block", "partial_json", "stop_reason", "error",
+          "input_tokens", "output_tokens", "json"]
+shapes = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) |
+    st.sampled_from(WORDS),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS), inner,
+                                                                max_size=4),
+    max_leaves=25)
+
+
+def reply_or_fault(parse):
+    try:
+        reply = parse()
+    except (Transient, Unusable):
+        return
+    assert isinstance(reply, Reply) and isinstance(reply.text, str)
+    assert all(isinstance(v, str) for c in reply.tool_calls for v in (c.id, c.name, c.arguments))
+    assert isinstance(reply.stop_reason, str)
+
+
+@settings(max_examples=400)
+@given(shapes)
+@example({"content": [None]})
+@example({"stop_reason": [None], "content": []})
+@example({"choices": [{"message": {"content": 5, "tool_calls": [{"function": 1}]}}]})
+def test_a_plain_reply_of_any_shape_is_a_reply_or_a_fault(body):
+    reply_or_fault(lambda: openai.parse_completion(body, []))
+    reply_or_fault(lambda: anthropic.parse_message(body, []))
+
+
+@settings(max_examples=400)
+@given(st.lists(shapes, max_size=6))
+@example([{"type": "content_block_start", "content_block": 5}])
+@example([{"type": "content_block_start", "index": "0"}, {"type": "content_block_start"}])
+@example([{"choices": [5]}, {"choices": [{"delta": {"content": 5}}]}])
+@example([{"choices": [{"delta": {"tool_calls": [{"index": [], "function": {"name": 1}}]}}]}])
+def test_a_stream_of_any_shapes_is_a_reply_or_a_fault(events):
+    for module in (openai, anthropic):
+        def parse():
+            state = module.StreamState(on_text=lambda text: None)
+            for event in events:
+                state.feed(event)
+            return state.reply([])
+        reply_or_fault(parse)

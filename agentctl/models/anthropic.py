@@ -6,54 +6,49 @@ message, and neighbouring messages of one role are merged, since the API wants r
 """
 
 import json
+import re
 
+from .. import jsonin
 from ..errors import AgentctlError
-from .base import (Model, ModelError, Reply, ToolCall, Transient, is_count, load_json,
-                   make_usage)
+from .api import HTTPModel
+from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
+                   make_usage, mapping, mappings, said, string, with_tool_ids)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
                 "max_tokens": "length", "refusal": "content_filter"}
+# What the API takes as a tool_use id (and, here, as a tool name in the conversation).
+ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 # Error types that a stream may report after a 200 and that are worth another try.
 TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
-class AnthropicModel(Model):
+class AnthropicModel(HTTPModel):
     provider = "anthropic"
+    url_variable, default_url = "ANTHROPIC_BASE_URL", DEFAULT_BASE_URL
+    key_variable = "ANTHROPIC_API_KEY"
+    path = "/v1/messages"
 
-    def __init__(self, model):
-        self.model = model
-        self.name = f"anthropic:{model}"
-        self._client = None
+    def options(self, url):
+        from .http import env_number
+        return {"max_tokens": env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)}
 
-    def check(self):
-        self._endpoint()
+    def headers(self, endpoint):
+        headers = {"anthropic-version": API_VERSION}
+        if endpoint.key:
+            headers["x-api-key"] = endpoint.key
+        return headers
 
-    def _endpoint(self):
-        # Imported here, not at the top: requests costs more start-up time than get_model should.
-        from . import http
-        url = http.base_url("ANTHROPIC_BASE_URL", DEFAULT_BASE_URL)
-        key = http.api_key("ANTHROPIC_API_KEY", url, self.name)
-        max_tokens = http.env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)
-        return url + "/v1/messages", key, max_tokens
+    def request_body(self, messages, tools, stream, endpoint):
+        return request_body(self.model, messages, tools, endpoint.options["max_tokens"], stream)
 
-    def complete(self, messages, tools, on_text=None):
-        from . import http
-        if self._client is None:
-            self._client = http.Client(self.provider)
-        url, key, max_tokens = self._endpoint()
-        headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
-        if key:
-            headers["x-api-key"] = key
-        body = request_body(self.model, messages, tools, max_tokens, stream=on_text is not None)
+    def parse_plain(self, body, messages):
+        return parse_message(body, messages)
 
-        def read(response):
-            return http.read_reply(response, on_text,
-                                   lambda obj: parse_message(obj, messages),
-                                   lambda events: read_stream(events, messages, on_text))
-
-        return self._client.post(url, headers, body, read, secret=key)
+    def parse_stream(self, events, messages, on_text):
+        return read_stream(events, messages, on_text)
 
 
 # -- the request ---------------------------------------------------------------------------------
@@ -77,17 +72,23 @@ def convert_tool(tool):
 
 
 def convert_messages(messages):
-    """(system, messages) in Messages API form from OpenAI chat messages."""
+    """(system, messages) in Messages API form from OpenAI chat messages.
+
+    What the API refuses is mended: text that is empty or only whitespace is left out (a message
+    left with nothing is left out whole), and tool call ids are made unique in the conversation
+    and of the characters the API takes (with_tool_ids: the same conversation, the same ids).
+    """
     system, turns = [], []
-    for message in messages:
+    for message in with_tool_ids(messages, keeps=lambda call_id, used: (
+            ID.fullmatch(call_id) is not None and call_id not in used), stem=id_stem):
         role = message.get("role")
         content = message.get("content") or ""
         if role in ("system", "developer"):
-            if content:
+            if content.strip():
                 system.append(content)
             continue
         role, blocks = convert_message(role, message, content)
-        if not blocks:          # the API rejects empty messages and empty text blocks
+        if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
@@ -99,15 +100,19 @@ def convert_messages(messages):
     return "\n\n".join(system), turns
 
 
+def id_stem(call_id):
+    return UNSAFE.sub("_", call_id)[:40] or "call"
+
+
 def convert_message(role, message, content):
-    text = [{"type": "text", "text": content}] if content else []
+    text = [{"type": "text", "text": content}] if content.strip() else []
     if role == "user":
         return "user", text
     if role == "assistant":
         return "assistant", text + [tool_use_block(c) for c in message.get("tool_calls") or ()]
     if role == "tool":
         block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id") or ""}
-        if content:
+        if content.strip():
             block["content"] = content
         return "user", [block]
     raise AgentctlError(f"anthropic: message with unknown role {role!r}")
@@ -116,20 +121,25 @@ def convert_message(role, message, content):
 def tool_use_block(call):
     function = call.get("function") or {}
     try:
-        arguments = json.loads(function.get("arguments") or "{}")
-    except ValueError:
+        arguments = jsonin.loads(function.get("arguments") or "{}", what="tool call arguments")
+    except jsonin.JSONError:
         arguments = None
     # The API wants an object; a call the model botched (the caller has answered it with an
-    # error) is replayed with empty input rather than failing the whole request.
+    # error), or nested beyond jsonin's bounds, is replayed with empty input rather than
+    # failing the whole request.
     if not isinstance(arguments, dict):
         arguments = {}
-    return {"type": "tool_use", "id": call.get("id") or "", "name": function.get("name") or "",
-            "input": arguments}
+    # So is a name the API refuses (a model may call a tool that isn't, by any name).
+    name = function.get("name") or ""
+    if not ID.fullmatch(name):
+        name = UNSAFE.sub("_", name)[:64] or "unnamed"
+    return {"type": "tool_use", "id": call.get("id") or "", "name": name, "input": arguments}
 
 
 # -- the reply -----------------------------------------------------------------------------------
 
 def stop_reason(raw, tool_calls):
+    raw = string(raw)
     if not raw:
         return "tool_calls" if tool_calls else "stop"
     return STOP_REASONS.get(raw, raw)
@@ -148,11 +158,12 @@ def parse_message(body, messages):
     content = body.get("content") if isinstance(body, dict) else None
     if not isinstance(content, list):
         raise Transient("malformed response (no content list)")
-    text = "".join(b.get("text") or "" for b in content if b.get("type") == "text")
-    calls = [ToolCall(b.get("id") or "", b.get("name") or "",
+    blocks = mappings(content)
+    text = "".join(string(b.get("text")) for b in blocks if b.get("type") == "text")
+    calls = [ToolCall(string(b.get("id")), string(b.get("name")),
                       json.dumps(b.get("input") or {}, ensure_ascii=False))
-             for b in content if b.get("type") == "tool_use"]
-    usage = body.get("usage") or {}
+             for b in blocks if b.get("type") == "tool_use"]
+    usage = mapping(body.get("usage"))
     usage = make_usage(messages, text, calls, input_tokens(usage), usage.get("output_tokens"))
     return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls))
 
@@ -162,7 +173,7 @@ class StreamState:
 
     def __init__(self, on_text):
         self.on_text = on_text
-        self.blocks = {}        # index -> content block, tool_use input gathered as JSON text
+        self.blocks = {}        # index -> content block, its tool_use input gathered as JSON text
         self.usage = {}
         self.stop = None
         self.done = False
@@ -174,55 +185,59 @@ class StreamState:
             handler(event)
 
     def _on_message_start(self, event):
-        self.usage.update((event.get("message") or {}).get("usage") or {})
+        self.usage.update(mapping(mapping(event.get("message")).get("usage")))
 
     def _on_content_block_start(self, event):
-        block = dict(event.get("content_block") or {})
-        if block.get("type") == "tool_use":
-            block["json"] = []
-        self.blocks[event.get("index", len(self.blocks))] = block
-        if block.get("type") == "text" and block.get("text"):
+        given = mapping(event.get("content_block"))
+        block = new_block(string(given.get("type")), string(given.get("text")))
+        block.update(id=string(given.get("id")), name=string(given.get("name")),
+                     input=given.get("input"))
+        self.blocks[index(event.get("index"), len(self.blocks))] = block
+        if block["type"] == "text" and block["text"]:
             self.on_text(block["text"])
 
     def _on_content_block_delta(self, event):
-        block = self.blocks.setdefault(event.get("index", 0), {"type": "text", "text": ""})
-        delta = event.get("delta") or {}
-        if delta.get("type") == "text_delta" and delta.get("text"):
-            block["text"] = (block.get("text") or "") + delta["text"]
-            self.on_text(delta["text"])
+        block = self.blocks.setdefault(index(event.get("index"), 0), new_block("text"))
+        delta = mapping(event.get("delta"))
+        text = string(delta.get("text"))
+        if delta.get("type") == "text_delta" and text:
+            block["text"] += text
+            self.on_text(text)
         elif delta.get("type") == "input_json_delta":
-            block.setdefault("json", []).append(delta.get("partial_json") or "")
+            block["json"].append(string(delta.get("partial_json")))
 
     def _on_message_delta(self, event):
-        self.stop = (event.get("delta") or {}).get("stop_reason") or self.stop
+        self.stop = string(mapping(event.get("delta")).get("stop_reason")) or self.stop
         # Counts here are cumulative, so they replace those of message_start.
-        self.usage.update(event.get("usage") or {})
+        self.usage.update(mapping(event.get("usage")))
 
     def _on_message_stop(self, event):
         self.done = True
 
     def _on_error(self, event):
-        error = event.get("error") or {}
-        kind, message = error.get("type") or "error", str(error.get("message") or "")
-        line = f"{kind}: {message.splitlines()[0][:200] if message else 'no message'}"
-        if kind in TRANSIENT_ERRORS:
-            raise Transient(line)
-        raise ModelError(f"model API error: anthropic: {line}")
+        error = mapping(event.get("error"))
+        kind = said(error.get("type") or "error", 60)
+        line = f"{kind}: {said(error.get('message')) or 'no message'}"
+        raise (Transient if kind in TRANSIENT_ERRORS else Unusable)(line)
 
     def reply(self, messages):
         blocks = [b for _, b in sorted(self.blocks.items())]
-        text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
-        calls = [ToolCall(b.get("id") or "", b.get("name") or "", tool_arguments(b))
-                 for b in blocks if b.get("type") == "tool_use"]
+        text = "".join(b["text"] for b in blocks if b["type"] == "text")
+        calls = [ToolCall(b["id"], b["name"], tool_arguments(b))
+                 for b in blocks if b["type"] == "tool_use"]
         usage = make_usage(messages, text, calls, input_tokens(self.usage),
                            self.usage.get("output_tokens"))
         return Reply(text, calls, usage, stop_reason(self.stop, calls))
 
 
+def new_block(kind, text=""):
+    return {"type": kind, "text": text, "id": "", "name": "", "input": None, "json": []}
+
+
 def tool_arguments(block):
     # A tool without parameters may get no input_json_delta at all: its input is the start's {}.
-    text = "".join(block.get("json") or ())
-    return text if text else json.dumps(block.get("input") or {})
+    text = "".join(block["json"])
+    return text if text else json.dumps(block["input"] or {})
 
 
 def read_stream(events, messages, on_text):

@@ -23,6 +23,13 @@ class Transient(Exception):
     """
 
 
+class Unusable(Exception):
+    """A reply no retry would mend (a body nested too deep, or too large to read).
+
+    Raised by the reply parsers like Transient; the retry loop turns it into ModelError at once.
+    """
+
+
 @dataclass
 class ToolCall:
     id: str
@@ -105,13 +112,83 @@ def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None
     return {"input_tokens": input_tokens, "output_tokens": output_tokens, "estimated": estimated}
 
 
-def load_json(data):
-    """Parse an API body or stream event; a malformed one is worth another try."""
-    import json     # here, not at the top: this module must stay cheap to import
+def load_json(data, what="response"):
+    """Parse an API body or stream event within jsonin's bounds: one that is no JSON is worth
+    another try (Transient), one beyond the bounds is not (Unusable)."""
+    from .. import jsonin      # here, not at the top: this module must stay cheap to import
     try:
-        return json.loads(data)
-    except ValueError:
+        return jsonin.loads(data, what=what)
+    except jsonin.OutOfBounds as exc:
+        raise Unusable(str(exc)) from None
+    except jsonin.JSONError:
         raise Transient("malformed response (not JSON)") from None
+
+
+def with_tool_ids(messages, keeps, stem=lambda call_id: call_id or "call"):
+    """`messages` (OpenAI form) with each tool call's id that keeps(id, ids so far) refuses
+    replaced, in the call and in the result that answers it, by stem(id) + "_" + the call's
+    position among the conversation's tool calls (made unique).
+
+    The new ids are derived from the conversation alone: the same conversation gets the same
+    ids, and a longer one the same ids for the calls they share (a replay stays exact, a prompt
+    cache still matches). A result answers the first call not yet answered with its id in the
+    latest assistant message, as when one id comes twice. The messages given are not changed.
+    """
+    used, waiting, out = set(), {}, []
+    position = 0
+    for message in messages:
+        if message.get("role") == "assistant":
+            waiting = {}        # results answer the latest assistant message's calls
+            calls = []
+            for call in message.get("tool_calls") or ():
+                call_id = call.get("id") or ""
+                new = call_id
+                if not keeps(call_id, used):
+                    new = f"{stem(call_id)}_{position}"
+                    while new in used:
+                        new += "_"
+                    call = {**call, "id": new}
+                used.add(new)
+                waiting.setdefault(call_id, []).append(new)
+                calls.append(call)
+                position += 1
+            if calls:
+                message = {**message, "tool_calls": calls}
+        elif message.get("role") == "tool":
+            call_id = message.get("tool_call_id") or ""
+            if waiting.get(call_id):
+                message = {**message, "tool_call_id": waiting[call_id].pop(0)}
+        out.append(message)
+    return out
+
+
+def said(text, limit=200):
+    """A server's words, made fit for a one-line message: keys redacted first (a key cut in two
+    would no longer be found), then the first line, at most `limit` characters."""
+    from ..keys import redact
+    lines = redact(str(text or "")).strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+# A reply's JSON may hold any value anywhere (a number where an object should be): the parsers
+# read it through these, so a value of the wrong type counts as one left out, never a crash.
+
+def mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def mappings(value):
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def string(value):
+    return value if isinstance(value, str) else ""
+
+
+def index(value, default):
+    """A position as given (a whole number), else `default`."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def default_stop(tool_calls):

@@ -1,33 +1,36 @@
-"""The HTTP side shared by the API providers: settings, bounded retries, error text, SSE parsing.
+"""The HTTP side of the API models: settings, one retry loop, error text, SSE parsing.
 
-One retry policy covers two layers. urllib3's Retry (inside requests) retries what happens before a
-response arrives: refused connections, timeouts waiting for headers, and retryable statuses, honouring
-Retry-After. Our own loop retries what happens after: a stream cut midway, a body that isn't JSON, a
-read timeout in the middle of a body, an overload notice inside a stream. Both draw on one Budget, so
-the tries and the time spent are counted once whichever layer retried.
+One loop retries every fault of a call worth another try, whatever its layer: a refused or dropped
+connection (a kept-alive one the server had closed among them), a timeout, a retryable status
+(waiting as long as Retry-After asks), a stream cut midway, a body that isn't JSON, an overload
+notice inside a stream. urllib3's own retries are off, so the tries and the time are counted in one
+place.
 """
 
+import email.utils
 import ipaddress
 import os
 import random
-import threading
+import re
 import time
 from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import (
-    ConnectTimeoutError, MaxRetryError, ProtocolError, ReadTimeoutError, ResponseError,
-)
-from urllib3.util.retry import Retry
+from urllib3.exceptions import ConnectTimeoutError, ProtocolError, ReadTimeoutError
 
+from .. import jsonin
 from ..errors import TempFail, UsageError
-from .base import ModelError, Transient, load_json
+from ..keys import redact
+from .base import ModelError, Transient, Unusable, load_json, said
 
 # The official SDKs retry 408 and 409 too; 529 is Anthropic's "overloaded". Any other non-2xx status
 # is taken as the API's final word.
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 CONNECT_TIMEOUT = 10.0
+ERROR_BYTES = 64 * 1024     # of an error response's body, for its explanation
+VISIBLE_ASCII = re.compile(r"[!-~]*")
+SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
 
 
 # -- settings, read from the environment at each call and never kept --------------------------------
@@ -83,6 +86,11 @@ def api_key(variable, url, spec):
     key = os.environ.get(variable, "").strip()
     if not key and not is_loopback(url):
         raise UsageError(f"{variable} is not set (needed by model {spec})")
+    if not VISIBLE_ASCII.fullmatch(key):
+        # A header can't carry it (or would carry other bytes than meant): say so now, not as an
+        # encoding error (70) or a connection fault (75). The value is not shown.
+        raise UsageError(f"{variable} must be printable ASCII without spaces "
+                         "(it is sent in an HTTP header)")
     return key
 
 
@@ -95,7 +103,7 @@ def where(url):
 # -- the retry budget ---------------------------------------------------------------------------------
 
 class Budget:
-    """The tries and the time one complete() call may spend, shared by urllib3's retries and ours."""
+    """The tries and the time one complete() call may spend."""
 
     def __init__(self, settings):
         self.settings = settings
@@ -103,10 +111,10 @@ class Budget:
         self.tries = 0
         self.note = ""      # why the last retry was refused, when the cause was time
 
-    def backoff(self, retries_done, jitter=True):
+    def backoff(self):
         # Exponential, with jitter so that parallel agent-run processes don't retry in lockstep.
-        wait = self.settings.backoff * 2 ** max(0, retries_done - 1)
-        return wait * random.uniform(0.75, 1.0) if jitter else wait
+        wait = self.settings.backoff * 2 ** max(0, self.tries - 1)
+        return wait * random.uniform(0.75, 1.0)
 
     def allows(self, wait, asked=False):
         """May we wait `wait` seconds and try again?"""
@@ -119,59 +127,20 @@ class Budget:
             return False
         return True
 
-    def retry(self):
-        """The urllib3 Retry for the next request: what is left of the tries, bound to this budget."""
-        left = self.settings.tries - self.tries
-        return BudgetRetry(
-            total=left, connect=left, read=left, status=left,
-            status_forcelist=RETRY_STATUSES, allowed_methods=None,   # None: POST is retried too
-            respect_retry_after_header=True, backoff_factor=self.settings.backoff,
-            raise_on_status=False, raise_on_redirect=False, redirect=False, budget=self,
-        )
 
-
-class BudgetRetry(Retry):
-    """urllib3's Retry, made to stop when the budget's time would run out, and to count its tries."""
-
-    def __init__(self, *args, budget=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.budget = budget
-
-    def new(self, **kwargs):
-        kwargs.setdefault("budget", self.budget)
-        return super().new(**kwargs)
-
-    def get_backoff_time(self):
-        return self.budget.backoff(len(self.history))
-
-    def sleep_for_retry(self, response):
-        # urllib3's own would raise on an unparsable Retry-After and end the retries there.
-        wait = retry_after(self, response)
-        if wait:
-            time.sleep(wait)
-        return bool(wait)
-
-    def increment(self, method=None, url=None, response=None, error=None, _pool=None,
-                  _stacktrace=None):
-        retry = super().increment(method, url, response, error, _pool, _stacktrace)
-        asked = retry_after(retry, response)
-        # urllib3 draws its own jittered wait after this: check against the longest it can be.
-        wait = asked or self.budget.backoff(len(retry.history), jitter=False)
-        if not self.budget.allows(wait, asked=bool(asked)):
-            # A MaxRetryError makes urllib3 hand back the last response (raise_on_status=False),
-            # or raise the last error: either way the caller sees why we stopped.
-            reason = error or ResponseError(f"HTTP {getattr(response, 'status', '?')}")
-            raise MaxRetryError(_pool, url, reason)
-        self.budget.tries += 1
-        return retry
-
-
-def retry_after(retry, response):
-    if response is None:
+def retry_after(response):
+    """The seconds a Retry-After header asks for (a number or an HTTP date), or None for none or
+    one that can't be read: the caller then waits its own backoff."""
+    value = response.headers.get("Retry-After")
+    if value is None:
         return None
+    seconds = SECONDS.fullmatch(value)
     try:
-        return Retry.get_retry_after(retry, response)
-    except Exception:       # an unparsable Retry-After: fall back to our own backoff
+        if seconds:
+            return float(seconds.group(1))
+        date = email.utils.parsedate_tz(value)
+        return max(0.0, email.utils.mktime_tz(date) - time.time()) if date else None
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -179,8 +148,7 @@ def retry_after(retry, response):
 
 def root_cause(exc):
     reason = exc.args[0] if getattr(exc, "args", None) else None
-    if isinstance(reason, MaxRetryError):
-        return reason.reason
+    reason = getattr(reason, "reason", reason)      # urllib3's MaxRetryError holds the cause
     return reason if isinstance(reason, BaseException) else exc
 
 
@@ -200,97 +168,93 @@ def describe(exc, url, settings):
     return f"cannot reach {host} ({type(cause).__name__})"
 
 
-def redact(text, secret):
-    return text.replace(secret, "***") if secret else text
+def api_error(response):
+    """(line, text): the API's own explanation of a refusal, its error.message or else the
+    body's first line, made fit for a message (said), and the body's text as it came.
 
-
-def api_error_message(response, secret):
-    """The API's own explanation of a refusal: first line, at most 200 characters."""
+    At most ERROR_BYTES of the body are read: an error page has no more to say.
+    """
+    data = b""
     try:
-        body = response.json()
-        message = body.get("error", body)
+        for chunk in response.iter_content(chunk_size=None):
+            data += chunk
+            if len(data) >= ERROR_BYTES:
+                break
+    except requests.RequestException:
+        pass                # what came before the fault is all there is to quote
+    text = data[:ERROR_BYTES].decode("utf-8", "replace")
+    try:
+        body = jsonin.loads(text, what="error body")
+        message = body.get("error", body) if isinstance(body, dict) else body
         message = message.get("message") if isinstance(message, dict) else message
-    except Exception:
-        try:
-            message = response.text
-        except Exception:
-            message = ""
-    lines = redact(str(message or response.reason or ""), secret).strip().splitlines()
-    line = lines[0] if lines else "no explanation given"
-    return line if len(line) <= 200 else line[:199] + "…"
+    except jsonin.JSONError:
+        message = text
+    line = said(message if isinstance(message, str) and message.strip() else response.reason)
+    return line, text
 
 
 def plural(count):
     return f"{count} try" if count == 1 else f"{count} tries"
 
 
-# -- the client ------------------------------------------------------------------------------------------
+# -- the call --------------------------------------------------------------------------------------------
 
-class Client:
-    """POSTs to one provider's API, retrying transient faults within a Budget.
+def new_session():
+    """A session whose adapter never retries: post() does, in one place."""
+    session, adapter = requests.Session(), HTTPAdapter(max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
 
-    Keeps one session per thread: a turn makes several calls, and keep-alive spares a TLS handshake
-    each time, but requests.Session isn't meant to be shared between threads (agent-run -j).
+
+def post(session, provider, url, headers, body, read, hint=lambda status, text: ""):
+    """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
+
+    hint(status, body text) gives what a refusal's message should end with: " (set VARIABLE)".
+
+    read() parses the body and raises Transient for a fault worth retrying. When it streams text
+    out (on_text), a retry streams the text again from the start.
     """
-
-    def __init__(self, provider):
-        self.provider = provider
-        self._local = threading.local()
-
-    def _session(self):
-        if not hasattr(self._local, "session"):
-            session, adapter = requests.Session(), HTTPAdapter()
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            self._local.session, self._local.adapter = session, adapter
-        return self._local.session, self._local.adapter
-
-    def post(self, url, headers, body, read, secret=""):
-        """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
-
-        read() parses the body and raises Transient for a fault worth retrying. When it streams
-        text out (on_text), a retry streams the text again from the start.
-        """
-        settings = Settings()
-        budget = Budget(settings)
-        session, adapter = self._session()
-        while True:
-            budget.tries += 1
-            adapter.max_retries = budget.retry()    # per thread, so no other call sees it
-            try:
-                response = session.post(url, json=body, headers=headers, stream=True,
-                                        timeout=settings.timeouts, allow_redirects=False)
-            except requests.exceptions.SSLError as exc:
-                raise ModelError(f"model API error: {self.provider}: TLS failure with "
-                                 f"{where(url)}") from exc
-            except requests.RequestException as exc:
-                raise self._give_up(describe(exc, url, settings), budget) from exc
+    settings = Settings()
+    budget = Budget(settings)
+    while True:
+        budget.tries += 1
+        asked = None        # the wait a Retry-After asked for
+        words = ""          # what the server said of a retryable status, for the last one
+        try:
+            response = session.post(url, json=body, headers=headers, stream=True,
+                                    timeout=settings.timeouts, allow_redirects=False)
+        except requests.exceptions.SSLError as exc:
+            raise ModelError(f"model API error: {provider}: TLS failure with "
+                             f"{where(url)}") from exc
+        except requests.RequestException as exc:
+            fault = describe(exc, url, settings)
+        else:
             with response:
-                self._check_status(response, budget, secret)
-                try:
-                    return read(response)
-                except (Transient, requests.RequestException) as exc:
-                    fault = redact(describe(exc, url, settings), secret)
-                except ModelError as exc:   # an error event in a stream quotes the server
-                    raise ModelError(redact(str(exc), secret)) from None
-            wait = budget.backoff(budget.tries)
-            if not budget.allows(wait):
-                raise self._give_up(fault, budget)
-            time.sleep(wait)
-
-    def _check_status(self, response, budget, secret):
-        status = response.status_code
-        if 200 <= status < 300:
-            return
-        if status in RETRY_STATUSES:        # urllib3 has already retried it as far as allowed
-            raise self._give_up(f"HTTP {status}", budget)
-        message = api_error_message(response, secret)
-        raise ModelError(f"model API error: {self.provider}: HTTP {status}: {message}")
-
-    def _give_up(self, fault, budget):
-        note = f" ({budget.note})" if budget.note else ""
-        return TempFail(f"model API unavailable: {self.provider}: {fault} after "
-                        f"{plural(budget.tries)}{note}")
+                status = response.status_code
+                if status in RETRY_STATUSES:
+                    # 0 or a date gone by: our own backoff (a server can't make us spin)
+                    fault, asked = f"HTTP {status}", retry_after(response) or None
+                    words = api_error(response)[0]
+                elif not 200 <= status < 300:
+                    message, text = api_error(response)
+                    raise ModelError(f"model API error: {provider}: HTTP {status}: "
+                                     f"{message or 'no explanation given'}{hint(status, text)}")
+                else:
+                    try:
+                        return read(response)
+                    except (Transient, requests.RequestException) as exc:
+                        fault = describe(exc, url, settings)
+                    except Unusable as exc:     # too deep, too large, an error event
+                        raise ModelError(f"model API error: {provider}: "
+                                         f"{redact(str(exc))}") from None
+        wait = budget.backoff() if asked is None else asked
+        if not budget.allows(wait, asked=asked is not None):
+            note = f" ({budget.note})" if budget.note else ""
+            words = f": {words}" if words else ""
+            raise TempFail(f"model API unavailable: {provider}: {redact(fault)} after "
+                           f"{plural(budget.tries)}{note}{words}")
+        time.sleep(wait)
 
 
 # -- server-sent events ------------------------------------------------------------------------------------
@@ -301,10 +265,13 @@ def iter_sse(chunks):
     Lines may be split anywhere between chunks, \\r\\n included. An event is dispatched at its blank
     line; one cut off before it is dropped, as the SSE specification says.
     """
-    event, data, pending = "", [], b""
+    event, data, pending = "", [], bytearray()
     for chunk in chunks:
         pending += chunk
-        *lines, pending = pending.split(b"\n")
+        if b"\n" not in chunk:     # a line still coming: splitting all of it again would make
+            continue                # a long line cost the square of its length
+        *lines, rest = pending.split(b"\n")
+        pending = bytearray(rest)
         for raw in lines:
             line = raw.rstrip(b"\r").decode("utf-8", "replace")
             if not line:
@@ -322,16 +289,28 @@ def iter_sse(chunks):
                 data.append(value)
 
 
+def bounded(chunks, limit):
+    """The chunks of a response body, refused (Unusable) once they add up to more than `limit`."""
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise Unusable(f"response: larger than {jsonin.describe_bytes(limit)}")
+        yield chunk
+
+
 def read_reply(response, on_text, parse_plain, parse_stream):
     """The Reply in a plain JSON body or in an SSE stream, whichever the server sent.
 
     A server that ignores "stream": true answers in one piece; its text goes to on_text at once.
+    Either is read to jsonin.MAX_BYTES at most (counted after any gzip is undone).
     """
+    # chunk_size=None yields each chunk as the server sends it, so text reaches on_text at once.
+    chunks = bounded(response.iter_content(chunk_size=None), jsonin.MAX_BYTES)
     content_type = response.headers.get("Content-Type", "")
     if on_text is None or content_type.startswith("application/json"):
-        reply = parse_plain(load_json(response.content))
+        reply = parse_plain(load_json(b"".join(chunks)))
         if on_text and reply.text:
             on_text(reply.text)
         return reply
-    # chunk_size=None yields each chunk as the server sends it, so text reaches on_text at once.
-    return parse_stream(iter_sse(response.iter_content(chunk_size=None)))
+    return parse_stream(iter_sse(chunks))

@@ -6,7 +6,9 @@ They exist for tests, demos and shell pipelines, so they are deterministic and n
 import json
 import re
 
+from .. import jsonin
 from ..errors import TempFail, UsageError
+from ..keys import redact
 from .base import Model, ModelError, Reply, ToolCall, default_stop, make_usage
 
 RULE_KEYS = {"match", "reply", "steps", "comment"}
@@ -46,7 +48,8 @@ class ScriptedModel(Model):
             if rule.match is None or rule.match.search(subject):
                 spec = rule.steps[min(step, len(rule.steps) - 1)]
                 return self._reply(spec, rule, step, messages, on_text)
-        raise ModelError(f"scripted: no rule matches {subject[:60]!r} (step {step}) "
+        # Keys redacted before the cut, as in every error text (a key cut in two stays unfound).
+        raise ModelError(f"scripted: no rule matches {redact(subject)[:60]!r} (step {step}) "
                          f"in {self.path}")
 
     def _reply(self, spec, rule, step, messages, on_text):
@@ -161,14 +164,21 @@ def reply_problem(reply):
 
 
 def load_rules(path):
-    """Rules from a JSON array, or from JSONL: one rule a line, blank lines and # lines skipped."""
+    """Rules from a JSON array, or from JSONL: one rule a line, blank lines and # lines skipped.
+
+    Within jsonin's bounds: a file of at most jsonin.MAX_BYTES, rules nested at most
+    jsonin.MAX_DEPTH levels deep.
+    """
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(jsonin.MAX_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"scripted: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"scripted: {path}: not UTF-8 text") from None
+    if jsonin.size(text) > jsonin.MAX_BYTES:
+        raise UsageError(f"scripted: {path}: larger than "
+                         f"{jsonin.describe_bytes(jsonin.MAX_BYTES)}")
     if text.lstrip().startswith("["):
         items = json_array_items(path, text)
     else:
@@ -185,14 +195,18 @@ def jsonl_items(path, text):
         if not line or line.startswith("#"):
             continue
         try:
-            items.append((number, json.loads(line)))
-        except ValueError as exc:
-            raise bad_line(path, number, f"not JSON ({getattr(exc, 'msg', exc)})") from None
+            items.append((number, jsonin.loads(line)))
+        except jsonin.JSONError as exc:
+            raise bad_line(path, number, exc.reason) from None
     return items
 
 
 def json_array_items(path, text):
     """(line, element) for each element of a JSON array, so errors can name the rule's line."""
+    try:
+        jsonin.check(text)      # before the decoder, which recurses once a level
+    except jsonin.TooDeep as exc:
+        raise bad_line(path, line_of(text, exc.pos), exc.reason) from None
     decoder, items = json.JSONDecoder(), []
     pos = skip_space(text, text.index("[") + 1)
     if text.startswith("]", pos):

@@ -4,52 +4,55 @@
 
 import json
 import secrets
+from urllib.parse import urlsplit
 
-from .base import Model, Reply, ToolCall, Transient, load_json, make_usage
+from .api import HTTPModel
+from .base import (Reply, ToolCall, Transient, index, load_json, make_usage, mapping, mappings,
+                   said, string, with_tool_ids)
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+OPENAI_HOST = "api.openai.com"
+DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
 # What a request message may carry; anything else the caller keeps for itself stays home.
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same thing
 
 
-class OpenAIModel(Model):
+class OpenAIModel(HTTPModel):
     provider = "openai"
+    url_variable, default_url = "OPENAI_BASE_URL", DEFAULT_BASE_URL
+    key_variable = "OPENAI_API_KEY"
+    path = "/chat/completions"
 
-    def __init__(self, model):
-        self.model = model
-        self.name = f"openai:{model}"
-        self._client = None
+    def options(self, url):
+        from .http import env_number
+        limit = env_number("AGENTCTL_MAX_TOKENS", None, minimum=1, kind=int)
+        # Unset, nothing is sent: the server's own limit holds.
+        return {"token_limit": {max_tokens_field(url): limit} if limit else {}}
 
-    def check(self):
-        self._endpoint()
+    def headers(self, endpoint):
+        return {"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}
 
-    def _endpoint(self):
-        # Imported here, not at the top: requests costs more start-up time than get_model should.
-        from . import http
-        url = http.base_url("OPENAI_BASE_URL", DEFAULT_BASE_URL)
-        key = http.api_key("OPENAI_API_KEY", url, self.name)
-        return url + "/chat/completions", key
+    def request_body(self, messages, tools, stream, endpoint):
+        return {**request_body(self.model, messages, tools, stream),
+                **endpoint.options["token_limit"]}
 
-    def complete(self, messages, tools, on_text=None):
-        from . import http
-        if self._client is None:
-            self._client = http.Client(self.provider)
-        url, key = self._endpoint()
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = request_body(self.model, messages, tools, stream=on_text is not None)
+    def parse_plain(self, body, messages):
+        return parse_completion(body, messages)
 
-        def read(response):
-            return http.read_reply(response, on_text,
-                                   lambda obj: parse_completion(obj, messages),
-                                   lambda events: read_stream(events, messages, on_text))
+    def parse_stream(self, events, messages, on_text):
+        return read_stream(events, messages, on_text)
 
-        return self._client.post(url, headers, body, read, secret=key)
+
+def max_tokens_field(url):
+    """The name a server reads a reply's token limit under. OpenAI's own API has renamed it, and
+    refuses the old name for its reasoning models; the compatible servers (llama.cpp's, vLLM,
+    Ollama, LM Studio) read the old one."""
+    return "max_completion_tokens" if urlsplit(url).hostname == OPENAI_HOST else "max_tokens"
 
 
 def request_body(model, messages, tools, stream):
+    # Ids are sent as they are (OpenAI takes one repeated in a later turn), but for none at all.
+    messages = with_tool_ids(messages, keeps=lambda call_id, used: bool(call_id))
     body = {"model": model, "messages": [clean_message(m) for m in messages]}
     if tools:       # some compatible servers reject an empty list
         body["tools"] = tools
@@ -61,6 +64,13 @@ def request_body(model, messages, tools, stream):
 
 def clean_message(message):
     return {k: message[k] for k in MESSAGE_KEYS if k in message}
+
+
+def content_text(content):
+    """A message's text: a string, or (from a few compatible servers) a list of parts."""
+    if isinstance(content, list):
+        return "".join(string(p.get("text")) for p in mappings(content) if p.get("type") == "text")
+    return string(content)
 
 
 def arguments_text(arguments):
@@ -76,6 +86,7 @@ def fresh_call_id():
 
 
 def stop_reason(raw, tool_calls):
+    raw = string(raw)
     if not raw:
         return "tool_calls" if tool_calls else "stop"
     return STOP_REASONS.get(raw, raw)
@@ -88,16 +99,17 @@ def usage_counts(usage):
 
 def parse_completion(body, messages):
     """The Reply in a plain (non-streamed) chat.completion object."""
-    try:
-        choice = body["choices"][0]
-        message = choice["message"]
-    except (KeyError, IndexError, TypeError):
-        raise Transient("malformed response (no choices[0].message)") from None
-    text = message.get("content") or ""
+    choices = mapping(body).get("choices")
+    choice = mapping(choices[0] if isinstance(choices, list) and choices else None)
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise Transient("malformed response (no choices[0].message)")
+    text = content_text(message.get("content"))
     calls = []
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        calls.append(ToolCall(call.get("id") or fresh_call_id(), function.get("name") or "",
+    for call in mappings(message.get("tool_calls")):
+        function = mapping(call.get("function"))
+        calls.append(ToolCall(string(call.get("id")) or fresh_call_id(),
+                              string(function.get("name")),
                               arguments_text(function.get("arguments"))))
     usage = make_usage(messages, text, calls, *usage_counts(body.get("usage")))
     return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls))
@@ -121,31 +133,31 @@ class StreamState:
             # Errors inside a 200 stream come from the server's side of the generation.
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error
-            raise Transient(f"error in stream: {str(message).splitlines()[0][:200]}")
-        if chunk.get("usage"):
+            raise Transient(f"error in stream: {said(message) or 'no message'}")
+        if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) == 0:
+        for choice in mappings(chunk.get("choices")):
+            if index(choice.get("index"), 0) == 0:
                 self._feed_choice(choice)
 
     def _feed_choice(self, choice):
-        delta = choice.get("delta") or {}
-        text = delta.get("content")
+        delta = mapping(choice.get("delta"))
+        text = content_text(delta.get("content"))
         if text:
             self.text.append(text)
             self.on_text(text)
-        for position, piece in enumerate(delta.get("tool_calls") or ()):
+        for position, piece in enumerate(mappings(delta.get("tool_calls"))):
             self._feed_call(piece, position)
-        if choice.get("finish_reason"):
+        if string(choice.get("finish_reason")):
             self.finish = choice["finish_reason"]
 
     def _feed_call(self, piece, position):
-        call = self.calls.setdefault(piece.get("index", position),
+        call = self.calls.setdefault(index(piece.get("index"), position),
                                      {"id": "", "name": "", "arguments": ""})
-        if piece.get("id"):
+        if string(piece.get("id")):
             call["id"] = piece["id"]
-        function = piece.get("function") or {}
-        name = function.get("name")
+        function = mapping(piece.get("function"))
+        name = string(function.get("name"))
         # The name normally comes whole in the first piece; some servers repeat it in every one.
         if name and name != call["name"]:
             call["name"] += name

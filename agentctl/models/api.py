@@ -1,0 +1,115 @@
+"""HTTPModel: what the API providers share, the provider modules filling in what differs.
+
+A provider names its settings (base URL variable and default, key variable, path) and gives four
+pieces: the request headers, the request body, the parser of a plain JSON reply and the parser of
+an event stream. The rest, reading and checking the environment, the session, the retries and the
+error text, is here and in http.py.
+
+Kept free of requests: naming an API model (get_model) must stay cheap; http.py, which needs it,
+is imported when a call is made.
+"""
+
+import re
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .base import Model
+
+# What the APIs (OpenAI, Anthropic, vLLM, llama.cpp's server) say of a conversation too long for
+# the model, in a 400's message or error code.
+CONTEXT_TOO_LONG = re.compile(r"context.length|maximum context|too long|exceeds the (available )?"
+                              r"context|context size", re.IGNORECASE)
+CONTEXT_HINT = "a smaller context window may help: agent-fork -w TOKENS or AGENTCTL_CONTEXT_WINDOW"
+
+
+@dataclass
+class Endpoint:
+    """What one call reads from the environment, checked: read again at every call, never kept."""
+
+    url: str                # the base URL, without a trailing slash
+    key: str                # "" for a loopback server without one
+    options: dict = field(default_factory=dict)     # the provider's own settings
+
+
+class HTTPModel(Model):
+    provider = ""           # "openai": the name before the colon, and in messages
+    url_variable = ""       # "OPENAI_BASE_URL"
+    default_url = ""
+    key_variable = ""       # "OPENAI_API_KEY"
+    path = ""               # appended to the base URL: "/chat/completions"
+
+    def __init__(self, model):
+        self.model = model
+        self.name = f"{self.provider}:{model}"
+        # Sessions not in use: the calls of a turn reuse a kept-alive connection, and calls made
+        # at once from several threads never share one. Nothing is kept per thread.
+        self._idle = []
+        self._lock = threading.Lock()
+
+    # -- what a provider fills in ----------------------------------------------------------------
+
+    def options(self, url):
+        """The provider's own settings from the environment, checked (UsageError)."""
+        return {}
+
+    def headers(self, endpoint):
+        """The request's headers beyond Content-Type: the key, the API version."""
+        raise NotImplementedError
+
+    def request_body(self, messages, tools, stream, endpoint):
+        raise NotImplementedError
+
+    def parse_plain(self, body, messages):
+        """The Reply in a parsed JSON body; Transient when the body is not what it should be."""
+        raise NotImplementedError
+
+    def parse_stream(self, events, messages, on_text):
+        """The Reply in an iterable of (event, data) server-sent events, text given to on_text."""
+        raise NotImplementedError
+
+    # -- the rest ----------------------------------------------------------------------------------
+
+    def hint(self, status, text, endpoint):
+        """What the message of a refusal (HTTP `status`, body `text`) should end with."""
+        if status == 401 and not endpoint.key:
+            return f" (set {self.key_variable})"
+        if status == 400 and CONTEXT_TOO_LONG.search(text):
+            return f" ({CONTEXT_HINT})"
+        return ""
+
+    def check(self):
+        self.endpoint()
+
+    def endpoint(self):
+        from . import http
+        url = http.base_url(self.url_variable, self.default_url)
+        key = http.api_key(self.key_variable, url, self.name)
+        return Endpoint(url, key, self.options(url))
+
+    def complete(self, messages, tools, on_text=None):
+        from . import http
+        endpoint = self.endpoint()
+        headers = {"Content-Type": "application/json", **self.headers(endpoint)}
+        body = self.request_body(messages, tools, on_text is not None, endpoint)
+
+        def read(response):
+            return http.read_reply(response, on_text,
+                                   lambda obj: self.parse_plain(obj, messages),
+                                   lambda events: self.parse_stream(events, messages, on_text))
+
+        with self._session() as session:
+            return http.post(session, self.provider, endpoint.url + self.path, headers, body,
+                             read, lambda status, text: self.hint(status, text, endpoint))
+
+    @contextmanager
+    def _session(self):
+        from . import http
+        with self._lock:
+            session = self._idle.pop() if self._idle else None
+        session = session or http.new_session()
+        try:
+            yield session
+        finally:
+            with self._lock:
+                self._idle.append(session)
