@@ -51,3 +51,15 @@ def test_the_demo_runs_twice_on_one_database():
         assert "(agent-wait exited 3)" in out
     versions = shell("agent-doc log -q surveys/sqlite-wal").out.split()
     assert versions == ["1", "2"]
+
+
+def test_a_daemon_restarted_after_a_failure_and_its_parent_told():
+    result = shell(f"sh {EXAMPLES}/daemon.sh")
+    assert result.code == 0, result.err
+    out = result.out
+    assert "(agent-run exited 69)" in out
+    assert re.search(r"watcher\s+S\s+1\s+model API error", out)    # restarted once
+    assert "queue watched" in out                                   # then it worked
+    notices = out.split("$ agent-mail -a lead\n")[1].splitlines()
+    assert len(notices) == 2 and re.match(r"failure\s+watcher \(\S+\) failed; restarting",
+                                          notices[1])
