@@ -36,13 +36,15 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
 
 # The full-size robustness runs (the suite runs smaller ones): 16 writers x
-# 1,000 operations beside two agent-run --all loops, 1,500 fuzz cases per
-# program, and every crash point; each prints its figures.
+# 1,000 operations beside two agent-run --all loops, 8 senders x 200 mails,
+# 1,500 fuzz cases per program, and every crash point; each prints its figures.
 soak: $(STAMP)
 	rm -f .fuzz-cases
-	AGENTCTL_SOAK_OPS=1000 AGENTCTL_FUZZ_EXAMPLES=1500 AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
+	AGENTCTL_SOAK_OPS=1000 AGENTCTL_SOAK_MAILS=200 AGENTCTL_FUZZ_EXAMPLES=1500 \
+		AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
 		$(VENV)/bin/python -m pytest -s -p no:cacheprovider \
-		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py tests/test_crash_long_lived.py; \
+		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py tests/test_crash_long_lived.py \
+		tests/test_mail.py::test_eight_processes_sending_at_once_lose_nothing; \
 	status=$$?; awk '{n += $$1} END {print "fuzz cases run: " n + 0}' .fuzz-cases; \
 	rm -f .fuzz-cases; exit $$status
 

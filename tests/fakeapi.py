@@ -67,7 +67,7 @@ class FakeAPI:
         """Queue a reply. tool_calls: (name, arguments) pairs or (id, name, arguments) triples.
 
         faults: cut_after=N events (clean=True ends the stream neatly but without its end mark),
-        malformed=True, delay=seconds before answering, stall_after=N events + stall=seconds,
+        malformed=True, delay=seconds before answering, hold=an Event to wait for first, stall_after=N events + stall=seconds,
         error_event="overloaded_error" sent after cut_after events (Anthropic streams),
         ignore_stream=True answers a stream request with a plain JSON body, drop=True closes the
         connection without a word, as a server closing a kept-alive connection at once does,
@@ -139,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error_reply(flavour, behaviour)
             else:
                 time.sleep(behaviour.get("delay", 0))
+                if "hold" in behaviour:         # a threading.Event the test sets
+                    behaviour["hold"].wait(60)
                 if body.get("stream") and not behaviour.get("ignore_stream"):
                     self.send_stream(flavour, behaviour, body)
                 else:

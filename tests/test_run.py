@@ -187,14 +187,28 @@ def test_mail_arriving_mid_turn_is_injected_before_the_next_call(conn, fakeapi, 
     assert unread(conn, "a") == 0
 
 
-def test_two_runs_of_one_agent_exactly_one_turn(conn, fakeapi):
+@pytest.mark.parametrize("late", [0, 1.0])
+def test_two_runs_of_one_agent_exactly_one_turn(conn, fakeapi, late):
+    """Two runs started together: one claims the agent, the other is told it is
+    claimed (75). The reply is held until the loser has exited, so that the two
+    overlap whatever the load (with a fixed delay, a run started late under load
+    found the turn already done, and exited 1)."""
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    fakeapi.reply("slow answer", delay=0.4)
-    env = dict(os.environ, AGENTCTL_HTTP_TIMEOUT="5")
+    hold = threading.Event()
+    fakeapi.reply("slow answer", hold=hold)
+    env = dict(os.environ, AGENTCTL_HTTP_TIMEOUT="60")
     cmd = [sys.executable, os.path.join(ROOT, "bin", "agent-run"), "a"]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    results = sorted((p.wait(), p.stdout.read(), p.stderr.read()) for p in procs)
+    procs = []
+    for _ in range(2):      # `late`: the second starts as a loaded machine may start it
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+        time.sleep(late)
+    deadline = time.monotonic() + 60
+    while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    hold.set()
+    outs = [p.communicate(timeout=60) for p in procs]
+    results = sorted((p.returncode, out, err) for p, (out, err) in zip(procs, outs))
     assert [r[0] for r in results] == [0, 75]
     assert results[0][1] == "slow answer\n"
     assert "claimed by another agent-run" in results[1][2]
