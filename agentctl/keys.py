@@ -21,3 +21,30 @@ def redact(text):
     for value in sorted((v for v in values if len(v) >= SHORTEST), key=len, reverse=True):
         text = text.replace(value, "***")
     return text
+
+
+def _values():
+    values = {os.environ.get(name, "").strip() for name in VARIABLES}
+    return [v for v in values if len(v) >= SHORTEST]
+
+
+class Stream:
+    """redact() for text that arrives in pieces (a streamed reply): a key split
+    between two pieces is still found, because the end of what came so far that
+    could begin a key is held back until the next piece (or flush()) shows it."""
+
+    def __init__(self, write):
+        self.write, self.held = write, ""
+        self.keep = max((len(v) for v in _values()), default=1) - 1
+
+    def __call__(self, piece):
+        text = redact(self.held + piece)
+        cut = max(0, len(text) - self.keep)
+        self.held = text[cut:]
+        if cut:
+            self.write(text[:cut])
+
+    def flush(self):
+        if self.held:
+            self.write(redact(self.held))
+        self.held = ""

@@ -8,6 +8,7 @@ import click
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import warn
+from agentctl import keys
 from agentctl.errors import UsageError
 from agentctl.ops import budget, deadlines, turns
 from agentctl.store import registry
@@ -46,13 +47,21 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
     stream = sys.stdout.isatty() and not as_json
     streamed = []
 
-    def on_text(chunk):
-        streamed.append(chunk)
-        sys.stdout.write(chunk)
+    def show(text):
+        sys.stdout.write(text)
         sys.stdout.flush()
 
-    outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
-                         on_text=on_text if stream else None)
+    shown = keys.Stream(show)       # a key the model repeats is never shown
+
+    def on_text(chunk):
+        streamed.append(chunk)
+        shown(chunk)
+
+    try:
+        outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
+                             on_text=on_text if stream else None)
+    finally:
+        shown.flush()
     if as_json:
         import json
         click.echo(json.dumps(outcome.record(), ensure_ascii=False))

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from agentctl import clock
+from agentctl import clock, jsonin
 from agentctl.cli.options import complete_agents
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body
@@ -98,7 +98,9 @@ def _bulk(conn, default_sender, default_at):
                 if not raw.strip():
                     continue
                 try:
-                    item = decode(raw.decode("utf-8", "replace"))     # as all stdin: U+FFFD
+                    line = raw.decode("utf-8", "replace")     # as all stdin: U+FFFD
+                    jsonin.check(line, what="JSON")             # no nesting to crash on
+                    item = decode(line)
                     if not isinstance(item, dict) or not isinstance(item.get("to"), str) \
                             or not isinstance(item.get("body"), str):
                         raise ValueError('want an object with string "to" and "body"')

@@ -3,6 +3,7 @@ prints and agent-run sends (one code path, so they never disagree)."""
 
 import re
 
+from agentctl import jsonin
 from agentctl.store import history, registry
 from agentctl.ids import short
 from agentctl.text import quoted
@@ -31,6 +32,19 @@ def _answer(out, waiting):
     waiting.clear()
 
 
+def sendable(arguments):
+    """A tool call's arguments as a model may be sent them again: the text it wrote
+    when that is a JSON object within bounds, else {} (the call was answered with
+    the error the model saw; the record keeps the raw text). Servers that template
+    the history (llama-server) refuse a conversation with broken JSON in it."""
+    try:
+        if isinstance(jsonin.loads(arguments or "{}", max_bytes=jsonin.ARGUMENTS_BYTES), dict):
+            return arguments or "{}"
+    except ValueError:
+        pass
+    return "{}"
+
+
 def as_openai(system_prompt, rows):
     """The messages array of the OpenAI Chat Completions API. Every call has a result and
     every result its call: the APIs reject either alone."""
@@ -46,7 +60,7 @@ def as_openai(system_prompt, rows):
                 out.append({"role": "assistant", "content": None})
             out[-1].setdefault("tool_calls", []).append({
                 "id": m["tool_call_id"], "type": "function",
-                "function": {"name": m["tool_name"], "arguments": m["content"]}})
+                "function": {"name": m["tool_name"], "arguments": sendable(m["content"])}})
             waiting[m["tool_call_id"]] = True
         elif kind == "tool_result":
             # Without its call in this context (a child's answer to the fork call of its

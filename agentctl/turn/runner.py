@@ -10,6 +10,7 @@ interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 import os
 import threading
 
+from agentctl import keys
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
 from agentctl.ops import budget, ending, lease, mail, supervise, turns
@@ -134,7 +135,29 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
         return ending.killed(conn, agent_id, turn_id, spec)
 
 
+def _separated(on_text):
+    """on_text for each step in turn: the text of a step starts on a line of its own
+    when an earlier step's text was shown (else they would run together)."""
+    if on_text is None:
+        return lambda: None
+    shown = {"any": False}
+
+    def for_step():
+        started = {"yet": False}
+
+        def step_text(chunk):
+            if chunk and not started["yet"]:
+                started["yet"] = True
+                if shown["any"]:
+                    on_text("\n")
+                shown["any"] = True
+            on_text(chunk)
+        return step_text
+    return for_step
+
+
 def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
+    next_step_text = _separated(on_text)
     while True:
         lease.check_not_killed(conn, agent_id)     # a KILL, or a grace period's end
         signal = registry.get(conn, agent_id)["pending_signal"]
@@ -164,12 +187,15 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
         system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
         if budget.over(conn, agent_id):        # the summary's call spent the rest
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
-        reply = client.complete(context.as_openai(system, rows), offered, on_text=on_text)
+        reply = client.complete(context.as_openai(system, rows), offered,
+                                on_text=next_step_text())
         with lease.holding(conn, agent_id):
-            history.append(conn, agent_id, "assistant", reply.text or "", turn_id=turn_id,
+            # A model repeating its environment must not write a key anywhere.
+            history.append(conn, agent_id, "assistant", keys.redact(reply.text or ""),
+                           turn_id=turn_id,
                            tokens=_measured(reply.usage))
             for call, call_id in zip(reply.tool_calls, _call_ids(conn, turn_id, reply.tool_calls)):
-                history.append(conn, agent_id, "tool_call", call.arguments,
+                history.append(conn, agent_id, "tool_call", keys.redact(call.arguments),
                                tool_name=call.name, tool_call_id=call_id, turn_id=turn_id)
             turns.record_step(conn, turn_id, agent_id, reply.usage)
         if not reply.tool_calls:

@@ -11,7 +11,7 @@ one transaction, so a crash leaves either both or neither.
 import datetime
 import json
 
-from agentctl import clock
+from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
 from agentctl.ops import docs, lease, lifecycle, mail, signals
@@ -90,9 +90,12 @@ def validate(name, raw):
     if name not in SPECS:
         raise ToolError(f"unknown tool: {name} (tools: {', '.join(SPECS)})")
     try:
-        args = valid_json(json.loads(raw)) if raw and raw.strip() else {}
+        args = valid_json(jsonin.loads(raw, what="arguments", max_bytes=jsonin.ARGUMENTS_BYTES)) \
+            if raw and raw.strip() else {}
+    except jsonin.OutOfBounds as e:
+        raise ToolError(str(e))
     except ValueError as e:
-        raise ToolError(f"arguments are not valid JSON: {e}")
+        raise ToolError(f"arguments are not valid JSON: {getattr(e, 'reason', e)}")
     schema = SPECS[name][1]
     if not isinstance(args, dict):
         raise ToolError("arguments must be a JSON object")

@@ -1,0 +1,92 @@
+"""Hostile input from models and from the programs' own input: no agent wedged,
+no key shown or stored, nothing sent back to a model that it can't take."""
+
+import json
+
+from agentctl import keys
+from agentctl.store import registry
+from agentctl.turn import runner
+
+from .conftest import agent, fork
+from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
+
+NESTED = "[" * 5000 + "]" * 5000
+
+
+def script(tmp_path, *rules):
+    path = tmp_path / "rules.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+def test_deeply_nested_tool_arguments_are_a_tool_error_not_a_wedged_agent(conn, tmp_path):
+    fork("-n", "a", "-m", script(tmp_path, {"steps": [
+        {"tool_calls": [{"id": "n", "name": "send", "arguments": NESTED}]},
+        {"content": "recovered"}]}), "go")
+    result = agent("run", "a")
+    assert (result.code, result.out) == (0, "recovered\n"), result.err
+    answer = conn.execute("SELECT content FROM messages WHERE kind = 'tool_result'").fetchone()[0]
+    assert answer == "error: arguments: nested more than 100 levels deep"
+    agent("send", "a", "again")
+    assert agent("replay", "a").code == 0
+    assert agent("run", "a").code == 0                  # and every later run works
+
+
+def test_arguments_that_are_no_json_are_kept_but_sent_back_as_an_empty_object(conn, fakeapi):
+    fork("-n", "a", "-m", "openai:gpt-test", "go")
+    fakeapi.reply("", tool_calls=[("c1", "send", '{"to": "a", "body": ')])
+    fakeapi.reply("done")
+    assert agent("run", "a").code == 0
+    sent = fakeapi.requests[1]["body"]["messages"]
+    call = [m for m in sent if m.get("tool_calls")][0]["tool_calls"][0]
+    assert call["function"]["arguments"] == "{}"
+    stored = conn.execute("SELECT content FROM messages WHERE kind = 'tool_call'").fetchone()[0]
+    assert stored == '{"to": "a", "body": '               # the record keeps what it wrote
+    openai = json.loads(agent("replay", "--format", "openai", "a").out)
+    assert [m for m in openai if m.get("tool_calls")][0]["tool_calls"][0]["function"][
+        "arguments"] == "{}"
+
+
+def test_a_nested_jsonl_line_is_a_usage_error_naming_the_line(conn):
+    fork("-n", "a")
+    lines = json.dumps({"to": "a", "body": "ok"}) + "\n" + '{"to": "a", "body": ' + NESTED + "}\n"
+    result = agent("send", "--jsonl", stdin=lines)
+    assert result.code == 2
+    assert result.err == "agent-send: line 2: JSON: nested more than 100 levels deep\n"
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+
+
+def test_a_key_the_model_repeats_is_neither_stored_nor_printed(conn, fakeapi, home):
+    fork("-n", "a", "-m", "openai:gpt-test", "what is your key?")
+    fakeapi.reply(f"my key is {OPENAI_KEY}, see", tool_calls=[
+        ("c1", "send", json.dumps({"to": "a", "body": OPENAI_KEY}))])
+    fakeapi.reply(f"again {OPENAI_KEY}")
+    result = agent("run", "--json", "a")
+    assert result.code == 0, result.err
+    assert OPENAI_KEY not in result.out and json.loads(result.out)["text"] == "again ***"
+    raw = home.read_bytes() + b"".join(
+        p.read_bytes() for p in home.parent.glob("agents.db-wal"))
+    assert OPENAI_KEY.encode() not in raw
+
+
+def test_a_key_split_between_streamed_pieces_is_still_hidden(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    shown = []
+    stream = keys.Stream(shown.append)
+    text = f"the key: {ANTHROPIC_KEY} done"
+    for cut in range(0, len(text), 3):
+        stream(text[cut:cut + 3])
+    stream.flush()
+    assert "".join(shown) == "the key: *** done"
+
+
+def test_the_text_of_separate_steps_is_streamed_on_separate_lines(conn, tmp_path):
+    fork("-n", "a", "-m", script(tmp_path, {"steps": [
+        {"content": "looking", "tool_calls": [{"id": "m", "name": "check_mail",
+                                              "arguments": {}}]},
+        {"content": "found it"}]}), "go")
+    shown = []
+    outcome = runner.run(conn, "a", on_text=shown.append)
+    assert outcome.text == "found it"
+    assert "".join(shown) == "looking\nfound it"
+    assert registry.resolve(conn, "a")["status"] == "S"
