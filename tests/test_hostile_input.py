@@ -90,3 +90,49 @@ def test_the_text_of_separate_steps_is_streamed_on_separate_lines(conn, tmp_path
     assert outcome.text == "found it"
     assert "".join(shown) == "looking\nfound it"
     assert registry.resolve(conn, "a")["status"] == "S"
+
+
+def test_fork_refuses_a_model_no_provider_answers_to(conn):
+    result = agent("fork", "-n", "a", "-m", "nosuch:x")
+    assert (result.code, result.err) == (
+        2, "agent-fork: unknown model: nosuch:x (expected openai:NAME, anthropic:NAME, echo "
+           "or scripted:FILE)\n")
+    assert conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
+
+
+def test_the_sleep_tool_refuses_a_time_without_a_zone(conn, tmp_path):
+    fork("-n", "a", "-m", script(tmp_path, {"steps": [
+        {"tool_calls": [{"id": "s", "name": "sleep", "arguments": {"until": "2030-01-01T09:30"}}]},
+        {"tool_calls": [{"id": "t", "name": "sleep",
+                         "arguments": {"until": "2030-01-01T09:30:00Z"}}]}]}), "go")
+    assert agent("run", "a").code == 0
+    results = [r[0] for r in conn.execute(
+        "SELECT content FROM messages WHERE kind = 'tool_result' ORDER BY id")]
+    assert results[0] == ('error: until: "2030-01-01T09:30" has no zone: add Z for UTC '
+                          '(the times you see are UTC), or +HH:MM')
+    assert results[1] == "sleeping until 2030-01-01T09:30:00Z"
+
+
+def test_an_agent_that_has_exited_sends_no_mail(conn, monkeypatch):
+    fork("-n", "to")
+    gone = fork("-n", "gone")
+    agent("kill", "gone")
+    result = agent("send", "--from", "gone", "to", "hello")
+    assert (result.code, result.err) == (3, "agent-send: gone: can't send mail: it has exited\n")
+    lines = json.dumps({"to": "to", "body": "hi", "from": "gone"}) + "\n"
+    assert agent("send", "--jsonl", stdin=lines).code == 3
+    monkeypatch.setenv("AGENT_ID", gone)
+    assert agent("send", "to", "hello").code == 3
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+
+
+def test_wait_parent_waits_for_that_agents_children_and_none_is_no_wait(conn):
+    fork("-n", "lead")
+    assert agent("wait", "--parent", "lead", "--timeout", "5").code == 0     # no children
+    fork("-p", "lead", "-n", "w1")
+    fork("-n", "other")
+    agent("kill", "w1")
+    result = agent("wait", "--parent", "lead", "-o", "name,status", "--no-headers")
+    assert (result.code, result.lines) == (3, ["w1  killed TERM"])
+    assert registry.resolve(conn, "other")["status"] == "S"          # not waited for
+    assert agent("wait", "--parent", "lead", "w1").code == 2

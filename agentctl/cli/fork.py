@@ -6,6 +6,7 @@ from agentctl.cli.options import Count, Duration, complete_agents, complete_word
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body
 from agentctl.errors import UsageError
+from agentctl import modelspec
 from agentctl.ids import INIT_ID, ROLES
 from agentctl.ops import lifecycle
 from agentctl.store import registry
@@ -55,6 +56,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     body = read_body(prompt) if prompt is not None else None
     if prompt is not None and (body is None or not body.strip()):
         raise UsageError("empty prompt")
+    if model is not None:
+        modelspec.check_name(model)
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)

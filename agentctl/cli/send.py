@@ -10,7 +10,6 @@ from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body
 from agentctl.errors import AgentctlError, UsageError
 from agentctl.ops import mail
-from agentctl.store import registry
 from agentctl.store.db import transaction
 from agentctl.text import valid
 
@@ -20,7 +19,8 @@ BATCH = 1000     # --jsonl lines per transaction
 @program("agent-send")
 @click.option("--from", "sender", metavar="AGENT", shell_complete=complete_agents, help="The sender (default self, else the operator).")
 @click.option("--jsonl", is_flag=True,
-              help='Read {"to": ..., "body": ..., "from": ...} lines from stdin.')
+              help='Read {"to": ..., "body": ..., "from": ..., "at": ...} lines from stdin '
+                   '("from" and "at" optional, as --from and --at).')
 @click.option("--at", "at", metavar="TIME",
               help="Deliver at TIME: ISO 8601 (no zone: local time) or HH:MM (next one).")
 @click.option("--in", "after", metavar="DURATION",
@@ -64,8 +64,8 @@ def _when(at, delay):
 def _sender(conn, ref):
     if ref is None:
         me = actor(conn)
-        return me["id"] if me else None
-    return None if ref == "-" else registry.resolve(conn, ref)["id"]
+        return mail.sender(conn, me["id"]) if me else None
+    return mail.sender(conn, ref)
 
 
 def _bulk(conn, default_sender, default_at):
@@ -111,7 +111,7 @@ def _bulk(conn, default_sender, default_at):
                     if frm is not None and not isinstance(frm, str):
                         raise ValueError('"from" must be a string (an agent, or - for the operator)')
                     from_id = default_id if frm is None else lookup(
-                        senders, frm, lambda r: None if r == "-" else registry.resolve(conn, r)["id"])
+                        senders, frm, lambda r: mail.sender(conn, r))
                     at = item.get("at")
                     if at is not None and not isinstance(at, str):
                         raise ValueError('"at" must be a string (a TIME, as for --at)')

@@ -16,16 +16,20 @@ from agentctl.store import registry
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Give up after SECONDS (exit 1).")
 @click.option("--any", "any_one", is_flag=True, help="Return when the first one exits.")
+@click.option("--parent", metavar="AGENT", shell_complete=complete_agents,
+              help="Wait for the children of AGENT (instead of self's).")
 @output_options
 @click.argument("agents", nargs=-1, metavar="[AGENT...]", shell_complete=complete_agents)
-def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents):
+def cli(db_path, timeout, any_one, parent, fmt, columns, quiet, null, no_headers, agents):
     """Wait for each AGENT (default: every child of self; ids from stdin when
     piped) to exit; print id, status and result; reap them (Z -> X).
 
     Exit 0 when all exited normally, 1 on timeout, 3 when one failed or was killed.
     """
     refs = list(agents)
-    if not refs and stdin_is_data():
+    if parent is not None and refs:
+        raise UsageError("--parent waits for its children: give no AGENT with it")
+    if not refs and parent is None and stdin_is_data():
         refs = read_words()
         if not refs:
             return 0        # an empty pipe: nothing to wait for (as xargs -r)
@@ -38,7 +42,8 @@ def cli(db_path, timeout, any_one, fmt, columns, quiet, null, no_headers, agents
         if me and me["id"] in ids:
             raise UsageError(f"{refs[ids.index(me['id'])]}: can't wait for itself ($AGENT_ID)")
     else:
-        ids = registry.children(conn, me["id"] if me else INIT_ID)
+        owner = registry.resolve(conn, parent)["id"] if parent else (me["id"] if me else INIT_ID)
+        ids = registry.children(conn, owner)
     collected, pending = lifecycle.wait(conn, ids, timeout=timeout, any_one=any_one,
                                        actor=me["id"] if me else None,
                                        tick=lambda: deadlines.carry_out(conn),

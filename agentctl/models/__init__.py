@@ -7,15 +7,15 @@ modules are imported only by get_model, so importing this package costs no netwo
 """
 
 from ..errors import UsageError
+from ..modelspec import EXPECTED, check_name
 from .base import Model, ModelError, Reply, ToolCall
 
 __all__ = ["Model", "ModelError", "Reply", "ToolCall", "get_model"]
 
-EXPECTED = "expected openai:NAME, anthropic:NAME, echo or scripted:FILE"
-
 
 def get_model(spec):
     """The Model named by `spec`; UsageError for a name no provider answers to."""
+    check_name(spec)
     if spec == "echo":
         from .offline import EchoModel
         return EchoModel()

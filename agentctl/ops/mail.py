@@ -29,6 +29,17 @@ def check_recipient(agent):
         raise Refused(f"{registry.label(agent)}: can't receive mail: it has exited")
 
 
+def sender(conn, ref):
+    """The id of the agent `ref` names as a sender (- for the operator: None); an
+    agent that has exited sends nothing (Refused)."""
+    if ref == "-":
+        return None
+    agent = registry.resolve(conn, ref)
+    if registry.has_exited(agent):
+        raise Refused(f"{registry.label(agent)}: can't send mail: it has exited")
+    return agent["id"]
+
+
 def recipient(conn, ref):
     """The agent `ref` names, when it can receive mail."""
     agent = registry.resolve(conn, ref)

@@ -9,7 +9,6 @@ one transaction, so a crash leaves either both or neither.
 """
 
 import datetime
-import json
 
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
@@ -48,7 +47,8 @@ SPECS = {
              _schema({"agents": {"type": "array", "items": {"type": "string"}},
                       "timeout": {"type": "number", "minimum": 0, "maximum": 60}})),
     "ps": ("List your descendants: id, name, status, role.", _schema({})),
-    "sleep": ("End this turn and sleep: wake after `seconds`, or at `until` (ISO 8601).",
+    "sleep": ("End this turn and sleep: wake after `seconds`, or at `until` (ISO 8601 with "
+              "its zone, e.g. 2026-11-24T09:30:00Z).",
               _schema({"seconds": {"type": "number", "minimum": 0},
                        "until": {"type": "string"}})),
     "exit": ("Finish: exit with this result, which your parent collects.",
@@ -248,14 +248,28 @@ def _ps(conn, agent_id, args, call):
 def _sleep(conn, agent_id, args, call):
     if "until" in args and "seconds" in args:
         raise ToolError("give seconds or until, not both")
-    if "until" in args:       # the model's clock is UTC: a time with no zone is UTC
-        wake = clock.parse_time(args["until"], zone=datetime.timezone.utc)
+    if "until" in args:
+        wake = _zoned(args["until"])
     elif "seconds" in args:
         wake = clock.after(args["seconds"])
     else:
         raise ToolError("give seconds or until")
     registry.update(conn, agent_id, wake_at=wake)
     return f"sleeping until {clock.iso(wake)}"
+
+
+def _zoned(text):
+    """A time the model gives: ISO 8601 with its zone. A time without one is refused,
+    not guessed: the model only ever sees UTC times, and the operator's agent-send
+    --at reads zoneless times as local time."""
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ToolError(f"until: not an ISO 8601 time: {quoted(text)}") from None
+    if when.tzinfo is None:
+        raise ToolError(f"until: {quoted(text)} has no zone: add Z for UTC (the times you "
+                        "see are UTC), or +HH:MM")
+    return clock.parse_time(text)
 
 
 def _exit(conn, agent_id, args, call):
