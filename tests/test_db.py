@@ -111,7 +111,7 @@ def test_a_database_of_the_schema_before_is_migrated_on_open(tmp_path):
     assert result.code == 0, result.err
     assert agent("run", "--db", path, "a").code == 0
     conn = db.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 7
     assert [tuple(r) for r in conn.execute("SELECT woke_at FROM turns")] == [(None,)]
 
 
@@ -129,7 +129,7 @@ def test_a_database_of_schema_5_gets_each_agents_depth(tmp_path):
                    "kill_at", "last_failure"):
         conn.execute(f"ALTER TABLE agents DROP COLUMN {column}")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0006_lifecycle'")
-    conn.execute("PRAGMA user_version = 5")
+    conn.execute("PRAGMA user_version = 6")
     conn.commit()
     conn.close()
     assert agent("ps", "--db", path).code == 0

@@ -136,3 +136,28 @@ def test_wait_parent_waits_for_that_agents_children_and_none_is_no_wait(conn):
     assert (result.code, result.lines) == (3, ["w1  killed TERM"])
     assert registry.resolve(conn, "other")["status"] == "S"          # not waited for
     assert agent("wait", "--parent", "lead", "w1").code == 2
+
+
+def test_a_reply_cut_at_the_token_limit_is_recorded_and_said(conn, fakeapi):
+    fork("-n", "a", "-m", "openai:gpt-test", "write a lot")
+    fakeapi.reply("the beginning of", stop="length")
+    result = agent("run", "--json", "a")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["cut"] is True
+    assert result.err == ("agent-run: a: a reply was cut at the token limit "
+                          "(AGENTCTL_MAX_TOKENS, or the server's)\n")
+    assert conn.execute("SELECT stop_reason FROM turns").fetchone()[0] == "length"
+
+
+def test_all_names_the_agent_of_each_error_and_says_who_is_backing_off(conn, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("AGENTCTL_BACKOFF", "1h")
+    fork("-n", "bad", "-r", "daemon", "-m", script(tmp_path, {"steps": [{"fail": "error"}]}),
+         "go")
+    result = agent("run", "--all")
+    assert result.code == 69
+    assert result.err.splitlines()[0].startswith("agent-run: bad: model API error: ")
+    result = agent("run", "--all")
+    assert result.code == 1
+    assert result.err.startswith("agent-run: nothing to do now: 1 agent with input backing "
+                                 "off after failures, the first until 20")

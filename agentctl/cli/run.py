@@ -8,7 +8,7 @@ import click
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import warn
-from agentctl import keys
+from agentctl import clock, keys
 from agentctl.errors import UsageError
 from agentctl.ops import budget, deadlines, turns
 from agentctl.store import registry
@@ -69,6 +69,9 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
         click.echo("")
     elif outcome.text:
         click.echo(outcome.text)
+    if outcome.cut:
+        warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: a reply "
+                          "was cut at the token limit (AGENTCTL_MAX_TOKENS, or the server's)")
     if outcome.status == "over_budget":
         me = registry.get(conn, outcome.agent_id)
         warn("agent-run", f"{registry.label(me)}: turn ended over budget "
@@ -88,9 +91,17 @@ def _all(db_path, jobs, model, max_steps, as_json):
     conn = connect(db_path)
     deadlines.carry_out(conn)
     ids = turns.runnable(conn)
+    labels = {i: registry.label(registry.get(conn, i)) for i in ids}
+    waiting = turns.backing_off(conn)
     conn.close()
     if not ids:
-        warn("agent-run", "nothing to do")
+        if waiting:     # why nothing runs, and until when
+            first = min(r["retry_at"] for r in waiting)
+            warn("agent-run", f"nothing to do now: {len(waiting)} "
+                              f"agent{'s' if len(waiting) > 1 else ''} with input backing off "
+                              f"after failures, the first until {clock.iso(first)}")
+        else:
+            warn("agent-run", "nothing to do")
         return 1
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -108,8 +119,8 @@ def _all(db_path, jobs, model, max_steps, as_json):
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for agent_id, proc in pool.map(one, ids):
             codes[agent_id] = proc.returncode
-            if proc.stderr:
-                sys.stderr.write(proc.stderr)
+            if proc.stderr:     # each line names its agent, as the run of one would
+                sys.stderr.write(_named(proc.stderr, labels[agent_id]))
             if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
                 codes[agent_id] = 128 - proc.returncode
                 warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
@@ -123,6 +134,17 @@ def _all(db_path, jobs, model, max_steps, as_json):
                       f"{failed} failed")
     bad = [c for c in codes.values() if c not in (0, 1, 3)]
     return bad[0] if bad else 0
+
+
+def _named(text, label):
+    """A child run's error lines, each naming the agent when it does not already."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        body = line.removeprefix("agent-run: ")
+        if body is not line and not body.startswith(f"{label}: "):
+            line = f"agent-run: {label}: {body}"
+        lines.append(line)
+    return "".join(lines)
 
 
 def main(argv=None):

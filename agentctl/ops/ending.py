@@ -21,18 +21,20 @@ class Outcome:
     mail_read: int = 0
     model: str = ""
     exited: str = None           # how the agent exited after the turn, if it did
+    cut: bool = False            # a reply of the turn was cut at the token limit
 
     def record(self):
         return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,
                 "model": self.model, "steps": self.steps, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "mail_read": self.mail_read,
-                "exited": self.exited, "text": self.text}
+                "exited": self.exited, "text": self.text, "cut": self.cut}
 
 
 def outcome(conn, agent_id, turn_id, status, spec, exited=None):
     turn = turnlog.get(conn, turn_id)
     return Outcome(agent_id, turn_id, status, turnlog.final_text(conn, turn_id), turn["steps"],
-                   turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited)
+                   turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited,
+                   turn["stop_reason"] == "length")
 
 
 def how_it_ends(conn, turn_id, validate):

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 

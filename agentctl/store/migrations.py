@@ -194,6 +194,12 @@ def lifecycle(db):
     """)
 
 
+@MIGRATIONS(name="0007_stop_reason")
+def stop_reason(db):
+    # Why the model stopped its last reply of the turn, when that was the token limit.
+    _run(db, "ALTER TABLE turns ADD COLUMN stop_reason TEXT")
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

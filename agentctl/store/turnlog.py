@@ -4,7 +4,7 @@ How a turn starts, ends and is voided is ops/turns.py's."""
 import time
 
 COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read"))
-WRITABLE = frozenset(("first_msg_id", "woke_at"))
+WRITABLE = frozenset(("first_msg_id", "woke_at", "stop_reason"))
 
 
 def get(conn, turn_id):

@@ -198,6 +198,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
                 history.append(conn, agent_id, "tool_call", keys.redact(call.arguments),
                                tool_name=call.name, tool_call_id=call_id, turn_id=turn_id)
             turns.record_step(conn, turn_id, agent_id, reply.usage)
+            if reply.stop_reason == "length":       # cut at the token limit: say so
+                turnlog.update(conn, turn_id, stop_reason="length")
         if not reply.tool_calls:
             break
     return ending.commit(conn, agent_id, turn_id, spec,
