@@ -29,8 +29,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The demo runs on a database of its own, made afresh each time: never the
+# user's default one.
 demo: $(STAMP)
-	PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
+	rm -rf .demo && mkdir .demo
+	@echo "make demo: on the database $(CURDIR)/.demo/agents.db"
+	AGENTCTL_DB="$(CURDIR)/.demo/agents.db" PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
@@ -93,4 +97,4 @@ uninstall:
 	rm -rf "$(DESTDIR)$(LIBDIR)"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .fuzz-cases
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .fuzz-cases .demo

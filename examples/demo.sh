@@ -1,6 +1,6 @@
 #!/bin/sh
-# The tour, offline, on the default database ($AGENTCTL_DB, else
-# ~/.local/share/agentctl/agents.db): a lead agent forks two workers through
+# The tour, offline, on $AGENTCTL_DB (make demo gives it a database of its own,
+# .demo/agents.db in the checkout): a lead agent forks two workers through
 # its tools, cron-style runs execute them, the lead collects their results
 # and files them as a shared document, within a token budget; then replay
 # across a clear, deferred mail, and a cascade kill. The model is the
@@ -14,7 +14,7 @@ say() { printf '\n$ %s\n' "$*"; }
 agent-kill --cascade demo-lead >/dev/null 2>&1 || true
 agent-wait demo-lead >/dev/null 2>&1 || true
 
-say "agent-fork -n demo-lead -r lead --budget 20000 -m scripted:examples/models/fanout.jsonl -s 'You coordinate research.' 'Plan a survey of SQLite WAL internals'"
+say "agent-fork -n demo-lead -r lead --budget 20000 -m $model -s 'You coordinate research.' 'Plan a survey of SQLite WAL internals'"
 agent-fork -n demo-lead -r lead --budget 20000 -m "$model" -s "You coordinate research." "Plan a survey of SQLite WAL internals"
 say 'agent-run demo-lead                 # one turn: the lead forks two workers'
 agent-run demo-lead

@@ -51,7 +51,8 @@ def test_fork_carves_the_childs_budget_out_of_the_parents_account(conn):
         assert result.code == 2 and "--budget" in result.err, result.err
     table = agent("ps", "-f").lines
     assert table[0].split()[-1] == "BUDGET"
-    assert [line.split()[-1] for line in table[1:]] == ["-", "0/500", "0/300", "0/500", "0/200"]
+    assert [line.split()[-1] for line in table[1:]] == ["-", "0/500", "0/300", "(boss)", "0/200"]
+    assert table[4].endswith("0/500 (boss)")        # it shares boss's account
     assert agent("ps", "-o", "name,budget", "--format", "tsv").lines[1] == "init\t"
 
 
@@ -67,7 +68,7 @@ def test_every_model_call_is_charged_to_the_account(conn, tmp_path):
     row = conn.execute("SELECT tokens_in + tokens_out, spent FROM agents "
                        "WHERE name = 'helper'").fetchone()
     assert tuple(row) == (60, 0)      # its own tokens as ever; spending is the account's
-    assert agent("ps", "-o", "name,budget").lines[-1].split() == ["helper", "60/1000"]
+    assert agent("ps", "-o", "name,budget").lines[-1].split() == ["helper", "60/1000", "(boss)"]
 
 
 def test_turn_refused_at_start_when_over_budget_and_the_parent_told_once(conn, tmp_path):
@@ -251,3 +252,21 @@ def test_a_cascade_down_a_deep_chain_of_budgets_returns_everything(conn):
     statuses = {r[0] for r in conn.execute("SELECT status FROM agents WHERE id NOT IN (?, ?)",
                                            ("AAAAAAAAAAAAAAAAAAAAAA", top))}
     assert statuses == {"Z", "X"}
+
+
+def test_the_table_marks_an_inherited_account_and_tokens_are_each_agents_own(conn):
+    fork("-n", "lead", "--budget", "1000", "-m", "echo", "hello there")
+    fork("-p", "lead", "-n", "kid", "-m", "echo", "hi")
+    assert agent("run", "lead").code == 0
+    assert agent("run", "kid").code == 0
+    fork("-n", "free", "-m", "echo", "hey")
+    assert agent("run", "free").code == 0
+    rows = {r.split()[0]: r.split()[1:] for r in agent(
+        "ps", "-o", "name,budget,tokens", "--no-headers").lines}
+    lead_tokens, kid_tokens = int(rows["lead"][-1]), int(rows["kid"][-1])
+    spent = lead_tokens + kid_tokens
+    assert rows["lead"][:-1] == [f"{spent}/1000"]
+    assert rows["kid"][:-1] == [f"{spent}/1000", "(lead)"]    # the account, not its own
+    assert rows["free"][0] == "-" and int(rows["free"][1]) > 0
+    shown = json.loads(agent("ps", "-o", "name,spent,tokens", "--format", "json").out)
+    assert {r["name"]: r["tokens"] for r in shown}["kid"] == kid_tokens

@@ -2,6 +2,7 @@
 
 import os
 import re
+import subprocess
 
 from .conftest import ROOT, fork, shell
 
@@ -63,3 +64,15 @@ def test_a_daemon_restarted_after_a_failure_and_its_parent_told():
     notices = out.split("$ agent-mail -a lead\n")[1].splitlines()
     assert len(notices) == 2 and re.match(r"failure\s+watcher \(\S+\) failed; restarting",
                                           notices[1])
+
+
+def test_make_demo_uses_a_database_of_its_own(tmp_path):
+    """make demo never writes to the user's default database, and says which it uses."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTCTL_DB", "XDG_DATA_HOME")}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.run(["make", "-s", "demo"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"make demo: on the database {ROOT}/.demo/agents.db" in proc.stdout
+    assert os.path.exists(os.path.join(ROOT, ".demo", "agents.db"))
+    assert list(tmp_path.iterdir()) == []               # nothing under the user's home

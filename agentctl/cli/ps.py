@@ -25,7 +25,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
-    forked_from fork_msg wake budget spent restarts retry failure with -o.
+    forked_from fork_msg wake budget spent tokens failures restarts retry failure
+    with -o.
     """
     statuses = None
     if status:
@@ -83,7 +84,14 @@ def _parent(item):
 
 
 def _budget(item):
-    return "-" if item["budget"] is None else f"{item['spent']}/{item['budget']}"
+    """SPENT/BUDGET of the account it is charged to; an account it shares with an
+    ancestor (its own use is the tokens column) is marked with that account's owner."""
+    if item["budget"] is None:
+        return "-"
+    shown = f"{item['spent']}/{item['budget']}"
+    if item["budget_id"] != item["id"]:
+        shown += f" ({item['account_name'] or short(item['budget_id'])})"
+    return shown
 
 
 def _exit(item):
@@ -111,6 +119,8 @@ COLUMNS = [
     Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
     Column("budget", "BUDGET", human=_budget),
     Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
+    Column("tokens", "TOKENS"),
+    Column("failures", "FAILURES"),
     Column("restarts", "RESTARTS"),
     Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",
            machine=lambda r: iso(r["retry_at"])),

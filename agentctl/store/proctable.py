@@ -28,7 +28,8 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         SELECT a.id, a.name, a.parent_id, p.name AS parent_name, p.status AS parent_status,
                a.status, a.role,
                a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
-               a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent,
+               a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent, a.budget_id,
+               b.name AS account_name, a.tokens_in + a.tokens_out AS tokens,
                a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
                a.restarts, a.retry_at, a.failures, a.last_failure,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
