@@ -173,3 +173,36 @@ def test_first_open_by_many_processes_at_once(tmp_path):
         assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] \
             == db.SCHEMA_VERSION
         conn.close()
+
+
+def test_a_foreign_database_is_refused_before_anything_is_written(tmp_path):
+    import sqlite3
+    for tables in (["CREATE TABLE notes (body TEXT)"],
+                   ["CREATE TABLE agents (x)", "CREATE TABLE mine (y)"]):
+        path = tmp_path / f"foreign{len(tables)}.db"
+        other = sqlite3.connect(path)
+        for sql in tables:
+            other.execute(sql)
+        other.commit()
+        other.close()
+        before = path.read_bytes()
+        result = agent("ps", "--db", path)
+        assert result.code == 74
+        assert result.err.startswith(f"agent-ps: {path}: not an agentctl database (it has "
+                                     "tables of its own: ")
+        assert path.read_bytes() == before           # not even its journal mode
+        assert not os.path.exists(f"{path}-wal")
+
+
+def test_an_empty_file_is_made_an_agentctl_database(tmp_path):
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    assert agent("fork", "--db", path, "-n", "a").code == 0
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "soon"])
+def test_a_busy_timeout_that_is_no_finite_number_is_a_usage_error(home, monkeypatch, value):
+    monkeypatch.setenv("AGENTCTL_BUSY_TIMEOUT", value)
+    result = agent("ps")
+    assert (result.code, result.err) == (
+        2, f"agent-ps: AGENTCTL_BUSY_TIMEOUT must be a number >= 0, not {value!r}\n")

@@ -10,6 +10,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 
+from agentctl import env
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
@@ -35,10 +36,9 @@ def resolve_path(path=None):
 
 
 def busy_seconds():
-    try:
-        return float(os.environ.get("AGENTCTL_BUSY_TIMEOUT", DEFAULT_BUSY_SECONDS))
-    except ValueError:
-        return DEFAULT_BUSY_SECONDS
+    """$AGENTCTL_BUSY_TIMEOUT, a finite number of seconds (inf or nan would give up at
+    once): else a usage error naming it."""
+    return env.number("AGENTCTL_BUSY_TIMEOUT", DEFAULT_BUSY_SECONDS)
 
 
 def _create_private(path):
@@ -75,6 +75,8 @@ def connect(path=None):
         # nothing; a power cut may lose the latest commits, never integrity.
         conn.execute("PRAGMA synchronous=NORMAL")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            _refuse_foreign(conn, path)
         if version < SCHEMA_VERSION:
             _migrate(conn)
         elif version > SCHEMA_VERSION:
@@ -85,6 +87,18 @@ def connect(path=None):
         raise fault(e, path) from e
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def _refuse_foreign(conn, path):
+    """A file that is neither empty nor agentctl's is not taken over: nothing is
+    written to it (not even its journal mode) before this check."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "ORDER BY name LIMIT 4")]
+    if tables:
+        shown = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
+        raise DatabaseFault(f"{path}: not an agentctl database (it has tables of its own: "
+                            f"{shown}); give another --db")
 
 
 def _migrate(conn):
