@@ -9,7 +9,7 @@ from agentctl.clock import age, iso
 from agentctl.cli.options import Count, output_options
 from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import actor, connect, program, run
-from agentctl.cli.stdio import read_body, warn
+from agentctl.cli.stdio import for_terminal, read_body, warn
 from agentctl.errors import AgentctlError, UsageError
 from agentctl.ops import docs
 from agentctl.store.db import transaction
@@ -70,7 +70,7 @@ def get(ctx, version, name):
     """Print the document NAME (a newline is added if it lacks a final one)."""
     conn, me = _open(ctx.obj)
     body = docs.get(conn, me, name, version)["body"]
-    sys.stdout.write(body if body.endswith("\n") else body + "\n")
+    sys.stdout.write(for_terminal(body if body.endswith("\n") else body + "\n"))
 
 
 @cli.command("rm")

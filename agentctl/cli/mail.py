@@ -9,6 +9,7 @@ from agentctl.clock import age, iso, until
 from agentctl.cli.options import Seconds, complete_agents, output_options
 from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import actor, connect, program, run
+from agentctl.cli.stdio import for_terminal
 from agentctl.errors import NotFound, UsageError
 from agentctl.ops import mail
 from agentctl.store import mailbox, registry
@@ -121,8 +122,9 @@ def _item(row):
 def _print_bodies(rows):
     for r in rows:
         kind = "" if r["kind"] == "mail" else f" ({r['kind']})"
-        sys.stdout.write(f"--- mail {r['id']} from {registry.named(r['sender_id'], r['sender_name'])}{kind} "
-                         f"at {iso(r['created_at'])} ---\n{r['body']}\n")
+        sender = registry.named(r["sender_id"], r["sender_name"])
+        sys.stdout.write(for_terminal(f"--- mail {r['id']} from {sender}{kind} "
+                                      f"at {iso(r['created_at'])} ---\n{r['body']}\n"))
 
 
 def _columns():

@@ -7,6 +7,7 @@ import click
 
 from agentctl.cli.options import complete_agents
 from agentctl.cli.program import connect, program, run
+from agentctl.cli.stdio import for_terminal
 from agentctl.errors import UsageError
 from agentctl.store import history, registry
 from agentctl.turn import context
@@ -47,7 +48,8 @@ def cli(db_path, fmt, ranges, full, agent):
         sys.stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                  for r in context.as_records(system, rows)))
     else:
-        sys.stdout.write(context.as_text(system, rows, context.owner_names(conn, rows)))
+        sys.stdout.write(for_terminal(context.as_text(system, rows,
+                                                      context.owner_names(conn, rows))))
 
 
 def main(argv=None):

@@ -7,7 +7,7 @@ import click
 
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.program import connect, program, run as run_program
-from agentctl.cli.stdio import warn
+from agentctl.cli.stdio import for_terminal, warn
 from agentctl import clock, keys
 from agentctl.errors import UsageError
 from agentctl.ops import budget, deadlines, turns
@@ -48,7 +48,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
     streamed = []
 
     def show(text):
-        sys.stdout.write(text)
+        sys.stdout.write(for_terminal(text))
         sys.stdout.flush()
 
     shown = keys.Stream(show)       # a key the model repeats is never shown
@@ -68,7 +68,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
     elif streamed:
         click.echo("")
     elif outcome.text:
-        click.echo(outcome.text)
+        click.echo(for_terminal(outcome.text))
     if outcome.cut:
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: a reply "
                           "was cut at the token limit (AGENTCTL_MAX_TOKENS, or the server's)")

@@ -142,3 +142,22 @@ def warn(name, message):
     sys.stderr.flush()
 
 
+
+
+# cat -v's notation: ^[ for ESC, ^? for DEL, M-^[ for the C1 codes; newline and tab
+# stay what they are.
+CARET = {c: f"^{chr(c + 64)}" for c in range(32) if c not in (9, 10)}
+CARET[127] = "^?"
+CARET.update({c: f"M-^{chr(c - 128 + 64)}" for c in range(0x80, 0xa0)})
+
+
+def for_terminal(text, stream=None):
+    """`text` as it may be shown: on a terminal, every control character that a
+    terminal would act on (OSC 52 sets the clipboard, others the title or the
+    screen) in cat -v's notation; to a pipe or a file, the exact text."""
+    stream = stream or sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return text.translate(CARET) if tty else text
