@@ -12,7 +12,12 @@ def launch(program):
     venv = os.path.join(top, ".venv")
     if os.path.isdir(venv) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
         python = os.path.join(venv, "bin", "python3")
-        os.execv(python, [python, sys.argv[0]] + sys.argv[1:])
+        try:
+            os.execv(python, [python, sys.argv[0]] + sys.argv[1:])
+        except OSError as e:    # a .venv left half made, or moved: say so, in one line
+            sys.stderr.write(f"agent-{program}: the checkout's .venv is broken ({python}: "
+                             f"{e.strerror}): run make in {top}\n")
+            return 70
     try:
         import click  # noqa: F401
     except ImportError:

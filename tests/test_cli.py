@@ -1,6 +1,7 @@
 """What every program shares: --help, --version, one-line errors, exit
 codes, no tracebacks, cheap start-up."""
 
+import os
 import subprocess
 import sys
 
@@ -185,3 +186,18 @@ def test_an_interrupt_is_one_line_and_exit_130(home):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert (proc.returncode, out, err) == (130, b"", b"agent-mail: interrupted\n")
+
+
+def test_a_broken_venv_in_a_checkout_is_one_line_not_a_traceback(tmp_path):
+    """A .venv without its python (half made, or moved) gives one clear line."""
+    import shutil
+    top = tmp_path / "checkout"
+    shutil.copytree(os.path.join(ROOT, "agentctl"), top / "agentctl",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "bin"), top / "bin")
+    (top / ".venv" / "bin").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, str(top / "bin" / "agent-ps")], capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 70
+    assert proc.stderr == (f"agent-ps: the checkout's .venv is broken ({top}/.venv/bin/python3: "
+                           f"No such file or directory): run make in {top}\n")

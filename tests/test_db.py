@@ -1,5 +1,6 @@
 """The database: where it lives, how it is opened, migrated and refused."""
 
+import json
 import os
 import sqlite3
 import stat
@@ -206,3 +207,25 @@ def test_a_busy_timeout_that_is_no_finite_number_is_a_usage_error(home, monkeypa
     result = agent("ps")
     assert (result.code, result.err) == (
         2, f"agent-ps: AGENTCTL_BUSY_TIMEOUT must be a number >= 0, not {value!r}\n")
+
+
+def test_a_full_disk_is_said_and_is_temporary_with_nothing_half_written(home, monkeypatch):
+    """SQLite's own limit stands in for a full disk: the write that meets it is
+    rolled back whole, and the program says the disk is full (75, try again)."""
+    assert agent("fork", "-n", "a").code == 0
+    real = db.connect
+
+    def small(path=None):
+        conn = real(path)
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+        return conn
+    monkeypatch.setattr(db, "connect", small)
+    lines = "".join(json.dumps({"to": "a", "body": "x" * 5000}) + "\n" for _ in range(50))
+    result = agent("send", "--jsonl", stdin=lines)
+    assert (result.code, result.err) == (
+        75, "agent-send: the disk is full: nothing was written; free some space and try "
+            "again\n")
+    monkeypatch.setattr(db, "connect", real)
+    conn = db.connect(str(home))
+    assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0

@@ -150,6 +150,10 @@ def fault(exc, path=None):
     where = f"{path}: " if path else ""
     if "locked" in text or "busy" in text:
         return TempFail(f"{where}database is locked (gave up after {busy_seconds():g}s)")
+    if "database or disk is full" in text or "disk I/O error" in text and _full(path):
+        # Nothing is half-written: the transaction that met it was rolled back.
+        return TempFail(f"{where}the disk is full: nothing was written; free some space "
+                        "and try again")
     if "not a database" in text or "malformed" in text:
         return DatabaseFault(f"{where}not an agentctl database ({text})")
     if "readonly" in text or "read-only" in text or \
@@ -158,6 +162,16 @@ def fault(exc, path=None):
     if "unable to open" in text:
         return DatabaseFault(f"{where}can't open the database")
     return DatabaseFault(f"{where}database error: {text}")
+
+
+def _full(path):
+    """Whether the file system the database lives on has no space left (SQLite may
+    report a write that failed for want of space as "disk I/O error")."""
+    try:
+        stats = os.statvfs(os.path.dirname(os.path.abspath(path or resolve_path())))
+    except (OSError, ValueError):
+        return False
+    return stats.f_bavail * stats.f_frsize < 64 * 1024
 
 
 def _read_only(path):
