@@ -229,3 +229,18 @@ def test_a_full_disk_is_said_and_is_temporary_with_nothing_half_written(home, mo
     monkeypatch.setattr(db, "connect", real)
     conn = db.connect(str(home))
     assert conn.execute("SELECT count(*) FROM mail").fetchone()[0] == 0
+
+
+def test_a_db_path_that_is_not_utf8_is_used_as_given(tmp_path):
+    """--db with bytes that are not UTF-8 opens exactly that file (it was mangled into
+    U+FFFD), for the heartbeat's own connection too."""
+    path = os.fsencode(tmp_path) + b"/caf\xe9.db"
+    for args in ([b"fork", b"--db", path, b"-n", b"a", b"-m", b"echo", b"hi"],
+                 [b"run", b"--db=" + path, b"a"], [b"ps", b"--db", path, b"-o", b"name"]):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bin",
+                                                            "agent-" + args[0].decode())]
+                              + args[1:], capture_output=True, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [b"NAME", b"init", b"a"]
+    assert [n for n in os.listdir(os.fsencode(tmp_path))
+            if not n.endswith((b"-wal", b"-shm"))] == [b"caf\xe9.db"]     # no other file

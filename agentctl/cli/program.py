@@ -57,11 +57,24 @@ def actor(conn):
         raise NotFound(f"AGENT_ID={valid(ref)}: no such agent")
 
 
+def _valid_but_paths(argv):
+    """Arguments made valid UTF-8 (text that is stored), but for a --db path, which
+    names a file by its bytes and is kept exactly."""
+    out, path_next = [], False
+    for word in argv:
+        if path_next or word.startswith("--db="):
+            out.append(word)
+        else:
+            out.append(valid(word))
+        path_next = word == "--db"
+    return out
+
+
 def run(command, argv=None):
     """Run a click command as a program: never a traceback (unless
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
-    argv = [valid(a) for a in (sys.argv[1:] if argv is None else argv)]
+    argv = _valid_but_paths(sys.argv[1:] if argv is None else argv)
     try:
         whole_writes()
         status = command.main(args=argv, prog_name=name, standalone_mode=False)

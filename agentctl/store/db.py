@@ -41,6 +41,12 @@ def busy_seconds():
     return env.number("AGENTCTL_BUSY_TIMEOUT", DEFAULT_BUSY_SECONDS)
 
 
+class Connection(sqlite3.Connection):
+    """A connection that remembers the path it was opened with."""
+
+    path = None
+
+
 def _create_private(path):
     """Create the directories (0700) and the file (0600) before SQLite does,
     so the database is never readable by others, not even for a moment.
@@ -68,8 +74,11 @@ def connect(path=None):
     if path != ":memory:":
         _create_private(path)
     try:
-        conn = sqlite3.connect(path, timeout=busy_seconds(), isolation_level=None,
-                               check_same_thread=False)
+        # A path that is not UTF-8 (bytes the shell gave) goes to SQLite as those bytes.
+        conn = sqlite3.connect(os.fsencode(path) if path != ":memory:" else path,
+                               timeout=busy_seconds(), isolation_level=None,
+                               check_same_thread=False, factory=Connection)
+        conn.path = path
         conn.execute("PRAGMA foreign_keys=ON")
         # WAL without an fsync per commit: a crash of the process loses
         # nothing; a power cut may lose the latest commits, never integrity.
@@ -208,5 +217,6 @@ def wait_for_commit(conn, deadline, check, next_due=None):
 
 
 def path_of(conn):
-    """The file a connection has open, for another connection to the same database."""
-    return conn.execute("PRAGMA database_list").fetchone()[2]
+    """The file a connection has open, for another connection to the same database:
+    the path as it was given (SQLite's own answer is text, and a path need not be)."""
+    return getattr(conn, "path", None) or conn.execute("PRAGMA database_list").fetchone()[2]
