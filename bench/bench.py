@@ -105,7 +105,7 @@ def installed_startup(tmp, env):
         ("agent-ps", [], 1.4), ("agent-fork", ["-p", "a"], 1.3),
         ("agent-kill", ["-s", "CONT", "a"], 1.3), ("agent-send", ["a", "hi"], 1.3),
         ("agent-mail", ["-c", "a"], 1.3), ("agent-replay", ["a"], 1.3),
-        ("agent-wait", ["--timeout", "0", "a"], 1.3), ("agent-run", ["--help"], 1.3),
+        ("agent-wait", ["--timeout", "0", "a"], 1.3), ("agent-run", ["--version"], 1.3),
         ("agent-doc", ["put", "a", "hi"], 1.3),
     ]
     for name, args, limit in cases:

@@ -1,27 +1,22 @@
 """How a turn ends (agentctl(7), TURNS): committed, killed, stopped, or given back
 with the signal that waited for it; and what the turn's record says of it."""
 
-from dataclasses import dataclass
-
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
 from agentctl.store import history, registry, turnlog
 from agentctl.ops.turns import void
 
 
-@dataclass
 class Outcome:
-    agent_id: str
-    turn_id: int
-    status: str                  # done, over_budget, stopped, killed
-    text: str = ""
-    steps: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    mail_read: int = 0
-    model: str = ""
-    exited: str = None           # how the agent exited after the turn, if it did
-    cut: bool = False            # a reply of the turn was cut at the token limit
+    """What a turn came to: status is done, over_budget, stopped or killed; exited
+    how the agent exited after it, if it did; cut whether a reply was cut at the
+    token limit. (A plain class: dataclasses costs agent-run's start-up.)"""
+
+    def __init__(self, agent_id, turn_id, status, text="", steps=0, input_tokens=0,
+                 output_tokens=0, mail_read=0, model="", exited=None, cut=False):
+        self.agent_id, self.turn_id, self.status, self.text = agent_id, turn_id, status, text
+        self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
+        self.mail_read, self.model, self.exited, self.cut = mail_read, model, exited, cut
 
     def record(self):
         return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,

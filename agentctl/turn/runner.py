@@ -8,7 +8,6 @@ interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 """
 
 import os
-import threading
 
 from agentctl import keys
 from agentctl.errors import UsageError
@@ -114,6 +113,7 @@ class Interruptible:
             except BaseException as e:      # handed to the thread that waits for it
                 done["error"] = e
 
+        import threading    # here: agent-run --help and its errors do without it
         worker = threading.Thread(target=call, daemon=True)
         worker.start()
         while worker.is_alive():

@@ -8,8 +8,6 @@ refused operation) becomes an error result the model sees, never a crash. Each c
 one transaction, so a crash leaves either both or neither.
 """
 
-import datetime
-
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
@@ -262,6 +260,7 @@ def _zoned(text):
     """A time the model gives: ISO 8601 with its zone. A time without one is refused,
     not guessed: the model only ever sees UTC times, and the operator's agent-send
     --at reads zoneless times as local time."""
+    import datetime         # here: agent-run's start-up does without it
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
