@@ -309,3 +309,14 @@ def test_an_agent_that_forks_in_every_step_is_stopped_by_the_limits(conn, tmp_pa
     assert len(refused) == 1 * 2 + 2 * 2 + 4 * 2 + 8 * 4
     assert any("--max-children 2" in r for r in refused)
     assert any("AGENTCTL_MAX_DEPTH=4" in r for r in refused)
+
+
+def test_a_bad_backoff_setting_is_a_usage_error_before_the_turn(conn, tmp_path, monkeypatch):
+    fork("-n", "d", "-r", "daemon", "-m", rules(tmp_path, FAILING), "work")
+    for value in ("soon", "1s,2s,3s", "inf"):
+        monkeypatch.setenv("AGENTCTL_BACKOFF", value)
+        result = agent("run", "d")
+        assert result.code == 2 and "AGENTCTL_BACKOFF" in result.err, (value, result.err)
+    d = row(conn, "d")
+    assert (d["status"], d["restarts"], d["failures"]) == ("S", 0, 0)    # nothing taken
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0

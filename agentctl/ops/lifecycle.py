@@ -48,7 +48,7 @@ def check_limits(conn, parent):
     """Refused (exit 3; a tool error for a model) when a fork of `parent` would go
     beyond its --max-children or the tree's depth limit."""
     limit = parent["max_children"]
-    if limit is not None and registry.live_children(conn, parent["id"]) >= limit:
+    if limit is not None and len(registry.children(conn, parent["id"])) >= limit:
         raise Refused(f"{registry.label(parent)}: can't fork: it has {limit} children alive "
                       f"or not yet collected (--max-children {limit})")
     if parent["depth"] + 1 > max_depth():

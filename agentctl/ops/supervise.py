@@ -29,8 +29,6 @@ from agentctl.ops import lifecycle, mail, turns
 from agentctl.store import registry
 
 RESTARTS_EXHAUSTED = 76
-DEFAULT_MAX_RESTARTS = lifecycle.DEFAULT_MAX_RESTARTS
-DEFAULT_RESTART_WINDOW = lifecycle.DEFAULT_RESTART_WINDOW
 
 
 def restarts(agent):
@@ -59,8 +57,9 @@ def restart(conn, agent, why, first=False):
     """Count a restart in the agent's window; exit it when there are too many, else
     let it back off. `first`: the first failure of a run, which its parent is told."""
     now = time.time()
-    window = agent["restart_window"] or DEFAULT_RESTART_WINDOW
-    limit = DEFAULT_MAX_RESTARTS if agent["max_restarts"] is None else agent["max_restarts"]
+    window = agent["restart_window"] or lifecycle.DEFAULT_RESTART_WINDOW
+    limit = lifecycle.DEFAULT_MAX_RESTARTS if agent["max_restarts"] is None \
+        else agent["max_restarts"]
     if agent["window_start"] is None or now - agent["window_start"] > window:
         start, count = now, 1
     else:

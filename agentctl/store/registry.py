@@ -300,12 +300,6 @@ def insert(conn, **fields):
         raise Refused(f"name already taken: {fields['name']}")
 
 
-def live_children(conn, agent_id):
-    """How many children the agent has alive or zombie (not yet collected)."""
-    return conn.execute("SELECT count(*) FROM agents WHERE parent_id = ? AND status != 'X'",
-                        (agent_id,)).fetchone()[0]
-
-
 def update(conn, agent_id, **fields):
     """Set columns of one agent's row."""
     unknown = set(fields) - WRITABLE
