@@ -9,6 +9,14 @@ from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 
 
+LARGEST = 2 ** 63 - 1      # SQLite's largest INTEGER: no setting is beyond it
+
+
+def shown(raw, width=40):
+    """A value quoted in a message, cut: a setting may be thousands of characters."""
+    return repr(raw if len(raw) <= width else raw[:width] + "...")
+
+
 def _raw(name):
     raw = os.environ.get(name, "").strip()
     return raw or None
@@ -20,13 +28,13 @@ def number(name, default, minimum=0.0, whole=False):
     raw = _raw(name)
     if raw is None:
         return default
-    try:
-        value = int(raw) if whole else float(raw)
-    except ValueError:
+    try:       # ASCII only: int() and float() also take other scripts' digits
+        value = (int(raw) if whole else float(raw)) if raw.isascii() else None
+    except ValueError:                  # (or a few thousand digits)
         value = None
-    if value is None or not math.isfinite(value) or value < minimum:
+    if value is None or not math.isfinite(value) or value < minimum or value > LARGEST:
         what = "a whole number" if whole else "a number"
-        raise UsageError(f"{name} must be {what} >= {minimum:g}, not {raw!r}")
+        raise UsageError(f"{name} must be {what} >= {minimum:g}, not {shown(raw)}")
     return value
 
 
@@ -46,7 +54,7 @@ def durations(name, defaults):
     parts = raw.split(",")
     if len(parts) > len(defaults):
         raise UsageError(f"{name} must be at most {len(defaults)} durations "
-                         f"separated by commas, not {raw!r}")
+                         f"separated by commas, not {shown(raw)}")
     given = [_duration(name, part) for part in parts]
     return tuple(given) + tuple(defaults[len(given):])
 
@@ -58,5 +66,5 @@ def _duration(name, raw):
         seconds = None
     if seconds is None or not math.isfinite(seconds):
         raise UsageError(f"{name} must be a duration such as 90, 90s, 10m or 24h, "
-                         f"not {raw!r}")
+                         f"not {shown(raw)}")
     return seconds

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from .conftest import ROOT, fork, shell
+from .conftest import PROGRAMS, ROOT, fork, shell
 
 
 def test_checked_in_completions_are_fresh(tmp_path):
@@ -16,7 +16,7 @@ def test_checked_in_completions_are_fresh(tmp_path):
     assert result.returncode == 0, result.stderr
     for d in ("bash", "zsh", "fish"):
         names = sorted(os.listdir(fresh / d))
-        assert len(names) == 9
+        assert len(names) == len(PROGRAMS)
         assert sorted(os.listdir(os.path.join(ROOT, "completions", d))) == names
         for name in names:
             assert open(os.path.join(ROOT, "completions", d, name)).read() == \

@@ -154,7 +154,7 @@ def test_locked_longer_than_busy_timeout_is_tempfail(home, monkeypatch):
     with write_locked(home):
         result = agent("fork", "-n", "x")
     assert result.code == 75
-    assert result.err == "agent-fork: database is locked (gave up after 0.2s)\n"
+    assert result.err == f"agent-fork: {home}: database is locked (gave up after 0.2s)\n"
     assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
 
 
@@ -224,7 +224,7 @@ def test_a_full_disk_is_said_and_is_temporary_with_nothing_half_written(home, mo
     lines = "".join(json.dumps({"to": "a", "body": "x" * 5000}) + "\n" for _ in range(50))
     result = agent("send", "--jsonl", stdin=lines)
     assert (result.code, result.err) == (
-        75, "agent-send: the disk is full: nothing was written; free some space and try "
+        75, f"agent-send: {home}: the disk is full: nothing was written; free some space and try "
             "again\n")
     monkeypatch.setattr(db, "connect", real)
     conn = db.connect(str(home))

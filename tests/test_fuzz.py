@@ -30,6 +30,7 @@ OPTIONS = {
             "global", "--if-version", "-V", "--version", "notes/a"],
     "run": ["-j", "--jobs", "-m", "--model", "--max-steps", "--json"],
     "wait": ["--any"],
+    "db": ["check"],
 }
 LISTING = ["--format", "-o", "-q", "--quiet", "-0", "--null", "--no-headers"]
 COMMON = ["--db", "-h", "--help", "--version", "--", "-"]
@@ -40,7 +41,11 @@ NASTY = ["", " ", "-", "--", "-x", "--nope", "-1", "0", "-0", "1", "2", "9", "64
          "SIGKILL", "15", "SIGFOO", "STOP", "CONT", "HUP", "S", "ZX", "R,T", "task", "daemon",
          "kernel", "json", "jsonl", "tsv", "table", "openai", "id,name", "stat,,", "echo",
          "scripted:/nonexistent", "openai:x", "AAAA", "AAAAAAAAAAAAAAAAAAAAAA", "init", "a", "b",
-         "a.b-c_d", "A", "-a", "--from", "/", "/dev/null", "."]
+         "a.b-c_d", "A", "-a", "--from", "/", "/dev/null", ".",
+         # nested JSON, control sequences (OSC 52 sets a clipboard), huge numbers
+         "[" * 5000, '{"a":' * 3000 + "1" + "}" * 3000, '{"to": "a", "body": ' + "[" * 3000,
+         "\x1b]52;c;aGVsbG8=\x07", "\x1b[2J\x1b[H", "\x07\x08\x7f", "\x9b31m", "a\rb",
+         "1e999999", "-" + "9" * 400, "9" * 5000, "0" * 300 + "1", "18446744073709551616"]
 VALUES = st.one_of(st.sampled_from(NASTY), st.text(max_size=20),
                    st.integers(min_value=-2 ** 70, max_value=2 ** 70).map(str),
                    st.floats(allow_nan=True, allow_infinity=True).map(repr))
@@ -48,7 +53,25 @@ STDIN = st.one_of(st.binary(max_size=300), st.sampled_from([
     b"", b"\xff\xfe\x00", b"a\x00b\n", b"AAAAAAAAAAAAAAAAAAAAAA\n", b"a b init\n", b"-x\n",
     b'{"to": "a", "body": "hi"}\n', b'{"to": "a"}\n', b'[1, 2]\n', b'{"to": "-a", "body": 1}\n',
     b'{"to": "a", "body": "\\udcff"}\n', b'{"to": "a", "body": "x\\ud800", "from": "\\udc00"}\n',
-    b"\n\n\n", b"\xc3\x28\n"]))
+    b"\n\n\n", b"\xc3\x28\n", b"[" * 100000, b'{"to": "a", "body": ' + b"[" * 5000 + b"\n",
+    b'{"to": "a", "body": "hi", "at": ' + b"9" * 5000 + b"}\n", b"\x1b]52;c;aGVsbG8=\x07\n",
+    b'{"to": "a", "body": "\\u001b]0;title\\u0007"}\n', b"\x1b[2J" * 100]))
+# The environment the programs read, fuzzed with the same values; a model is never
+# reached (its URLs point at a closed port, one try).
+VARIABLES = ["AGENT_ID", "AGENTCTL_DB", "AGENTCTL_MODEL", "AGENTCTL_BUSY_TIMEOUT",
+             "AGENTCTL_BACKOFF", "AGENTCTL_LEASE", "AGENTCTL_MAX_TOKENS",
+             "AGENTCTL_CONTEXT_WINDOW", "AGENTCTL_MAX_DEPTH", "AGENTCTL_REAP_AFTER",
+             "OPENAI_API_KEY", "NO_COLOR", "XDG_DATA_HOME"]
+ENVIRONMENT = st.dictionaries(st.sampled_from(VARIABLES), VALUES, max_size=3)
+QUIET = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+         "AGENTCTL_RETRY_TRIES": "1", "AGENTCTL_HTTP_TIMEOUT": "2"}
+
+
+def as_environ(value):
+    """`value` as Python shows an environment's bytes: no NUL, and what is not UTF-8
+    as surrogate escapes (a lone surrogate becomes the bytes that encode it)."""
+    raw = value.replace("\0", "").encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def argv_for(program):
@@ -84,16 +107,25 @@ def test_fuzzed_arguments_and_stdin(program, world, tmp_path, monkeypatch):
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(argv=argv_for(program), stdin=STDIN)
-    def check(argv, stdin):
+    @given(argv=argv_for(program), stdin=STDIN, environment=ENVIRONMENT)
+    def check(argv, stdin, environment):
         if program == "wait":
             argv = ["--timeout=0"] + argv           # else it would wait for ever, as documented
-        if "--db" in argv:                          # never write outside this test's directory
+        if "--db" in argv or program == "db":      # never write outside this test's directory
             argv = [str(tmp_path / "other.db") if a.startswith("/") or ".." in a else a
                     for a in argv]
-        result = agent(program, *argv, stdin=stdin)
+        for name in ("AGENTCTL_DB", "XDG_DATA_HOME"):
+            if environment.get(name, "").startswith("/") or ".." in environment.get(name, ""):
+                environment[name] = str(tmp_path / "elsewhere")
+        saved = dict(os.environ)
+        os.environ.update({**QUIET, **{k: as_environ(v) for k, v in environment.items()}})
+        try:
+            result = agent(program, *argv, stdin=stdin)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
         cases.append(argv)
-        assert result.code in DOCUMENTED, (argv, stdin, result)
+        assert result.code in DOCUMENTED, (argv, stdin, environment, result)
         assert "Traceback" not in result.err and "internal error" not in result.err, (argv, result)
         for line in result.err.splitlines():
             assert line.startswith(f"agent-{program}: ") or line.startswith("Usage:") \
@@ -146,8 +178,9 @@ def test_real_bytes_through_a_shell():
 def test_a_database_path_with_a_nul_byte_is_a_usage_error(program, home):
     """Found by the fuzzer (make soak): a NUL in --db was an internal error."""
     args = {"wait": ["--timeout=0", "init"], "doc": ["ls"], "replay": ["init"],
-            "run": ["init"], "kill": ["init"], "send": ["init", "hi"]}.get(program, [])
-    if program == "doc":
+            "run": ["init"], "kill": ["init"], "send": ["init", "hi"],
+            "db": ["check"]}.get(program, [])
+    if program in ("doc", "db"):
         result = agent(program, "--db", "a\x00b", *args)
     else:
         result = agent(program, *args[:1], "--db", "a\x00b", *args[1:])

@@ -567,22 +567,31 @@ def test_a_bug_mid_turn_releases_the_agent_and_the_turn_resumes(conn, monkeypatc
     assert conn.execute("SELECT count(*), max(status) FROM turns").fetchone()[:] == (1, "done")
 
 
-@pytest.mark.parametrize("value", ["lots", "０１００", "0", "-5"])
+@pytest.mark.parametrize("value", ["lots", "０１００", "0", "-5", "1.5", "9" * 5000])
 def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, monkeypatch,
                                                                        value):
     fork("-n", "a", "-m", "echo", "hello")
     monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", value)
     result = agent("run", "a")
-    assert result == Result(2, "", "agent-run: AGENTCTL_CONTEXT_WINDOW: not a positive number of "
-                                   f"tokens: {value!r}\n"), result
+    shown = repr(value if len(value) <= 40 else value[:40] + "...")
+    assert result == Result(2, "", "agent-run: AGENTCTL_CONTEXT_WINDOW must be a whole number "
+                                   f">= 1, not {shown}\n"), result
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
     assert registry.resolve(conn, "a")["status"] == "S"
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "soon"])
-def test_a_lease_that_is_no_finite_positive_number_is_ignored(monkeypatch, value):
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "soon", "1e300"])
+def test_a_lease_that_is_no_finite_positive_number_is_a_usage_error(conn, monkeypatch, value):
+    """It was silently ignored (the released behaviour); as every other setting, it
+    is exit 2 now, before the turn takes anything. 1e300 would overflow the
+    heartbeat's wait."""
+    fork("-n", "a", "-m", "echo", "hello")
     monkeypatch.setenv("AGENTCTL_LEASE", value)
-    assert lease.lease_seconds() == lease.LEASE_SECONDS
+    result = agent("run", "a")
+    assert (result.code, result.out) == (2, ""), result
+    assert result.err.startswith("agent-run: AGENTCTL_LEASE must be ") and value in result.err
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
+    assert registry.resolve(conn, "a")["status"] == "S"
 
 
 def test_format_json_is_the_record_and_json_its_alias(conn):

@@ -13,7 +13,7 @@ from agentctl.cli.stdio import for_terminal
 from agentctl.errors import NotFound, UsageError
 from agentctl.ops import mail
 from agentctl.store import mailbox, registry
-from agentctl.store.db import transaction, wait_for_commit
+from agentctl.store.db import INTEGER_MAX, transaction, wait_for_commit
 
 
 @program("agent-mail")
@@ -36,12 +36,16 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 
     Words of digits are mail ids: with -r, exactly those are read.
     """
-    ids = [int(a) for a in args if is_mail_id(a)]
+    words = [a for a in args if is_mail_id(a)]
     refs = [a for a in args if not is_mail_id(a)]
     if len(refs) > 1:
         raise UsageError(f"one AGENT at a time (got {', '.join(refs)})")
-    if ids and not read:
+    if words and not read:
         raise UsageError("mail ids go with -r")
+    beyond = [w for w in words if len(w.lstrip("0")) > len(str(INTEGER_MAX))]
+    if beyond:      # no mail has such an id (and int() refuses a few thousand digits)
+        raise NotFound(f"no such mail: {beyond[0] if len(beyond[0]) <= 40 else beyond[0][:40] + '...'}")
+    ids = [int(w) for w in words]
     if deferred and (read or wait is not None or everything):
         raise UsageError("--deferred doesn't go with -r, -a or --wait: it is not mail yet")
     conn = connect(db_path)

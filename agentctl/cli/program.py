@@ -42,7 +42,11 @@ def program(name, cls=click.Command, **kwargs):
     return decorate
 
 
+_opened = []     # the database this program opened, for run() to check when a bug shows
+
+
 def connect(db_path):
+    _opened.append(db.resolve_path(db_path))
     return db.connect(db_path)
 
 
@@ -74,6 +78,7 @@ def run(command, argv=None):
     """Run a click command as a program: never a traceback (unless
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
+    _opened.clear()
     argv = _valid_but_paths(sys.argv[1:] if argv is None else argv)
     try:
         whole_writes()
@@ -92,7 +97,7 @@ def run(command, argv=None):
             discard_output()
         return e.code
     except db.Error as e:
-        error = db.fault(e)
+        error = db.fault(e, _opened[-1] if _opened else None)
         warn(name, str(error))
         return error.code
     except (BrokenPipeError, PipeClosed):
@@ -105,6 +110,10 @@ def run(command, argv=None):
     except Exception as e:
         if os.environ.get("AGENTCTL_DEBUG") == "1":
             raise
+        damaged = db.damage(e, _opened[-1]) if _opened else None
+        if damaged:
+            warn(name, str(damaged))
+            return damaged.code
         warn(name, f"internal error: {e.__class__.__name__}: {e} "
                    "(AGENTCTL_DEBUG=1 shows the details)")
         return SOFTWARE

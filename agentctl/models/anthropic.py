@@ -8,7 +8,7 @@ message, and neighbouring messages of one role are merged, since the API wants r
 import json
 import re
 
-from .. import jsonin
+from .. import env, jsonin
 from ..errors import AgentctlError
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
@@ -32,8 +32,7 @@ class AnthropicModel(HTTPModel):
     path = "/v1/messages"
 
     def options(self, url):
-        from .http import env_number
-        return {"max_tokens": env_number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, kind=int)}
+        return {"max_tokens": env.number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, whole=True)}
 
     def headers(self, endpoint):
         headers = {"anthropic-version": API_VERSION}

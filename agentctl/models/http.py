@@ -19,7 +19,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, ProtocolError, ReadTimeoutError
 
-from .. import jsonin
+from .. import env, jsonin
 from ..errors import TempFail, UsageError
 from ..keys import redact
 from .base import ModelError, Transient, Unusable, load_json, said
@@ -35,26 +35,12 @@ SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
 
 # -- settings, read from the environment at each call and never kept --------------------------------
 
-def env_number(name, default, minimum=0.0, kind=float):
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = None
-    if value is None or value != value or value < minimum:     # value != value: NaN
-        what = "a whole number" if kind is int else "a number"
-        raise UsageError(f"{name} must be {what} >= {minimum:g}, not {raw!r}")
-    return value
-
-
 class Settings:
     def __init__(self):
-        self.tries = env_number("AGENTCTL_RETRY_TRIES", 4, minimum=1, kind=int)
-        self.seconds = env_number("AGENTCTL_RETRY_SECONDS", 60.0)
-        self.backoff = env_number("AGENTCTL_RETRY_BACKOFF", 1.0)
-        self.timeout = env_number("AGENTCTL_HTTP_TIMEOUT", 120.0, minimum=0.001)
+        self.tries = env.number("AGENTCTL_RETRY_TRIES", 4, minimum=1, whole=True)
+        self.seconds = env.number("AGENTCTL_RETRY_SECONDS", 60.0)
+        self.backoff = env.number("AGENTCTL_RETRY_BACKOFF", 1.0)
+        self.timeout = env.number("AGENTCTL_HTTP_TIMEOUT", 120.0, minimum=0.001)
 
     @property
     def timeouts(self):

@@ -6,6 +6,7 @@ import json
 import secrets
 from urllib.parse import urlsplit
 
+from .. import env
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, index, load_json, make_usage, mapping, mappings,
                    said, string, with_tool_ids)
@@ -24,8 +25,7 @@ class OpenAIModel(HTTPModel):
     path = "/chat/completions"
 
     def options(self, url):
-        from .http import env_number
-        limit = env_number("AGENTCTL_MAX_TOKENS", None, minimum=1, kind=int)
+        limit = env.number("AGENTCTL_MAX_TOKENS", None, minimum=1, whole=True)
         # Unset, nothing is sent: the server's own limit holds.
         return {"token_limit": {max_tokens_field(url): limit} if limit else {}}
 

@@ -6,7 +6,8 @@ import os
 import time
 from contextlib import contextmanager
 
-from agentctl.errors import Refused, TempFail
+from agentctl import env
+from agentctl.errors import Refused, TempFail, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import registry
 from agentctl.store.db import connect, path_of, transaction
@@ -14,14 +15,17 @@ from agentctl.store.db import connect, path_of, transaction
 LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
 
 
+LEASE_LONGEST = 10 ** 7     # seconds (115 days): the heartbeat's wait must be a real timeout
+
+
 def lease_seconds():
-    """$AGENTCTL_LEASE when it is a finite number of seconds above 0, else the
-    default (0, nan or inf would make the heartbeat spin, or never beat)."""
-    try:
-        seconds = float(os.environ.get("AGENTCTL_LEASE", LEASE_SECONDS))
-    except ValueError:
-        return LEASE_SECONDS
-    return seconds if 0 < seconds < float("inf") else LEASE_SECONDS
+    """$AGENTCTL_LEASE, a finite number of seconds from 0.1 up to LEASE_LONGEST (0,
+    nan or inf would make the heartbeat spin, or never beat): else a usage error."""
+    seconds = env.number("AGENTCTL_LEASE", LEASE_SECONDS, minimum=0.1)
+    if seconds > LEASE_LONGEST:
+        raise UsageError(f"AGENTCTL_LEASE must be at most {LEASE_LONGEST} seconds, "
+                         f"not {env.shown(os.environ['AGENTCTL_LEASE'])}")
+    return seconds
 
 
 def claim(conn, ref):

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 7
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 
 DEFAULT_BUSY_SECONDS = 30.0
-INTEGER_MAX = 2 ** 63 - 1        # SQLite's largest INTEGER: no id or count is beyond it
+INTEGER_MAX = env.LARGEST        # SQLite's largest INTEGER: no id or count is beyond it
 
 
 def default_path():
@@ -94,6 +94,9 @@ def connect(path=None):
                 f"this one knows {SCHEMA_VERSION}); upgrade agentctl")
     except sqlite3.Error as e:
         raise fault(e, path) from e
+    except UnicodeDecodeError as e:
+        # SQLite's own message quoted the damaged bytes of the schema.
+        raise DatabaseFault(f"{path}: {DAMAGED} (its schema can't be read)") from e
     conn.row_factory = sqlite3.Row
     return conn
 
@@ -163,7 +166,11 @@ def fault(exc, path=None):
         # Nothing is half-written: the transaction that met it was rolled back.
         return TempFail(f"{where}the disk is full: nothing was written; free some space "
                         "and try again")
-    if "not a database" in text or "malformed" in text:
+    if "Could not decode to UTF-8" in text:     # (the message quotes the whole text)
+        return DatabaseFault(f"{where}{DAMAGED} (it holds text that is not UTF-8)")
+    if "malformed" in text:
+        return DatabaseFault(f"{where}{DAMAGED} ({text})")
+    if "not a database" in text:
         return DatabaseFault(f"{where}not an agentctl database ({text})")
     if "readonly" in text or "read-only" in text or \
             "unable to open" in text and path and _read_only(path):
@@ -171,6 +178,37 @@ def fault(exc, path=None):
     if "unable to open" in text:
         return DatabaseFault(f"{where}can't open the database")
     return DatabaseFault(f"{where}database error: {text}")
+
+
+DAMAGED = "the database is damaged: agent-db check says what it finds"
+
+
+def damage(exc, path):
+    """The fault to report when a program met an error it did not expect: the
+    database damaged (SQLite's quick check finds a fault, or a row holds text that
+    is not UTF-8, which agentctl never writes), else None: a bug of ours."""
+    if path is None or path == ":memory:":
+        return None
+    if isinstance(exc, UnicodeDecodeError):
+        return DatabaseFault(f"{path}: {DAMAGED} (it holds text that is not UTF-8)")
+    found = quick_check(path)
+    return DatabaseFault(f"{path}: {DAMAGED} ({found})") if found else None
+
+
+def quick_check(path, limit=1):
+    """What SQLite's quick check finds wrong with the file (a line), or None."""
+    try:
+        conn = sqlite3.connect(os.fsencode(path), timeout=1.0, factory=Connection)
+        try:
+            conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+            found = [row[0] for row in conn.execute(f"PRAGMA quick_check({int(limit)})")]
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        return str(e)
+    except UnicodeDecodeError:
+        return "its schema can't be read"
+    return None if found == ["ok"] else "; ".join(found)
 
 
 def _full(path):

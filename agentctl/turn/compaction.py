@@ -6,12 +6,10 @@ record; replay then starts from that summary and keeps the recent messages verba
 deleted: the summarised messages stay in the table, and `agent-replay --full` shows them.
 """
 
-import os
-
+from agentctl import env
 from agentctl.turn import context
 from agentctl.store import history
 from agentctl.ops import lease, turns
-from agentctl.errors import UsageError
 from agentctl.models.base import estimate_tokens
 
 DEFAULT_WINDOW = 64000
@@ -32,12 +30,7 @@ def window(agent):
     the default."""
     if agent["context_window"]:
         return agent["context_window"]
-    raw = os.environ.get("AGENTCTL_CONTEXT_WINDOW")
-    if raw is None or raw == "":
-        return DEFAULT_WINDOW
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
-        raise UsageError(f"AGENTCTL_CONTEXT_WINDOW: not a positive number of tokens: {raw!r}")
-    return int(raw)
+    return env.number("AGENTCTL_CONTEXT_WINDOW", DEFAULT_WINDOW, minimum=1, whole=True)
 
 
 def message_tokens(m):
