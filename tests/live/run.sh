@@ -24,7 +24,8 @@ tmp=$(mktemp -d)
 port=$("$top/.venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$server" -m "$model" --host 127.0.0.1 --port "$port" -c 2048 -n 48 >"$tmp/server.log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT INT TERM
+trap 'kill $pid $proxy 2>/dev/null; rm -rf "$tmp"' EXIT INT TERM
+proxy=
 healthy() {
 	"$top/.venv/bin/python" -c 'import sys, urllib.request
 urllib.request.urlopen(sys.argv[1], timeout=2).read()' "http://127.0.0.1:$port/health" 2>/dev/null
@@ -32,7 +33,12 @@ urllib.request.urlopen(sys.argv[1], timeout=2).read()' "http://127.0.0.1:$port/h
 for _ in $(seq 180); do healthy && break; sleep 1; done
 healthy || { tail -20 "$tmp/server.log"; exit 1; }
 
-export OPENAI_BASE_URL="http://127.0.0.1:$port/v1" AGENTCTL_DB="$tmp/live.db"
+# Every request goes through a proxy that checks it against the SDKs' request types.
+(cd "$top" && exec "$top/.venv/bin/python" -m tests.live.checking_proxy \
+	"http://127.0.0.1:$port" "$tmp/proxy.port" "$tmp/requests.log") &
+proxy=$!
+for _ in $(seq 100); do [ -s "$tmp/proxy.port" ] && break; sleep 0.1; done
+export OPENAI_BASE_URL="http://127.0.0.1:$(cat "$tmp/proxy.port")/v1" AGENTCTL_DB="$tmp/live.db"
 unset OPENAI_API_KEY
 PATH="$top/bin:$PATH"
 
@@ -58,4 +64,18 @@ import json, sys
 r = json.load(sys.stdin)
 assert r["status"] == "done" and r["steps"] == 1 and r["output_tokens"] > 0, r'
 agent-replay --format jsonl live | grep -q '"kind": "assistant"'
-echo "live: ok"
+
+echo "live: a turn that offers the agent's tools, streamed, and a second turn on its history"
+agent-send live "Fork a worker, then say done." >/dev/null
+agent-run --max-steps 2 live >/dev/null
+agent-send live "Again, briefly." >/dev/null
+AGENTCTL_MAX_TOKENS=16 agent-run --max-steps 1 live >/dev/null 2>&1 || true
+
+echo "live: schema checks of every request sent"
+sed 's/^/  /' "$tmp/requests.log" | sort | uniq -c
+checked=$(grep -c '^ok ' "$tmp/requests.log" || true)
+if grep -q '^problem' "$tmp/requests.log" || [ "$checked" -lt 5 ]; then
+	echo "live: FAILED: a request broke the providers' published types (or too few were checked)"
+	exit 1
+fi
+echo "live: ok ($checked requests checked against the SDKs' types)"
