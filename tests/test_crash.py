@@ -133,7 +133,7 @@ def reference(tmp_path, monkeypatch):
                              ("lead", "w1 (ID) was killed by TERM; exit status 143"),
                              ("peer", "hello peer")]
     assert state["children"] == [("w1", "X", "TERM")]
-    assert state["child events"] == [("exit", "killed by TERM"), ("reap", None),
+    assert state["child events"] == [("exit", "killed by TERM"), ("mail", None), ("reap", None),
                                      ("signal", "TERM")]
     assert state["turns"] == [("done", 4, 4)] and state["consumed"] == [1, 1]
     assert state["unread"] == {"peer": 1} and state["lead"] == ("S", None)

@@ -49,7 +49,8 @@ def damaged_copy(sound, tmp_path, damage):
 def runs(ids):
     return [("ps",), ("ps", "-f"), ("run", "--all"), ("run", ids[1]), ("mail", "-a", ids[0]),
             ("replay", ids[0]), ("send", ids[2], "x"), ("fork", "-n", "new", "-m", "echo", "hi"),
-            ("wait", "--timeout", "0", ids[3]), ("kill", ids[4]), ("doc", "get", "notes/a")]
+            ("wait", "--timeout", "0", ids[3]), ("kill", ids[4]), ("doc", "get", "notes/a"),
+            ("log",), ("log", "--tree", ids[0], "--format", "jsonl")]
 
 
 def test_every_program_is_covered():

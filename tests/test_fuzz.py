@@ -31,6 +31,8 @@ OPTIONS = {
     "run": ["-j", "--jobs", "-m", "--model", "--max-steps", "--json"],
     "wait": ["--any"],
     "db": ["check"],
+    "log": ["--tree", "--kind", "--since", "--after", "-n", "--lines", "--prune-before", "fork",
+            "turn-end", "1h", "1"],
 }
 LISTING = ["--format", "-o", "-q", "--quiet", "-0", "--null", "--no-headers"]
 COMMON = ["--db", "-h", "--help", "--version", "--", "-"]
@@ -76,7 +78,7 @@ def as_environ(value):
 
 def argv_for(program):
     tokens = st.one_of(st.sampled_from(OPTIONS[program] + COMMON + (
-        LISTING if program in ("ps", "mail", "wait", "doc") else [])), VALUES)
+        LISTING if program in ("ps", "mail", "wait", "doc", "log") else [])), VALUES)
     return st.lists(tokens, max_size=8)
 
 
@@ -111,6 +113,8 @@ def test_fuzzed_arguments_and_stdin(program, world, tmp_path, monkeypatch):
     def check(argv, stdin, environment):
         if program == "wait":
             argv = ["--timeout=0"] + argv           # else it would wait for ever, as documented
+        if program == "log":                        # -f would follow for ever, as documented
+            argv = [a for a in argv if a not in ("-f", "--follow")]
         if "--db" in argv or program == "db":      # never write outside this test's directory
             argv = [str(tmp_path / "other.db") if a.startswith("/") or ".." in a else a
                     for a in argv]

@@ -9,12 +9,16 @@ from agentctl.ids import short
 from agentctl.store import db, registry
 
 
-def output_options(fn):
-    """The output flags of every listing program (agentctl(7), OUTPUT)."""
+def output_options(fn=None, *, formats=("table", "tsv", "json", "jsonl"), default="table"):
+    """The output flags of every listing program (agentctl(7), OUTPUT); agent-log's
+    first format is text (a line per event) instead of a table."""
+    if fn is None:
+        return lambda fn: output_options(fn, formats=formats, default=default)
+    others = [f for f in formats if f != default]
     for option in reversed((
-        click.option("--format", "fmt", default="table", metavar="FORMAT",
-                     type=click.Choice(["table", "tsv", "json", "jsonl"]),
-                     help="table (default), tsv, json or jsonl."),
+        click.option("--format", "fmt", default=default, metavar="FORMAT",
+                     type=click.Choice(list(formats)),
+                     help=f"{default} (default), {', '.join(others[:-1])} or {others[-1]}."),
         click.option("-o", "columns", metavar="COLS",
                      help="Comma-separated columns to show, in that order."),
         click.option("-q", "--quiet", is_flag=True, help="Print ids only, one per line."),

@@ -55,6 +55,9 @@ def _tsv_field(value):
         return ""
     if isinstance(value, bool):         # as in JSON: a script tests `= true`
         return "true" if value else "false"
+    if isinstance(value, (dict, list)):     # (agent-log's data) as JSON
+        import json
+        value = json.dumps(value, ensure_ascii=False)
     return str(value).translate(TSV_ESCAPES)
 
 

@@ -6,6 +6,7 @@ import io
 import os
 import stat
 import sys
+import time
 
 from agentctl.errors import DATABASE, AgentctlError, UsageError
 
@@ -132,6 +133,20 @@ def read_body(text):
 
 LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in (*range(32), 127, 0x85, 0x2028, 0x2029)
                if c != 9}
+
+
+def reader_gone(seconds):
+    """Wait up to `seconds`; whether standard output's reader went away meanwhile (a
+    pipe whose other end closed reports POLLERR at once: `agent-log -f | head -3`
+    ends though nothing more is written). A file or a terminal never wakes it."""
+    import select
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)      # errors and hang-ups only
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        time.sleep(seconds)
+        return False
+    return bool(poller.poll(seconds * 1000))
 
 
 def warn(name, message):

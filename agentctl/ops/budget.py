@@ -12,7 +12,7 @@ owner exits, what is left goes back to its parent's account.
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import mail
-from agentctl.store import accounts, registry
+from agentctl.store import accounts, events, registry
 
 account = accounts.of
 
@@ -61,8 +61,8 @@ def charge(conn, agent_id, tokens):
 def notify(conn, acc, agent_id):
     """Record the exhaustion (an event whose detail holds the budget it
     reached) and mail the owner's lifecycle parent, unless that is init."""
-    registry.record(conn, acc["id"], "budget", f"exhausted {acc['spent']} {acc['budget']}",
-                    agent_id)
+    events.record(conn, acc["id"], "budget", f"exhausted {acc['spent']} {acc['budget']}",
+                  agent_id, spent=acc["spent"], budget=acc["budget"])
     parent = registry.nearest_live_ancestor(conn, registry.get(conn, acc["id"]))
     if parent["id"] == INIT_ID:     # (the owner may have exited)
         return
@@ -75,7 +75,7 @@ def notify(conn, acc, agent_id):
 
 def notified(conn, acc):
     """Whether the exhaustion at the account's current budget was told."""
-    detail = registry.latest_event(conn, acc["id"], "budget")
+    detail = events.latest_detail(conn, acc["id"], "budget")
     return detail is not None and detail.split()[-1] == str(acc["budget"])
 
 

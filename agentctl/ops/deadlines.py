@@ -24,7 +24,7 @@ def carry_out(conn, now=None):
             done += 1
         default = registry.reap_after({"reap_after": None})
         for agent in registry.zombies_due(conn, now, default):
-            lifecycle.collect(conn, agent["id"])
+            lifecycle.collect(conn, agent["id"], by="deadline")
             done += 1
         for agent in registry.idle_since(conn, now):
             if not turns.has_pending_input(conn, agent, now):

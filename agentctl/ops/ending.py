@@ -3,7 +3,7 @@ with the signal that waited for it; and what the turn's record says of it."""
 
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
-from agentctl.store import history, registry, turnlog
+from agentctl.store import events, history, registry, turnlog
 from agentctl.ops.turns import void
 
 
@@ -110,4 +110,5 @@ def stopped(conn, agent_id, turn_id, spec):
             return None
         registry.update(conn, agent_id, pending_signal=None)
         registry.release(conn, agent_id, "T")
+        events.record(conn, agent_id, "status", old="R", new="T", turn=turn_id)
     return outcome(conn, agent_id, turn_id, "stopped", spec)

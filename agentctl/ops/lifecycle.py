@@ -7,7 +7,7 @@ from agentctl import env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import budget, mail
-from agentctl.store import history, registry
+from agentctl.store import events, history, registry
 from agentctl.store.db import transaction, wait_for_commit
 
 
@@ -103,7 +103,8 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         depth=parent["depth"] + 1)
     if prompt is not None:
         history.append(conn, child, "user", prompt)
-    registry.record(conn, child, "fork", f"{parent['id']} {point}", actor)
+    events.record(conn, child, "fork", f"{parent['id']} {point}", actor, parent=parent["id"],
+                  at=point, role=role, model=model if model is not None else parent["model"])
     return child
 
 
@@ -120,14 +121,15 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     registry.update(conn, agent["id"], status=status, exited_at=time.time(), exit_code=code,
                     exit_signal=signal, result=result, wake_at=None, kill_at=None)
     how_ = f"killed by {signal}" if signal else f"exited {code}"
-    registry.record(conn, agent["id"], "exit", how_, actor)
+    events.record(conn, agent["id"], "exit", how_, actor, code=code, signal=signal, status=status)
     budget.give_back(conn, registry.get(conn, agent["id"]))
     orphans = [o for o in registry.children(conn, agent["id"]) if o not in dying]
     if orphans:
         heir = registry.nearest_live_ancestor(conn, agent, dying)
         for orphan in orphans:
             registry.update(conn, orphan, parent_id=heir["id"])
-            registry.record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor)
+            events.record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor,
+                          old=agent["id"], new=heir["id"])
     if collector is not None:
         mail.notify_exit(conn, registry.get(conn, agent["id"]), collector)
     return status
@@ -140,17 +142,18 @@ def how(agent):
     return "exited" if agent["exit_code"] == 0 else "failed"
 
 
-def reap(conn, agent_id, actor=None):
+def reap(conn, agent_id, actor=None, by="wait"):
     """Collect a zombie: its exit status and result stay in the table."""
     with transaction(conn):
-        collect(conn, agent_id, actor)
+        collect(conn, agent_id, actor, by)
     return registry.get(conn, agent_id)
 
 
-def collect(conn, agent_id, actor=None):
-    """Reap within the caller's transaction."""
+def collect(conn, agent_id, actor=None, by="wait"):
+    """Reap within the caller's transaction; `by` is wait (a waiter collected it) or
+    deadline (nobody did, within --reap-after)."""
     if registry.change_status(conn, agent_id, "Z", "X"):
-        registry.record(conn, agent_id, "reap", None, actor)
+        events.record(conn, agent_id, "reap", None, actor, by=by)
 
 
 def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, until=None,

@@ -11,7 +11,7 @@ import time
 from agentctl.clock import age, iso
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.store import history, mailbox, registry, turnlog
+from agentctl.store import events, history, mailbox, registry, turnlog
 
 MAX_BODY = 1024 * 1024      # bytes of UTF-8; larger belongs in a document
 
@@ -48,8 +48,12 @@ def recipient(conn, ref):
 
 
 def deliver(conn, sender_id, recipient, body, kind="mail", deliver_at=None):
-    """Insert one mail; the caller holds the transaction and has checked."""
-    return mailbox.insert(conn, sender_id, recipient["id"], body, kind, deliver_at)
+    """Insert one mail, and its event (the sender's); the caller holds the transaction
+    and has checked."""
+    mail_id = mailbox.insert(conn, sender_id, recipient["id"], body, kind, deliver_at)
+    events.record(conn, sender_id or INIT_ID, "mail", to=recipient["id"], mail=mail_id,
+                  type=None if kind == "mail" else kind, at=deliver_at)
+    return mail_id
 
 
 def send(conn, sender_id, refs, body, deliver_at=None):
@@ -62,7 +66,16 @@ def send(conn, sender_id, refs, body, deliver_at=None):
     return [deliver(conn, sender_id, r, body, deliver_at=deliver_at) for r in recipients]
 
 
-deliver_many = mailbox.insert_many
+def deliver_many(conn, items):
+    """Insert (sender_id, recipient_id, body, deliver_at) mails at once, checked, and
+    one event for them all, with their count and the range of their ids: the
+    senders' when they are one, else init's. Returns the ids."""
+    ids = mailbox.insert_many(conn, items)
+    if ids:
+        senders = {item[0] or INIT_ID for item in items}
+        events.record(conn, senders.pop() if len(senders) == 1 else INIT_ID, "mail",
+                      count=len(ids), first=ids[0], last=ids[-1])
+    return ids
 
 
 def notify_exit(conn, agent, parent):
@@ -84,7 +97,13 @@ def take(conn, recipient_id, turn=None, **matching):
     """Select the mail and mark it read in the caller's transaction, so that of
     two readers of one mailbox each mail goes to one; the rows taken."""
     rows = mailbox.select(conn, recipient_id, **matching)
-    mailbox.mark_read(conn, [r["id"] for r in rows], turn=turn)
+    ids = [r["id"] for r in rows]
+    mailbox.mark_read(conn, ids, turn=turn)
+    if rows:
+        for owner in {r["recipient_id"] for r in rows}:     # (by ids: any mailbox)
+            taken = [r["id"] for r in rows if r["recipient_id"] == owner]
+            events.record(conn, owner, "read", count=len(taken), first=min(taken),
+                          last=max(taken), turn=turn)
     return rows
 
 

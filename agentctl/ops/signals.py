@@ -11,7 +11,7 @@ import time
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, turns
-from agentctl.store import history, registry
+from agentctl.store import events, history, registry
 from agentctl.store.db import transaction
 
 NUMBERS = {"HUP": 1, "KILL": 9, "TERM": 15, "CONT": 18, "STOP": 19}
@@ -81,7 +81,7 @@ def exit_code(sig):
 
 
 def _deliver(conn, agent, sig, actor, dying, now=False):
-    registry.record(conn, agent["id"], "signal", sig, actor)
+    events.record(conn, agent["id"], "signal", sig, actor, signal=sig)
     in_turn = agent["status"] == "R" and registry.lease_is_live(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):
         # No runner to honour it (none, stopped, or crashed): a turn left
@@ -105,9 +105,11 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
     elif sig in ("TERM", "KILL"):
         lifecycle.exit(conn, agent, code=exit_code(sig), signal=sig, actor=actor, dying=dying)
     elif sig == "STOP":
-        registry.change_status(conn, agent["id"], "S", "T")
+        if registry.change_status(conn, agent["id"], "S", "T"):
+            events.record(conn, agent["id"], "status", actor=actor, old="S", new="T")
     elif sig == "CONT":
-        registry.change_status(conn, agent["id"], "T", "S")
+        if registry.change_status(conn, agent["id"], "T", "S"):
+            events.record(conn, agent["id"], "status", actor=actor, old="T", new="S")
         if agent["pending_signal"] == "STOP":
             registry.update(conn, agent["id"], pending_signal=None)
     elif sig == "HUP":

@@ -26,7 +26,7 @@ import time
 
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, mail, turns
-from agentctl.store import registry
+from agentctl.store import events, registry
 
 RESTARTS_EXHAUSTED = 76
 
@@ -72,6 +72,8 @@ def restart(conn, agent, why, first=False):
                               f"the last failure: {why}")
         return
     delay = turns.back_off(conn, agent["id"])
+    events.record(conn, agent["id"], "restart", count=count, limit=limit, delay=delay,
+                  error=why if len(why) <= 200 else why[:200] + "...")
     if first:
         _tell(conn, agent, f"failed; restarting in {delay:g} s (restart {count} of {limit} "
                            f"within {window:g} s)", why)

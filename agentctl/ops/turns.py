@@ -16,7 +16,7 @@ from agentctl.clock import iso
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
 from agentctl.ops import budget, lifecycle, mail
 from agentctl.ops.lease import holding, renew
-from agentctl.store import accounts, history, mailbox, registry, turnlog
+from agentctl.store import accounts, events, history, mailbox, registry, turnlog
 
 BACKOFF_FIRST = 30.0
 BACKOFF_MAX = 3600.0
@@ -67,6 +67,7 @@ def start(conn, agent, model_name):
                            turn_id=turn_id)
             registry.update(conn, agent["id"], wake_at=None)
             turnlog.update(conn, turn_id, woke_at=agent["wake_at"])
+            events.record(conn, agent["id"], "wake", turn=turn_id, at=agent["wake_at"])
         mail.take_into_turn(conn, agent["id"], turn_id, "INBOX")
         turnlog.update(conn, turn_id, first_msg_id=first)
         return turnlog.get(conn, turn_id)

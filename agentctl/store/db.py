@@ -14,7 +14,7 @@ from agentctl import env
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 
@@ -240,7 +240,7 @@ def wait_for_commit(conn, deadline, check, next_due=None):
     delay = 0.01
     version = due = None
     while True:
-        current = conn.execute("PRAGMA data_version").fetchone()[0]
+        current = data_version(conn)
         came_due = due is not None and time.time() >= due + 0.01   # SQL time is in ms
         if current != version or came_due:
             version = current
@@ -252,6 +252,22 @@ def wait_for_commit(conn, deadline, check, next_due=None):
             return False
         time.sleep(min(delay, deadline - now))
         delay = min(delay * 2, 0.5)
+
+
+def data_version(conn):
+    """A number that changes when another connection commits (and only then): a read
+    of the WAL index in shared memory, no I/O."""
+    return conn.execute("PRAGMA data_version").fetchone()[0]
+
+
+@contextmanager
+def snapshot(conn):
+    """Reads that see one state of the database (a read transaction)."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
 
 
 def path_of(conn):

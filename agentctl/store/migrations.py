@@ -200,6 +200,30 @@ def stop_reason(db):
     _run(db, "ALTER TABLE turns ADD COLUMN stop_reason TEXT")
 
 
+@MIGRATIONS(name="0008_event_log")
+def event_log(db):
+    # The event log (agent-log): sequence numbers that are never reused, even after
+    # agent-log --prune-before (AUTOINCREMENT, which a column can't be given in
+    # place: the table is made again, every row moved with its id), and a JSON payload.
+    _run(db, """
+    CREATE TABLE events_log (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent_id   TEXT NOT NULL REFERENCES agents(id),
+        kind       TEXT NOT NULL,
+        detail     TEXT,
+        actor_id   TEXT REFERENCES agents(id),
+        created_at REAL NOT NULL,
+        data       TEXT
+    );
+    INSERT INTO events_log (id, agent_id, kind, detail, actor_id, created_at)
+        SELECT id, agent_id, kind, detail, actor_id, created_at FROM events ORDER BY id;
+    DROP TABLE events;
+    ALTER TABLE events_log RENAME TO events;
+    CREATE INDEX events_agent ON events(agent_id, id);
+    CREATE INDEX events_time ON events(created_at)
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

@@ -1,5 +1,5 @@
 """The process table's rows: agents, how they are found, their status sets, their
-families, and the events recorded about them.
+families.
 
 The agents table is the source of truth; no row is ever deleted. Each agent
 has two parents: the history parent (forked_from, fixed forever) whose
@@ -224,6 +224,11 @@ def name_holder(conn, name):
     return row and row[0]
 
 
+def all_names(conn):
+    """(id, name) of every agent."""
+    return conn.execute("SELECT id, name FROM agents").fetchall()
+
+
 def names(conn, ids):
     """{agent id: name} for `ids`."""
     ids = list(set(ids))
@@ -346,17 +351,3 @@ def sleeping_or_running(conn):
     """Agents --all may consider (not init), oldest first."""
     return conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') "
                         "AND role != 'kernel' ORDER BY created_at").fetchall()
-
-
-# -- events ------------------------------------------------------------------------------------
-
-def record(conn, agent_id, kind, detail=None, actor=None):
-    conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at) "
-                 "VALUES (?, ?, ?, ?, ?)", (agent_id, kind, detail, actor, time.time()))
-
-
-def latest_event(conn, agent_id, kind):
-    """The detail of the agent's newest event of `kind`, or None."""
-    row = conn.execute("SELECT detail FROM events WHERE agent_id = ? AND kind = ? "
-                       "ORDER BY id DESC LIMIT 1", (agent_id, kind)).fetchone()
-    return row and row[0]

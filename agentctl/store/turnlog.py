@@ -3,6 +3,8 @@ How a turn starts, ends and is voided is ops/turns.py's."""
 
 import time
 
+from agentctl.store import events
+
 COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read"))
 WRITABLE = frozenset(("first_msg_id", "woke_at", "stop_reason"))
 
@@ -18,8 +20,10 @@ def open_turn(conn, agent_id):
 
 
 def insert(conn, agent_id, model, started_at):
-    return conn.execute("INSERT INTO turns (agent_id, model, started_at) VALUES (?, ?, ?)",
-                        (agent_id, model, started_at)).lastrowid
+    turn_id = conn.execute("INSERT INTO turns (agent_id, model, started_at) VALUES (?, ?, ?)",
+                           (agent_id, model, started_at)).lastrowid
+    events.record(conn, agent_id, "turn-start", turn=turn_id, model=model)
+    return turn_id
 
 
 def update(conn, turn_id, **fields):
@@ -36,8 +40,16 @@ def add(conn, turn_id, **counts):
 
 
 def finish(conn, turn_id, status="done", error=None):
+    """End the turn, and say so in the event log: how it ended, what it cost."""
+    now = time.time()
     conn.execute("UPDATE turns SET status = ?, ended_at = ?, error = ? WHERE id = ?",
-                 (status, time.time(), error, turn_id))
+                 (status, now, error, turn_id))
+    turn = get(conn, turn_id)
+    events.record(conn, turn["agent_id"], "turn-end", turn=turn_id, model=turn["model"],
+                  outcome=status, steps=turn["steps"], input_tokens=turn["input_tokens"],
+                  output_tokens=turn["output_tokens"], mail_read=turn["mail_read"],
+                  seconds=round(now - turn["started_at"], 3),
+                  error=error if error is None or len(error) <= 200 else error[:200] + "...")
 
 
 def unanswered(conn, turn_id):

@@ -8,7 +8,7 @@ deleted: the summarised messages stay in the table, and `agent-replay --full` sh
 
 from agentctl import env
 from agentctl.turn import context
-from agentctl.store import history
+from agentctl.store import events, history
 from agentctl.ops import lease, turns
 from agentctl.models.base import estimate_tokens
 
@@ -100,4 +100,6 @@ def prepare(conn, agent, turn_id, client):
         if summary:
             history.append(conn, agent["id"], "compaction", summary, turn_id=turn_id,
                            keep_from=rows[index]["id"])
+            events.record(conn, agent["id"], "compaction", turn=turn_id,
+                          summarised=index, keep_from=rows[index]["id"])
     return context.build(conn, agent) if summary else (system, rows)

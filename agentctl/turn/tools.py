@@ -8,11 +8,13 @@ refused operation) becomes an error result the model sees, never a crash. Each c
 one transaction, so a crash leaves either both or neither.
 """
 
+import time
+
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
 from agentctl.ops import docs, lease, lifecycle, mail, signals
-from agentctl.store import history, mailbox, registry
+from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import quoted, valid_json
 
@@ -123,10 +125,11 @@ def validate(name, raw):
 
 def execute(conn, agent_id, turn_id, call):
     """Run one tool call and record its result; returns the result text."""
+    started = time.monotonic()
     try:
         args = validate(call["tool_name"], call["content"])
     except ToolError as e:
-        return _record(conn, agent_id, turn_id, call, f"error: {e}")
+        return _record(conn, agent_id, turn_id, call, f"error: {e}", started)
     handler = HANDLERS[call["tool_name"]]
     if call["tool_name"] == "wait":
         # Waiting blocks, so it happens outside any transaction; collecting
@@ -134,26 +137,33 @@ def execute(conn, agent_id, turn_id, call):
         try:
             args = dict(args, exited=_wait(conn, agent_id, args))
         except (ToolError, AgentctlError) as e:
-            return _record(conn, agent_id, turn_id, call, f"error: {e}")
+            return _record(conn, agent_id, turn_id, call, f"error: {e}", started)
     try:
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             text = handler(conn, agent_id, args, call)
-            history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
-                           tool_call_id=call["tool_call_id"], turn_id=turn_id)
+            _result(conn, agent_id, turn_id, call, text, started, "ok")
         return text
     except lease.LostClaim:
         raise
     except (ToolError, AgentctlError) as e:
-        return _record(conn, agent_id, turn_id, call, f"error: {e}")
+        return _record(conn, agent_id, turn_id, call, f"error: {e}", started)
 
 
-def _record(conn, agent_id, turn_id, call, text):
+def _record(conn, agent_id, turn_id, call, text, started):
     with lease.holding(conn, agent_id):
         lease.check_not_killed(conn, agent_id)
-        history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
-                       tool_call_id=call["tool_call_id"], turn_id=turn_id)
+        _result(conn, agent_id, turn_id, call, text, started, "error")
     return text
+
+
+def _result(conn, agent_id, turn_id, call, text, started, outcome):
+    """The call's result, and its event (not its output), in the caller's transaction."""
+    history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
+                   tool_call_id=call["tool_call_id"], turn_id=turn_id)
+    events.record(conn, agent_id, "tool", turn=turn_id, tool=call["tool_name"],
+                  call=call["tool_call_id"], outcome=outcome,
+                  seconds=round(time.monotonic() - started, 3))
 
 
 def _descendant(conn, agent_id, ref):
@@ -253,6 +263,7 @@ def _sleep(conn, agent_id, args, call):
     else:
         raise ToolError("give seconds or until")
     registry.update(conn, agent_id, wake_at=wake)
+    events.record(conn, agent_id, "timer", at=wake)
     return f"sleeping until {clock.iso(wake)}"
 
 

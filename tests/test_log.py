@@ -1,0 +1,271 @@
+"""agent-log: every change of state is an event, in the transaction of the change;
+listed, filtered and followed."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from agentctl.store import db
+
+from .conftest import agent, fork, shell, started
+
+
+def kinds(*args):
+    result = agent("log", "--format", "jsonl", *args)
+    assert result.code == 0, result.err
+    return [(json.loads(line)["name"], json.loads(line)["kind"]) for line in result.lines]
+
+
+def script(tmp_path, *rules):
+    path = tmp_path / "script.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+PIPELINE = [("lead", "fork"),                                   # agent-fork lead
+            ("lead", "turn-start"), ("w1", "fork"),             # the lead forks w1 (a tool)
+            ("lead", "tool"), ("lead", "mail"), ("lead", "tool"),     # and mails it
+            ("lead", "turn-end"),
+            ("w1", "turn-start"), ("w1", "read"), ("w1", "timer"), ("w1", "tool"),
+            ("w1", "turn-end"),
+            ("init", "mail"),                                   # agent-send w1
+            ("w1", "signal"), ("w1", "status"),                 # STOP
+            ("w1", "signal"), ("w1", "status"),                 # CONT
+            ("w1", "turn-start"), ("w1", "read"), ("w1", "tool"),     # the exit tool
+            ("w1", "turn-end"), ("w1", "exit"), ("w1", "mail"),     # the lead is told
+            ("w1", "reap")]                                     # agent-wait w1
+
+
+def run_pipeline(tmp_path):
+    model = script(
+        tmp_path,
+        {"match": "^Plan", "steps": [
+            {"content": "", "tool_calls": [{"name": "fork", "arguments": {"name": "w1"}}]},
+            {"content": "", "tool_calls": [{"name": "send",
+                                            "arguments": {"to": "w1", "body": "Survey"}}]},
+            {"content": "planned"}]},
+        {"match": "Survey", "steps": [
+            {"content": "", "tool_calls": [{"name": "sleep", "arguments": {"seconds": 3600}}]},
+            {"content": "sleeping"}]},
+        {"match": "finish", "steps": [
+            {"content": "", "tool_calls": [{"name": "exit", "arguments": {"result": "found"}}]},
+            {"content": "bye"}]})
+    fork("-n", "lead", "-m", model, "Plan")
+    assert agent("run", "lead").code == 0
+    assert agent("run", "w1").code == 0
+    assert agent("send", "w1", "finish").code == 0
+    assert agent("kill", "-s", "STOP", "w1").code == 0
+    assert agent("kill", "-s", "CONT", "w1").code == 0
+    assert agent("run", "w1").code == 0
+    assert agent("wait", "--timeout", "5", "w1").code == 0
+
+
+def test_a_pipeline_leaves_the_exact_sequence_of_events(tmp_path):
+    run_pipeline(tmp_path)
+    assert kinds() == PIPELINE
+
+
+def test_a_follower_sees_the_pipeline_as_it_runs(tmp_path, home):
+    """agent-log -f started before the pipeline prints every event, in order, once."""
+    follower = started("agent-log", "-f", "--format", "jsonl")
+    try:
+        time.sleep(0.5)
+        run_pipeline(tmp_path)
+        seen = []
+        deadline = time.monotonic() + 10
+        while len(seen) < len(PIPELINE) and time.monotonic() < deadline:
+            line = follower.stdout.readline()
+            if line:
+                event = json.loads(line)
+                seen.append((event["name"], event["kind"]))
+    finally:
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=5)
+    assert seen == PIPELINE
+    assert (follower.returncode, out, err) == (0, "", "")    # ^C: silent, cleanly
+
+
+def test_text_lines_and_the_columns(tmp_path):
+    run_pipeline(tmp_path)
+    lines = agent("log", "w1").lines
+    assert " w1            fork        forked from lead (agent, model scripted:" in lines[0]
+    assert any("turn-end    turn 1 done: 3 steps" in line for line in agent("log", "lead").lines)
+    assert lines[-1].endswith("w1            reap        collected by a waiter")
+    assert any(line.endswith("exit        exited 0 (became Z)") for line in lines)
+    tsv = agent("log", "--format", "tsv", "-o", "seq,kind,data", "--kind", "exit").lines
+    assert tsv[0] == "seq\tkind\tdata" and len(tsv) == 2
+    assert json.loads(tsv[1].split("\t")[2]) == {"code": 0, "status": "Z"}
+    full = json.loads(agent("log", "--format", "json", "-n", "1").out)
+    assert [set(e) for e in full] == [{"seq", "time", "agent", "name", "kind", "actor", "data",
+                                       "summary"}]
+    assert agent("log", "-q").lines == [str(n) for n in range(1, len(PIPELINE) + 1)]
+    assert agent("log", "-0", "-n", "2").out == f"{len(PIPELINE) - 1}\0{len(PIPELINE)}\0"
+
+
+def test_filters(tmp_path):
+    run_pipeline(tmp_path)
+    assert kinds("--kind", "fork,exit") == [("lead", "fork"), ("w1", "fork"), ("w1", "exit")]
+    assert kinds("--kind", "fork", "--kind", "reap") == [("lead", "fork"), ("w1", "fork"),
+                                                         ("w1", "reap")]
+    assert kinds("-n", "2") == PIPELINE[-2:]
+    assert kinds("--after", "20") == PIPELINE[20:]
+    assert kinds("--after", "20", "-n", "1") == PIPELINE[-1:]
+    assert kinds("lead") == [e for e in PIPELINE if e[0] == "lead"]
+    assert kinds("--tree", "lead") == [e for e in PIPELINE if e[0] != "init"]
+    assert kinds("--since", "1h") == PIPELINE
+    assert kinds("--since", "2999-01-01T00:00") == []
+    assert kinds("-n", "0") == []
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--prune-before", "1h", "-n", "3"], 2, "--prune-before goes with no other option"),
+    (["-f", "--format", "json"], 2, "-f prints events as they come: use --format jsonl, not json"),
+    (["--tree"], 2, "--tree goes with an AGENT"),
+    (["--since", "soon"], 2, "bad time: 'soon'"),
+    (["--after", "-1"], 2, "Invalid value for '--after'"),
+    (["nobody"], 1, "no such agent: nobody"),
+    (["--format", "table"], 2, "Invalid value for '--format'"),
+    (["-o", "nope"], 2, "unknown column: nope"),
+])
+def test_bad_arguments_are_one_line(args, code, message):
+    fork("-n", "a")
+    result = agent("log", *args)
+    assert (result.code, result.out) == (code, ""), result
+    assert result.err.startswith("agent-log: ") and message in result.err, result.err
+    assert result.err.count("\n") == 1
+
+
+def test_follow_ends_when_its_reader_goes_away():
+    """agent-log -f | head -3 returns at once, though no event comes after the third."""
+    for n in range(5):
+        fork("-n", f"a{n}")
+    start = time.monotonic()
+    result = shell("agent-log -f | head -3; echo \"rc=${PIPESTATUS[0]}\"", timeout=10)
+    took = time.monotonic() - start
+    assert len(result.out.splitlines()) == 4 and result.out.endswith("rc=141\n"), result
+    assert result.err == "" and took < 2.0, (result, took)
+
+
+def test_follow_prints_a_new_event_within_250_ms(home):
+    fork("-n", "a")
+    follower = started("agent-log", "-f", "-n", "0", "--format", "jsonl")
+    try:
+        time.sleep(0.5)
+        latencies = []
+        for n in range(5):
+            sent = time.time()
+            assert agent("kill", "-s", "HUP", "a").code == 0
+            event = json.loads(follower.stdout.readline())
+            latencies.append(time.time() - event["time"])
+            assert event["kind"] == "signal" and event["time"] >= sent - 0.01
+    finally:
+        follower.kill()
+        follower.communicate()
+    assert max(latencies) < 0.25, latencies
+
+
+def test_prune_keeps_the_newest_and_each_accounts_budget_event_and_never_reuses_numbers(
+        tmp_path, conn):
+    model = script(tmp_path, {"reply": {"content": "ok",
+                                           "usage": {"input_tokens": 40, "output_tokens": 20}}})
+    fork("-n", "boss", "-m", model)
+    fork("-p", "boss", "-n", "kid", "--budget", "10", "go")
+    assert agent("run", "kid").code == 0         # over budget: a budget event
+    fork("-n", "later")
+    budget_seq = conn.execute("SELECT id FROM events WHERE kind = 'budget'").fetchone()[0]
+    newest = conn.execute("SELECT max(id) FROM events").fetchone()[0]
+    result = agent("log", "--prune-before", "2999-01-01T00:00")
+    assert result.code == 0 and int(result.out) == newest - 2, result
+    assert [r[0] for r in conn.execute("SELECT id FROM events ORDER BY id")] == \
+        [budget_seq, newest]
+    agent("send", "kid", "more")
+    assert agent("run", "kid").code == 3         # refused, and the parent is not told again
+    assert conn.execute("SELECT count(*) FROM mail WHERE kind = 'budget'").fetchone()[0] == 1
+    # an event removed never gives its number to a new one
+    conn.execute("DELETE FROM events WHERE id = ?", (newest,))
+    conn.commit()
+    fork("-n", "after")
+    assert conn.execute("SELECT max(id) FROM events").fetchone()[0] > newest
+
+
+def test_a_refused_change_writes_no_event(conn):
+    fork("-n", "a")
+    agent("kill", "a")
+    before = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert agent("send", "a", "hi").code == 3               # a has exited
+    assert agent("kill", "a").code == 3
+    assert agent("fork", "-p", "a", "-n", "b").code == 3
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == before
+
+
+def test_a_bulk_send_is_one_event_with_the_count_and_the_range():
+    fork("-n", "a")
+    fork("-n", "b")
+    lines = "".join(json.dumps({"to": to, "body": f"m{n}"}) + "\n"
+                    for n, to in enumerate("abab" * 25))
+    assert agent("send", "--jsonl", stdin=lines).code == 0
+    event = json.loads(agent("log", "--format", "jsonl", "--kind", "mail").lines[-1])
+    assert (event["name"], event["data"]) == ("init", {"count": 100, "first": 1, "last": 100})
+    assert event["summary"] == "sent 100 mails, ids 1-100"
+
+
+def test_the_migration_keeps_every_event_and_its_number(tmp_path):
+    path = str(tmp_path / "old.db")
+    conn = db.connect(path)
+    conn.close()
+    raw = sqlite3.connect(path)      # back to schema 7: the events table as it was released
+    raw.executescript("""
+        DROP TABLE events;
+        CREATE TABLE events (id INTEGER PRIMARY KEY, agent_id TEXT NOT NULL REFERENCES agents(id),
+            kind TEXT NOT NULL, detail TEXT, actor_id TEXT REFERENCES agents(id),
+            created_at REAL NOT NULL);
+        CREATE INDEX events_agent ON events(agent_id, id);
+        INSERT INTO events VALUES (5, 'AAAAAAAAAAAAAAAAAAAAAA', 'signal', 'HUP', NULL, 1.0);
+        INSERT INTO events VALUES (9, 'AAAAAAAAAAAAAAAAAAAAAA', 'signal', 'CONT', NULL, 2.0);
+        DELETE FROM _sqlite_migrations WHERE name = '0008_event_log';
+        PRAGMA user_version = 7;
+    """)
+    raw.close()
+    assert agent("fork", "--db", path, "-n", "a").code == 0
+    result = agent("log", "--db", path, "--format", "tsv", "-o", "seq,kind,detail")
+    assert result.lines == ["seq\tkind\tdetail", "5\tsignal\tHUP", "9\tsignal\tCONT",
+                            "10\tfork\tAAAAAAAAAAAAAAAAAAAAAA 0"], result
+
+
+def test_a_follower_over_a_run_of_200_agents_sees_every_event_once(tmp_path, home):
+    """agent-run --all -j 4 over 200 agents, followed from before it starts."""
+    lines = "".join(json.dumps({"to": f"a{n}", "body": "hi"}) + "\n" for n in range(200))
+    env = dict(os.environ)
+    subprocess.run(["bash", "-c", "for n in $(seq 0 199); do echo a$n; done | "
+                    "xargs -n 50 sh -c 'for a; do agent-fork -n \"$a\" -m echo >/dev/null; done' _"],
+                   env={**env, "PATH": os.path.join(os.path.dirname(__file__), "..", "bin") +
+                        os.pathsep + env["PATH"]}, check=True)
+    assert agent("send", "--jsonl", stdin=lines).code == 0
+    follower = started("agent-log", "-f", "-n", "0", "--format", "jsonl")
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(follower.stdout), daemon=True)
+    reader.start()          # (a pipe left unread would stop the follower when full)
+    try:
+        time.sleep(0.5)
+        result = shell("agent-run --all -j 4 >/dev/null", timeout=300)
+        assert result.code == 0, result.err
+        time.sleep(0.6)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.wait(timeout=10)
+        reader.join(timeout=10)
+    seen = [json.loads(line)["seq"] for line in out]
+    conn = db.connect(str(home))
+    wanted = [r[0] for r in conn.execute("SELECT id FROM events WHERE kind IN "
+                                         "('turn-start', 'read', 'turn-end') ORDER BY id")]
+    assert len(wanted) == 600
+    assert seen == [r[0] for r in conn.execute(
+        "SELECT id FROM events WHERE id > ? ORDER BY id", (min(seen) - 1,))]
+    assert set(wanted) <= set(seen) and len(seen) == len(set(seen))
