@@ -58,6 +58,7 @@ test-live: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench.py
 	$(VENV)/bin/python bench/compaction.py
+	$(VENV)/bin/python bench/events.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.

@@ -64,13 +64,16 @@ def _where(agents, kinds, since, after):
 
 
 def select(conn, agents=None, kinds=None, since=None, after=None, last=None):
-    """Events in sequence order: of `agents` (ids; None: all), of `kinds`, created at
-    or after `since`, numbered above `after`; only the `last` N of those."""
+    """Events in sequence order, as tuples of COLUMNS (a listing may be 100,000 long):
+    of `agents` (ids; None: all), of `kinds`, created at or after `since`, numbered
+    above `after`; only the `last` N of those."""
     where, params = _where(agents, kinds, since, after)
     query = f"SELECT {COLUMNS} FROM events e JOIN agents a ON a.id = e.agent_id{where}"
+    cursor = conn.cursor()
+    cursor.row_factory = None
     if last is None:
-        return conn.execute(query + " ORDER BY e.id", params).fetchall()
-    rows = conn.execute(query + " ORDER BY e.id DESC LIMIT ?", (*params, last)).fetchall()
+        return cursor.execute(query + " ORDER BY e.id", params).fetchall()
+    rows = cursor.execute(query + " ORDER BY e.id DESC LIMIT ?", (*params, last)).fetchall()
     return rows[::-1]
 
 
