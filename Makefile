@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 		{ apt-get update -qq && apt-get install -y -qq groff-base; } || \
 		echo "make: install groff (or mandoc) for the man page tests" >&2
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/bench.py
 	$(VENV)/bin/python bench/compaction.py
 	$(VENV)/bin/python bench/events.py
+	$(VENV)/bin/python bench/tools.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.

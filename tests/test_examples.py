@@ -76,3 +76,17 @@ def test_make_demo_uses_a_database_of_its_own(tmp_path):
     assert f"make demo: on the database {ROOT}/.demo/agents.db" in proc.stdout
     assert os.path.exists(os.path.join(ROOT, ".demo", "agents.db"))
     assert list(tmp_path.iterdir()) == []               # nothing under the user's home
+
+
+def test_files_pipeline_reads_and_writes_real_files(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    result = shell(f"WORKDIR={work} sh {EXAMPLES}/files.sh")
+    assert result.code == 0, result.err
+    assert (work / "summary.md").read_text().startswith("# Notes\n")
+    assert not (work / "stolen.txt").exists()           # the reader was granted read_file only
+    replay = shell("agent-replay reader").out
+    assert "The WAL appends frames at its end" in replay     # the real file, read by a tool
+    assert "error: unknown tool: write_file" in replay

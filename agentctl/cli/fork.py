@@ -1,5 +1,7 @@
 """agent-fork: create a child agent that inherits its parent's conversation."""
 
+import os
+
 import click
 
 from agentctl.cli.options import Count, Duration, complete_agents, complete_words
@@ -8,7 +10,7 @@ from agentctl.cli.stdio import read_body
 from agentctl.errors import UsageError
 from agentctl import modelspec
 from agentctl.ids import INIT_ID, ROLES
-from agentctl.ops import lifecycle
+from agentctl.ops import lifecycle, programs
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
@@ -43,9 +45,17 @@ from agentctl.store.db import transaction
 @click.option("--max-children", type=Count(0), metavar="N",
               help="At most N children alive or not yet collected at once "
                    "(default: the parent's; a worker's 4).")
+@click.option("--allow", multiple=True, metavar="PATTERN",
+              help="Grant the external tools whose names match (a shell glob; repeat it), "
+                   "within what the parent may use.")
+@click.option("--ask", multiple=True, metavar="PATTERN",
+              help="Calls of matching tools need approval before they run (repeatable).")
+@click.option("--cwd", metavar="DIR",
+              help="The child's working directory, where its tools run (default: this "
+                   "one); its children inherit it.")
 @click.argument("prompt", required=False)
 def cli(db_path, parent, name, role, model, system, at, window, budget, restart, max_restarts,
-        restart_window, reap_after, idle_exit, max_children, prompt):
+        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -58,6 +68,10 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         raise UsageError("empty prompt")
     if model is not None:
         modelspec.check_name(model)
+    cwd = os.path.abspath(cwd) if cwd is not None else os.getcwd()
+    if not os.path.isdir(cwd):
+        raise UsageError(f"--cwd {cwd}: not a directory")
+    tools = list(programs.discover([])) if allow else []    # (before taking the lock)
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)
@@ -67,7 +81,9 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                context_window=window, budget_tokens=budget,
                                restart=restart, max_restarts=max_restarts,
                                restart_window=restart_window, reap_after=reap_after,
-                               idle_exit=idle_exit, max_children=max_children)
+                               idle_exit=idle_exit, max_children=max_children,
+                               allow=list(allow), ask=list(ask), cwd=cwd,
+                               tool_names=lambda: tools)
     click.echo(child)
 
 

@@ -26,7 +26,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
     forked_from fork_msg wake budget spent tokens failures restarts retry failure
-    with -o.
+    allow ask cwd unconfined with -o.
     """
     statuses = None
     if status:
@@ -45,6 +45,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
     chosen = pick(COLUMNS, columns, default)
+    if any(c.key == "unconfined" for c in chosen):      # (only then: it reads the tool path)
+        mark_unconfined(conn, rows)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         chosen = chosen + [Column("depth", "DEPTH")]
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
@@ -126,7 +128,33 @@ COLUMNS = [
            machine=lambda r: iso(r["retry_at"])),
     Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
            human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
+    Column("allow", "ALLOW", human=lambda r: _grants(r, "allow"),
+           machine=lambda r: (r["allow"] or "").split("\n") if r["allow"] else []),
+    Column("ask", "ASK", human=lambda r: _grants(r, "ask"),
+           machine=lambda r: (r["ask"] or "").split("\n") if r["ask"] else []),
+    Column("cwd", "CWD"),
+    Column("unconfined", "UNCONFINED", human=lambda r: "YES" if r["unconfined"] else "-"),
 ]
+
+
+def _grants(row, key):
+    return ",".join(row[key].split("\n")) if row[key] else "-"
+
+
+def mark_unconfined(conn, rows):
+    """Whether each agent may use a tool that can do whatever the operator's user can:
+    a program tool not confined (run, yours unless it says so) or any MCP tool."""
+    from agentctl.ops import grants, programs
+    from agentctl.turn import mcp
+    tools = programs.discover([])
+    servers = list(mcp.servers())
+    for row in rows:
+        if not row["allow"]:
+            row["unconfined"] = False
+            continue
+        mine = grants.Allowance(conn, row["id"])
+        row["unconfined"] = any(mine.permits(n) for n, p in tools.items() if not p.confined) \
+            or any(mine.reaches(f"{s}__") for s in servers)
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
 LONG = DEFAULT + ["wake", "budget"]     # -f
 

@@ -27,8 +27,11 @@ from agentctl.turn import runner
               metavar="FORMAT", help="text (the final reply, default), or json / jsonl: "
                                      "each turn's record, one JSON object a line.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@click.option("--list-tools", is_flag=True,
+              help="Run nothing: list the tools AGENT's next turn would offer (--format "
+                   "json: with their schemas).")
 @click.argument("agent", required=False, shell_complete=complete_agents)
-def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
+def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, list_tools, agent):
     """Run one turn of AGENT (default self): take all its pending input at
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
@@ -43,6 +46,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
     if not agent:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
     conn = connect(db_path)
+    if list_tools:
+        return _list_tools(conn, agent, fmt if fmt != "text" or not as_json else "json")
     deadlines.carry_out(conn)
     stream = sys.stdout.isatty() and not as_json
     streamed = []
@@ -59,7 +64,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
 
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
-                             on_text=on_text if stream else None)
+                             on_text=on_text if stream else None,
+                             warn=lambda line: warn("agent-run", line))
     finally:
         shown.flush()
     if as_json:
@@ -80,6 +86,28 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, agent):
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
                           "killed by KILL during its turn (voided)")
         return 3
+    return 0
+
+
+def _list_tools(conn, ref, fmt):
+    """The tools the agent's next turn would offer: a table, or JSON with the schemas.
+    (MCP servers its grants reach are started, to list theirs, and stopped.)"""
+    from agentctl.cli.output import Column, render
+    from agentctl.turn.external import Toolset
+    toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
+    try:
+        rows = [{"id": n, "name": n, "source": source, "confined": confined,
+                 "description": description, "parameters": schema}
+                for n, source, confined, description, schema in toolset.listing()]
+    finally:
+        toolset.close()
+    first_line = lambda r: (r["description"] or "").strip().split("\n")[0][:70]  # noqa: E731
+    columns = [Column("name", "NAME"), Column("source", "SOURCE"),
+               Column("confined", "CONFINED", human=lambda r: "yes" if r["confined"] else "NO"),
+               Column("description", "DESCRIPTION", human=first_line)]
+    if fmt in ("json", "jsonl"):
+        columns.append(Column("parameters", "PARAMETERS"))
+    render(rows, columns, fmt="table" if fmt == "text" else fmt)
     return 0
 
 

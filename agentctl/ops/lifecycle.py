@@ -6,7 +6,7 @@ import time
 from agentctl import env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
-from agentctl.ops import budget, mail
+from agentctl.ops import budget, grants, mail
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction, wait_for_commit
 
@@ -59,7 +59,8 @@ def check_limits(conn, parent):
 def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
          at=None, prompt=None, actor=None, context_window=None, budget_tokens=None,
          restart=None, max_restarts=None, restart_window=None, reap_after=None,
-         idle_exit=None, max_children=None):
+         idle_exit=None, max_children=None, allow=None, ask=None, cwd=None,
+         tool_names=None):
     """Create a child of `parent`; returns its id. Writes a constant number of
     rows whatever the history's length: nothing is copied. With `budget_tokens`,
     the child gets its own account, carved out of the parent's (agentctl(7)).
@@ -75,6 +76,9 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         raise UsageError(f"unknown restart policy: {restart} "
                          f"(one of {', '.join(RESTART_POLICIES)})")
     check_limits(conn, parent)
+    allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
+    if allow and tool_names is not None:
+        grants.check_fork(conn, parent, allow, tool_names())
     if name is not None:
         check_name(conn, name)
     if at is None:
@@ -100,7 +104,8 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         restart=restart or default_restart(role), max_restarts=max_restarts,
         restart_window=restart_window, idle_exit=idle_exit, max_children=max_children,
         reap_after=reap_after if reap_after is not None else parent["reap_after"],
-        depth=parent["depth"] + 1)
+        depth=parent["depth"] + 1, allow=allow, ask=ask,
+        cwd=cwd if cwd is not None else parent["cwd"])
     if prompt is not None:
         history.append(conn, child, "user", prompt)
     events.record(conn, child, "fork", f"{parent['id']} {point}", actor, parent=parent["id"],

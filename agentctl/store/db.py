@@ -14,7 +14,7 @@ from agentctl import env
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 

@@ -224,6 +224,31 @@ def event_log(db):
     """)
 
 
+@MIGRATIONS(name="0009_tools")
+def tools(db):
+    # External tools (agentctl(7), TOOLS): what an agent is granted (allow), what needs
+    # approval (ask), its working directory; and each external call's run, recorded as
+    # started before the program runs, so that a crash never runs it twice.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN allow TEXT;
+    ALTER TABLE agents ADD COLUMN ask TEXT;
+    ALTER TABLE agents ADD COLUMN cwd TEXT;
+    CREATE TABLE tool_runs (
+        id            INTEGER PRIMARY KEY,
+        agent_id      TEXT NOT NULL REFERENCES agents(id),
+        turn_id       INTEGER NOT NULL REFERENCES turns(id),
+        tool_call_id  TEXT NOT NULL,
+        tool          TEXT NOT NULL,
+        host          TEXT,
+        pgid          INTEGER,
+        started_at    REAL NOT NULL,
+        ended_at      REAL,
+        outcome       TEXT
+    );
+    CREATE INDEX tool_runs_call ON tool_runs(turn_id, tool_call_id)
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

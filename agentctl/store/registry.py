@@ -32,7 +32,7 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent, "
                  "restart, max_restarts, restart_window, restarts, window_start, "
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
-                 "last_failure")
+                 "last_failure, allow, ask, cwd")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
@@ -277,6 +277,18 @@ def ancestors(conn, agent_id):
     return {r[0] for r in rows}
 
 
+def lineage(conn, agent_id):
+    """The agent and its history ancestors (forked_from, fixed for ever), nearest
+    first, init included."""
+    return conn.execute(
+        f"""WITH RECURSIVE up(id, n) AS (
+              SELECT ?, 0
+              UNION ALL SELECT a.forked_from, up.n + 1 FROM agents a JOIN up ON a.id = up.id
+              WHERE a.forked_from IS NOT NULL)
+            SELECT {', '.join('a.' + c.strip() for c in AGENT_COLUMNS.split(','))}
+            FROM up JOIN agents a ON a.id = up.id ORDER BY up.n""", (agent_id,)).fetchall()
+
+
 def nearest_live_ancestor(conn, agent, dying=()):
     current = agent
     while current["id"] != INIT_ID:
@@ -291,7 +303,7 @@ def nearest_live_ancestor(conn, agent, dying=()):
 FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id", "role",
                           "model", "system_prompt", "context_window", "budget", "budget_id",
                           "restart", "max_restarts", "restart_window", "reap_after",
-                          "idle_exit", "max_children", "depth"))
+                          "idle_exit", "max_children", "depth", "allow", "ask", "cwd"))
 
 
 def insert(conn, **fields):

@@ -14,7 +14,7 @@ from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
 from agentctl.ops import budget, ending, lease, mail, supervise, turns
 from agentctl.store import history, registry, turnlog
-from agentctl.turn import compaction, context, tools
+from agentctl.turn import compaction, context, external, tools
 
 DEFAULT_MAX_STEPS = 20
 Outcome = ending.Outcome
@@ -30,7 +30,7 @@ def choose_model(agent, override=None):
     return spec, model
 
 
-def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
+def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None):
     """Run one turn of agent `ref`; returns an Outcome. Raises NotFound (1)
     when there is nothing to do, Refused (3), TempFail (75), ModelError."""
     agent = lease.claim(conn, ref)
@@ -47,7 +47,11 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None):
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
-            return _loop(conn, agent_id, turn, spec, client, max_steps, on_text)
+            toolset = external.Toolset(conn, registry.get(conn, agent_id), warn)
+            try:
+                return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset)
+            finally:
+                toolset.close()     # its MCP servers stop with the turn
     except lease.LostClaim:
         raise                   # the agent is another run's now: touch nothing
     except Exception as e:
@@ -83,11 +87,11 @@ def _call_ids(conn, turn_id, calls):
     return ids
 
 
-def _run_calls(conn, agent_id, turn_id, calls):
+def _run_calls(conn, agent_id, turn_id, calls, toolset):
     # The sync barrier: a fork sees every other call of its step completed.
     try:
         for call in sorted(calls, key=lambda c: c["tool_name"] == "fork"):
-            tools.execute(conn, agent_id, turn_id, call)
+            toolset.execute(conn, agent_id, turn_id, call)
     except lease.KillPending:
         pass                    # the loop ends the turn: killed
 
@@ -125,12 +129,11 @@ class Interruptible:
         return done["reply"]
 
 
-def _loop(conn, agent_id, turn, spec, client, max_steps, on_text):
+def _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset):
     turn_id = turn["id"]
-    offered = tools.specs()
     client = Interruptible(conn, agent_id, client)
     try:
-        return _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text)
+        return _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text)
     except lease.KillPending:
         return ending.killed(conn, agent_id, turn_id, spec)
 
@@ -156,7 +159,8 @@ def _separated(on_text):
     return for_step
 
 
-def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
+def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
+    offered = toolset.specs()
     next_step_text = _separated(on_text)
     while True:
         lease.check_not_killed(conn, agent_id)     # a KILL, or a grace period's end
@@ -165,7 +169,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, offered, on_text):
             return ending.killed(conn, agent_id, turn_id, spec)
         pending = turnlog.unanswered(conn, turn_id)
         if pending:
-            _run_calls(conn, agent_id, turn_id, pending)
+            _run_calls(conn, agent_id, turn_id, pending, toolset)
             # what came while they ran: a KILL or STOP, or a CONT that took a STOP back
             signal = registry.get(conn, agent_id)["pending_signal"]
             if signal == "KILL":

@@ -13,7 +13,7 @@ import time
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
-from agentctl.ops import docs, lease, lifecycle, mail, signals
+from agentctl.ops import docs, lease, lifecycle, mail, programs, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import quoted, valid_json
@@ -31,7 +31,12 @@ SPECS = {
              "carved out of your own budget if you have one.",
              _schema({"prompt": {"type": "string"}, "name": {"type": "string"},
                       "role": {"type": "string", "enum": list(ROLES)},
-                      "budget": {"type": "integer", "minimum": 1}})),
+                      "budget": {"type": "integer", "minimum": 1},
+                      "allow": {"type": "array", "items": {"type": "string"},
+                                "description": "External tools the child may use (globs "
+                                               "over tool names), within your own."},
+                      "ask": {"type": "array", "items": {"type": "string"},
+                              "description": "Tools whose calls need approval."}})),
     "send": ("Send mail to an agent (id or name). Returns the mail id.",
              _schema({"to": {"type": "string"}, "body": {"type": "string"}}, ["to", "body"])),
     "check_mail": ("Count your unread mail. Unread mail is delivered to you as an inbox "
@@ -129,7 +134,7 @@ def execute(conn, agent_id, turn_id, call):
     try:
         args = validate(call["tool_name"], call["content"])
     except ToolError as e:
-        return _record(conn, agent_id, turn_id, call, f"error: {e}", started)
+        return record_error(conn, agent_id, turn_id, call, f"error: {e}", started)
     handler = HANDLERS[call["tool_name"]]
     if call["tool_name"] == "wait":
         # Waiting blocks, so it happens outside any transaction; collecting
@@ -137,27 +142,27 @@ def execute(conn, agent_id, turn_id, call):
         try:
             args = dict(args, exited=_wait(conn, agent_id, args))
         except (ToolError, AgentctlError) as e:
-            return _record(conn, agent_id, turn_id, call, f"error: {e}", started)
+            return record_error(conn, agent_id, turn_id, call, f"error: {e}", started)
     try:
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             text = handler(conn, agent_id, args, call)
-            _result(conn, agent_id, turn_id, call, text, started, "ok")
+            record_result(conn, agent_id, turn_id, call, text, started, "ok")
         return text
     except lease.LostClaim:
         raise
     except (ToolError, AgentctlError) as e:
-        return _record(conn, agent_id, turn_id, call, f"error: {e}", started)
+        return record_error(conn, agent_id, turn_id, call, f"error: {e}", started)
 
 
-def _record(conn, agent_id, turn_id, call, text, started):
+def record_error(conn, agent_id, turn_id, call, text, started):
     with lease.holding(conn, agent_id):
         lease.check_not_killed(conn, agent_id)
-        _result(conn, agent_id, turn_id, call, text, started, "error")
+        record_result(conn, agent_id, turn_id, call, text, started, "error")
     return text
 
 
-def _result(conn, agent_id, turn_id, call, text, started, outcome):
+def record_result(conn, agent_id, turn_id, call, text, started, outcome):
     """The call's result, and its event (not its output), in the caller's transaction."""
     history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
                    tool_call_id=call["tool_call_id"], turn_id=turn_id)
@@ -176,7 +181,9 @@ def _descendant(conn, agent_id, ref):
 def _fork(conn, agent_id, args, call):
     me = registry.get(conn, agent_id)
     child = lifecycle.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
-                           actor=agent_id, budget_tokens=args.get("budget"))
+                           actor=agent_id, budget_tokens=args.get("budget"),
+                           allow=args.get("allow"), ask=args.get("ask"),
+                           tool_names=lambda: list(programs.discover([])))
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.
     history.append(conn, child, "tool_result",
                    f"You are the child ({child}), forked from {registry.label(me)} ({agent_id}).",

@@ -1,0 +1,75 @@
+"""Grants (agentctl(7), TOOLS): which external tools an agent may use, and which of
+its calls need approval. Patterns are shell globs over tool names (read_file,
+*_file, github__*, *). A tool is offered only if it matches the patterns of the
+agent and of every ancestor along forked_from (init holds none and limits
+nothing), so grants only narrow down the tree; a fork that asks for a tool its
+parent can't use is refused."""
+
+import fnmatch
+import re
+
+from agentctl.errors import Refused, UsageError
+from agentctl.ids import INIT_ID
+from agentctl.store import registry
+
+PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,128}")
+
+
+def check(patterns, option):
+    """Patterns as given (--allow, --ask), checked; None when none was given."""
+    if not patterns:
+        return None
+    for p in patterns:
+        if not PATTERN.fullmatch(p):
+            raise UsageError(f"{option} {p!r}: a pattern is a glob over tool names "
+                             "(letters, digits, _ -, and * ? [ ])")
+    return "\n".join(dict.fromkeys(patterns))
+
+
+def patterns(text):
+    return text.split("\n") if text else []
+
+
+def matches(name, pats):
+    return any(fnmatch.fnmatchcase(name, p) for p in pats)
+
+
+class Allowance:
+    """An agent's grants along its lineage, read once for a turn or a fork."""
+
+    def __init__(self, conn, agent_id):
+        line = [a for a in registry.lineage(conn, agent_id) if a["id"] != INIT_ID]
+        self.operator = agent_id == INIT_ID
+        self.allow = [patterns(a["allow"]) for a in line]
+        self.ask = [p for a in line for p in patterns(a["ask"])]
+
+    def permits(self, name):
+        """Whether an external tool may be offered: every pattern list of the
+        lineage matches it (the operator is limited by nothing)."""
+        return self.operator or all(matches(name, pats) for pats in self.allow)
+
+    def reaches(self, prefix):
+        """Whether some tool named PREFIX... could be offered (every pattern list of
+        the lineage has a pattern that could match such a name)."""
+        def could(p):
+            literal = re.split(r"[*?\[]", p, 1)[0]
+            return literal.startswith(prefix) or prefix.startswith(literal)
+        return self.operator or all(any(could(p) for p in pats) for pats in self.allow)
+
+    def needs_approval(self, name):
+        return matches(name, self.ask)
+
+
+def check_fork(conn, parent, allow, existing):
+    """Refuse a child's --allow that matches an existing external tool its parent
+    can't use: asking for more is an error, not a silent no-op."""
+    if not allow:
+        return
+    mine = Allowance(conn, parent["id"])
+    for pattern in patterns(allow):
+        denied = [name for name in existing
+                  if fnmatch.fnmatchcase(name, pattern) and not mine.permits(name)]
+        if denied:
+            raise Refused(f"--allow {pattern}: {registry.label(parent)} can't use "
+                          f"{', '.join(sorted(denied)[:3])}{', ...' if len(denied) > 3 else ''}"
+                          ", so it can't grant it")

@@ -1,0 +1,300 @@
+"""Tools from programs (agentctl(7), TOOLS): an executable on the tool path is a tool.
+
+`PROG --describe` prints {"description", "parameters" (JSON Schema)[, "timeout",
+"confined"]}; a call runs PROG with the arguments as one JSON object on stdin, in the
+agent's working directory, in a process group of its own; stdout is the result, a
+non-zero exit a tool error with the tail of stderr. Descriptions are cached by the
+file's path, size and mtime.
+"""
+
+import os
+import re
+import signal
+import sys
+import time
+
+from agentctl import env, keys
+
+NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolbox")
+DEFAULT_TIMEOUT = 60.0          # seconds a call may run (AGENTCTL_TOOL_TIMEOUT; per tool)
+DEFAULT_OUTPUT = 64 * 1024      # bytes of stdout the model gets (AGENTCTL_TOOL_OUTPUT)
+DESCRIBE_TIMEOUT = 10.0
+STDERR_TAIL = 2000
+POLL = 0.25                     # seconds between two looks for a KILL during a call
+
+
+class Program:
+    __slots__ = ("name", "path", "description", "parameters", "timeout", "confined")
+
+    def __init__(self, name, path, described):
+        self.name, self.path = name, path
+        self.description = described["description"]
+        self.parameters = described["parameters"]
+        self.timeout = described.get("timeout")
+        self.confined = described.get("confined") is True
+
+    def spec(self):
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+def tool_path():
+    """$AGENTCTL_TOOLS (directories separated by :, as PATH), else
+    $XDG_CONFIG_HOME/agentctl/tools followed by the tools shipped with agentctl."""
+    given = os.environ.get("AGENTCTL_TOOLS")
+    if given is not None:
+        return [d for d in given.split(":") if d]
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"),
+                                                               ".config")
+    return [os.path.join(config, "agentctl", "tools"), SHIPPED]
+
+
+def discover(warnings):
+    """The program tools on the tool path, by name (the first of a name wins, as on
+    PATH); what can't be a tool is skipped with a warning."""
+    found = {}
+    cache = _Cache()
+    for directory in tool_path():
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in found or not _executable(entry):
+                continue
+            if not NAME.fullmatch(entry.name):
+                warnings.append(f"tool {entry.path!r} skipped: a tool's name is 1 to 64 "
+                                "letters, digits, _ or -")
+                continue
+            described = cache.describe(entry.path, warnings)
+            if described is not None:
+                found[entry.name] = Program(entry.name, entry.path, described)
+    cache.save()
+    return found
+
+
+def _executable(entry):
+    try:
+        return entry.is_file() and os.access(entry.path, os.X_OK)
+    except OSError:
+        return False
+
+
+def command(path):
+    """How to run a tool: a Python script under agentctl's own interpreter (so that
+    requests is there), anything else as it is."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!") and b"python" in first:
+        return [sys.executable, path]
+    return [path]
+
+
+class _Cache:
+    """--describe's answers, by path, size and mtime, in $XDG_CACHE_HOME/agentctl."""
+
+    def __init__(self):
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                ".cache")
+        self.file = os.path.join(base, "agentctl", "tools.json")
+        self.entries, self.dirty = None, False
+
+    def _load(self):
+        import json
+        try:
+            with open(self.file, encoding="utf-8") as f:
+                self.entries = json.load(f)
+            if not isinstance(self.entries, dict):
+                self.entries = {}
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def describe(self, path, warnings):
+        if self.entries is None:
+            self._load()
+        st = os.stat(path)
+        key = f"{st.st_size}:{st.st_mtime_ns}"
+        hit = self.entries.get(path)
+        if isinstance(hit, dict) and hit.get("key") == key:
+            if hit.get("warning"):
+                warnings.append(hit["warning"])
+            return hit.get("described")
+        said = []
+        described = _describe(path, said)
+        warnings.extend(said)
+        self.entries[path] = {"key": key, "described": described,
+                              "warning": said[0] if said else None}
+        self.dirty = True
+        return described
+
+    def save(self):
+        if not self.dirty:
+            return
+        import json
+        try:
+            os.makedirs(os.path.dirname(self.file), mode=0o700, exist_ok=True)
+            temporary = f"{self.file}.{os.getpid()}"
+            with open(temporary, "w", encoding="utf-8") as f:
+                json.dump(self.entries, f)
+            os.replace(temporary, self.file)
+        except OSError:
+            pass            # a cache that can't be written costs time, not correctness
+
+
+def _describe(path, warnings):
+    """`PROG --describe`, checked; None (with a warning) when it is no tool."""
+    import subprocess
+    from agentctl import jsonin
+    name = os.path.basename(path)
+    try:
+        proc = subprocess.run(command(path) + ["--describe"], capture_output=True,
+                              timeout=DESCRIBE_TIMEOUT, stdin=subprocess.DEVNULL,
+                              env=_environment(None, None))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        warnings.append(f"tool {name}: --describe failed: {e}")
+        return None
+    try:
+        described = jsonin.loads(proc.stdout.decode("utf-8", "replace"))
+    except jsonin.JSONError as e:
+        described = e
+    if proc.returncode != 0 or not isinstance(described, dict) or \
+            not isinstance(described.get("description"), str) or \
+            not isinstance(described.get("parameters"), dict) or \
+            described["parameters"].get("type") != "object":
+        warnings.append(f"tool {name}: --describe must print {{\"description\": TEXT, "
+                        "\"parameters\": a JSON Schema of type object}: skipped")
+        return None
+    timeout = described.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(
+            timeout, bool) or not 0 < timeout <= 86400):
+        described.pop("timeout")
+    return described
+
+
+def _environment(agent_id, db_path):
+    """The tool's environment: the operator's, without the API keys, with the agent's
+    AGENT_ID and AGENTCTL_DB, so that the programs it calls act as that agent."""
+    environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
+    environment.pop("AGENT_ID", None)
+    package = os.path.dirname(os.path.dirname(SHIPPED))      # so that shipped tools import it
+    environment["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package, os.environ.get("PYTHONPATH")) if p)
+    if agent_id:
+        environment["AGENT_ID"] = agent_id
+    if db_path:
+        environment["AGENTCTL_DB"] = db_path
+    return environment
+
+
+def settings(program):
+    timeout = env.number("AGENTCTL_TOOL_TIMEOUT", DEFAULT_TIMEOUT, minimum=0.001)
+    if program is not None and program.timeout is not None:
+        timeout = program.timeout
+    cap = int(env.number("AGENTCTL_TOOL_OUTPUT", DEFAULT_OUTPUT, minimum=1, whole=True))
+    return timeout, cap
+
+
+class Call:
+    """One run of a program tool: started, then waited for (`poll` is called every
+    0.25 s: it raises to cut the call short, which kills the process group)."""
+
+    def __init__(self, program, arguments, agent_id, db_path, cwd):
+        import subprocess
+        self.program = program
+        self.timeout, self.cap = settings(program)
+        self.proc = subprocess.Popen(
+            command(program.path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, cwd=cwd, env=_environment(agent_id, db_path),
+            start_new_session=True)
+        self.pgid = self.proc.pid
+        self.arguments = arguments
+
+    def wait(self, poll):
+        """The result text, or raise ToolFailed; the group is killed on a timeout and
+        on whatever `poll` (asked every POLL seconds) raises. One loop over the three
+        pipes: the arguments go in as the tool reads them, its output comes out as it
+        writes it (kept up to the cap, the rest read and dropped), and the end of its
+        output is seen at once."""
+        import selectors
+        proc = self.proc
+        out, err = bytearray(), bytearray()
+        keep = {proc.stdout: (out, self.cap + 1), proc.stderr: (err, 64 * 1024)}
+        data, sent = memoryview(self.arguments.encode()), 0
+        deadline = time.monotonic() + self.timeout
+        polled = time.monotonic()
+        try:
+            with selectors.DefaultSelector() as selector:
+                if data:
+                    os.set_blocking(proc.stdin.fileno(), False)
+                    selector.register(proc.stdin, selectors.EVENT_WRITE)
+                else:
+                    proc.stdin.close()
+                for pipe in keep:
+                    selector.register(pipe, selectors.EVENT_READ)
+                while selector.get_map():
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
+                    if now - polled >= POLL:
+                        poll()
+                        polled = now
+                    for key, _ in selector.select(min(POLL, deadline - now)):
+                        pipe = key.fileobj
+                        if pipe is proc.stdin:
+                            try:
+                                sent += os.write(pipe.fileno(), data[sent:sent + 65536])
+                            except BrokenPipeError:
+                                sent = len(data)        # it did not read them: its business
+                            if sent >= len(data):
+                                selector.unregister(pipe)
+                                pipe.close()
+                            continue
+                        chunk = os.read(pipe.fileno(), 65536)
+                        if not chunk:
+                            selector.unregister(pipe)
+                            continue
+                        into, most = keep[pipe]
+                        if len(into) < most:
+                            into += chunk[:most - len(into)]
+            while True:             # its output is closed: it is ending, or it went on
+                try:
+                    proc.wait(min(POLL, max(0.0, deadline - time.monotonic())))
+                    break
+                except Exception:
+                    if time.monotonic() >= deadline:
+                        raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
+                    poll()
+        except BaseException:
+            self.kill()
+            raise
+        text = out[:self.cap].decode("utf-8", "replace")
+        if len(out) > self.cap:
+            text += f"\n[output cut at {self.cap} bytes]"
+        if proc.returncode != 0:
+            tail = err[-STDERR_TAIL:].decode("utf-8", "replace").strip()
+            raise ToolFailed(f"exit status {proc.returncode}" + (f": {tail}" if tail else ""))
+        return text
+
+    def kill(self):
+        kill_group(self.pgid)
+        try:
+            self.proc.wait(5)
+        except Exception:
+            pass
+
+
+class ToolFailed(Exception):
+    pass
+
+
+def kill_group(pgid):
+    """SIGKILL a tool's whole process group; whether it was there."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

@@ -1,0 +1,113 @@
+"""What the shipped tools (agentctl/toolbox) share: the tool convention (--describe,
+arguments as JSON on stdin, the result on stdout, an error on stderr and a non-zero
+exit), and confinement to the agent's working directory.
+
+Confinement opens each component of a path relative to the directory before it,
+never following a symbolic link (O_NOFOLLOW, dir_fd), so that no check can be
+raced between checking and opening: `..`, an absolute path outside the directory
+and a link anywhere on the way are refused. The tool path, the MCP configuration
+and the database are refused even inside it.
+"""
+
+import json
+import os
+import stat
+import sys
+
+
+class Refused(Exception):
+    pass
+
+
+def tool(description, parameters, handler, confined=True, timeout=None):
+    """Run a tool program: `--describe`, or one call."""
+    if sys.argv[1:] == ["--describe"]:
+        described = {"description": description, "parameters": parameters,
+                     "confined": confined}
+        if timeout:
+            described["timeout"] = timeout
+        print(json.dumps(described))
+        return 0
+    try:
+        args = json.loads(sys.stdin.read() or "{}")
+        if not isinstance(args, dict):
+            raise Refused("arguments must be a JSON object")
+        result = handler(**args)
+    except TypeError as e:
+        return _fail(f"bad arguments: {e}")
+    except (Refused, OSError, ValueError) as e:
+        return _fail(str(e) if not isinstance(e, OSError) else (e.strerror or str(e)))
+    sys.stdout.write(result)
+    return 0
+
+
+def _fail(message):
+    sys.stderr.write(message + "\n")
+    return 1
+
+
+def _forbidden():
+    """(device, inode) of what no confined tool may open: the tool path's directories,
+    the MCP configuration, the database and its -wal and -shm files."""
+    from agentctl.ops.programs import tool_path
+    from agentctl.store.db import resolve_path
+    from agentctl.turn.mcp import config_path
+    paths = tool_path() + [config_path()]
+    database = resolve_path()
+    paths += [database, database + "-wal", database + "-shm"]
+    found = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def open_inside(path, flags, mode=0o644):
+    """A file descriptor for `path` inside the working directory, opened component by
+    component without following links; Refused when the path leaves it."""
+    root = os.getcwd()
+    if os.path.isabs(path):
+        relative = os.path.relpath(path, root)
+        if relative == ".." or relative.startswith("../"):
+            raise Refused(f"{path}: outside the working directory {root}")
+        path = relative
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise Refused(f"{path}: .. is not allowed: paths stay inside {root}")
+    forbidden = _forbidden()
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _check(fd, forbidden, path)
+        for n, part in enumerate(parts):
+            last = n == len(parts) - 1
+            try:
+                nfd = os.open(part, (flags if last else os.O_RDONLY | os.O_DIRECTORY)
+                              | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (40, 20) and _is_link(fd, part):      # ELOOP, ENOTDIR
+                    raise Refused(f"{path}: {part} is a symbolic link: refused") from None
+                raise
+            os.close(fd)
+            fd = nfd
+            _check(fd, forbidden, path)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _is_link(dir_fd, name):
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _check(fd, forbidden, path):
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) in forbidden:
+        raise Refused(f"{path}: the tool path, the MCP configuration and the database "
+                      "are not for tools")

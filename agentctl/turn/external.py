@@ -1,0 +1,159 @@
+"""The tools a turn offers besides the built-in ones: program tools and MCP tools
+that the agent's grants reach (ops/grants.py), and how one of their calls runs.
+
+Precedence on a clash of names: built-in, then program, then MCP; each clash is
+reported. A call to the outside can't be rolled back, so it runs at most once: its
+run is recorded as started (committed) before it runs, and its result after; a
+resumed turn that finds a run started and never ended kills what is left of it and
+gives the model "interrupted, outcome unknown" instead of running it again.
+"""
+
+import time
+
+from agentctl import jsonin
+from agentctl.ops import grants, lease, programs
+from agentctl.store import db, registry, toolruns
+from agentctl.turn import tools
+
+INTERRUPTED = ("error: interrupted: agent-run ended while this call ran; its outcome is "
+               "unknown and it was not run again")
+
+
+class Toolset:
+    """What one turn of `agent` offers."""
+
+    def __init__(self, conn, agent, warn=None):
+        self.conn, self.agent = conn, agent
+        self.warnings = []
+        self.allowance = grants.Allowance(conn, agent["id"])
+        self.builtin = {s["function"]["name"]: s for s in tools.specs()}
+        self.programs, self.mcp_tools, self.servers = {}, {}, None
+        if agent["allow"]:          # no grant, no search of the tool path
+            self._programs()
+            self._mcp()
+        for line in self.warnings:
+            if warn:
+                warn(line)
+
+    def _programs(self):
+        for name, program in programs.discover(self.warnings).items():
+            if not self.allowance.permits(name):
+                continue
+            if name in self.builtin:
+                self.warnings.append(f"tool {name} ({program.path}): a built-in tool has "
+                                     "this name and wins")
+                continue
+            self.programs[name] = program
+
+    def _mcp(self):
+        from agentctl.turn import mcp
+        reachable = {name: spec for name, spec in mcp.servers().items()
+                     if self.allowance.reaches(f"{name}__")}
+        if not reachable:
+            return
+        self.servers = mcp.Servers()
+        for server, spec in reachable.items():
+            for tool, description, schema in self.servers.start(
+                    server, spec, self.cwd(), programs._environment(self.agent["id"],
+                                                                     db.path_of(self.conn))):
+                name = f"{server}__{tool}"
+                if len(name) > 64:
+                    self.warnings.append(f"MCP tool {name[:40]}...: longer than 64 "
+                                         "characters: skipped")
+                elif not self.allowance.permits(name):
+                    continue
+                elif name in self.builtin or name in self.programs:
+                    self.warnings.append(f"MCP tool {name}: a {'built-in' if name in self.builtin else 'program'} tool has this name and wins")
+                else:
+                    self.mcp_tools[name] = (server, tool, description, schema)
+
+    def cwd(self):
+        return self.agent["cwd"] or None
+
+    def specs(self):
+        offered = list(self.builtin.values())
+        offered += [p.spec() for p in self.programs.values()]
+        offered += [{"type": "function", "function": {"name": n, "description": d,
+                                                      "parameters": s or {"type": "object"}}}
+                    for n, (_, _, d, s) in self.mcp_tools.items()]
+        return offered
+
+    def listing(self):
+        """(name, source, confined, description, schema) of every tool offered."""
+        rows = [(n, "built-in", True, s["function"]["description"],
+                 s["function"]["parameters"]) for n, s in self.builtin.items()]
+        rows += [(n, f"program {p.path}", p.confined, p.description, p.parameters)
+                 for n, p in self.programs.items()]
+        rows += [(n, f"mcp {server}", False, d, s)
+                 for n, (server, _, d, s) in self.mcp_tools.items()]
+        return rows
+
+    def is_external(self, name):
+        return name in self.programs or name in self.mcp_tools
+
+    def close(self):
+        if self.servers is not None:
+            self.servers.close()
+            self.servers = None
+
+    def execute(self, conn, agent_id, turn_id, call):
+        """Run one call, built-in or external; returns the result text."""
+        name = call["tool_name"]
+        if self.allowance.needs_approval(name):
+            return tools.record_error(conn, agent_id, turn_id, call,
+                                      f"error: {name} needs approval (granted with --ask), "
+                                      "and this agentctl can't ask for it yet", time.monotonic())
+        if not self.is_external(name):
+            return tools.execute(conn, agent_id, turn_id, call)
+        return self._external(conn, agent_id, turn_id, call)
+
+    def _external(self, conn, agent_id, turn_id, call):
+        started = time.monotonic()
+        left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
+        if left is not None:                # a run that died with its agent-run
+            if left["pgid"] and left["host"] == registry.host():
+                programs.kill_group(left["pgid"])
+            with lease.holding(conn, agent_id):
+                toolruns.end(conn, left["id"], "unknown")
+                tools.record_result(conn, agent_id, turn_id, call, INTERRUPTED, started,
+                                    "error")
+            return INTERRUPTED
+        try:
+            arguments = jsonin.loads(call["content"] or "{}")
+        except jsonin.JSONError as e:
+            return tools.record_error(conn, agent_id, turn_id, call,
+                                      f"error: arguments are not valid JSON: {e}", started)
+        if not isinstance(arguments, dict):
+            return tools.record_error(conn, agent_id, turn_id, call,
+                                      "error: arguments must be a JSON object", started)
+        with lease.holding(conn, agent_id):
+            lease.check_not_killed(conn, agent_id)
+            run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],
+                                    call["tool_name"], registry.host())
+        try:
+            text = self._run(conn, agent_id, call, arguments, run_id)
+            outcome = "ok"
+        except programs.ToolFailed as e:
+            text, outcome = f"error: {e}", "error"
+        with lease.holding(conn, agent_id):
+            toolruns.end(conn, run_id, outcome)
+            tools.record_result(conn, agent_id, turn_id, call, text, started, outcome)
+        return text
+
+    def _run(self, conn, agent_id, call, arguments, run_id):
+        import json
+        poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
+        name = call["tool_name"]
+        if name in self.programs:
+            program = self.programs[name]
+            try:
+                running = programs.Call(program, json.dumps(arguments), agent_id,
+                                        db.path_of(conn), self.cwd())
+            except OSError as e:
+                raise programs.ToolFailed(f"can't run {program.path}: {e.strerror or e}")
+            with lease.holding(conn, agent_id):
+                toolruns.set_group(conn, run_id, running.pgid)
+            return running.wait(poll)
+        server, tool, _, _ = self.mcp_tools[name]
+        timeout, _ = programs.settings(None)
+        return self.servers.call(server, tool, arguments, timeout)

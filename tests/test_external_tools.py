@@ -1,0 +1,326 @@
+"""External tools: programs on the tool path, MCP servers, grants down the tree,
+confinement, and calls to the outside that run at most once."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import ROOT, agent, fork, shell, started
+
+TOOL = """#!/bin/sh
+if [ "$1" = --describe ]; then
+    echo '{DESCRIBE}'
+    [ -n "$DESCRIBED" ] && echo x >> "$DESCRIBED"
+    exit 0
+fi
+{BODY}
+"""
+
+
+def make_tool(directory, name, body, describe=None):
+    describe = describe or json.dumps({"description": f"The {name} tool.",
+                                       "parameters": {"type": "object", "properties": {}}})
+    path = directory / name
+    path.write_text(TOOL.replace("{DESCRIBE}", describe).replace("{BODY}", body))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def toolpath(tmp_path, monkeypatch):
+    directory = tmp_path / "tools"
+    directory.mkdir()
+    monkeypatch.setenv("AGENTCTL_TOOLS", str(directory))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
+    return directory
+
+
+def script(tmp_path, calls, final="done", name="script.jsonl"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"steps": [
+        {"content": "", "tool_calls": [{"name": n, "arguments": a} for n, a in calls]},
+        {"content": final}]}) + "\n")
+    return f"scripted:{path}"
+
+
+def results(conn, name):
+    agent_id = conn.execute("SELECT id FROM agents WHERE name = ?", (name,)).fetchone()[0]
+    return [r[0] for r in conn.execute(
+        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' "
+        "AND void = 0 ORDER BY id", (agent_id,))]
+
+
+def test_the_tool_convention(toolpath, tmp_path, conn, monkeypatch):
+    make_tool(toolpath, "echo_args", 'cat; echo " cwd=$(pwd) agent=$AGENT_ID '
+                                     'db=$AGENTCTL_DB key=${OPENAI_API_KEY:-none}"')
+    make_tool(toolpath, "fails", 'echo "some output"; echo "it went wrong" >&2; exit 3')
+    make_tool(toolpath, "chatty", 'head -c 200000 /dev/zero | tr "\\0" x')
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key-123456")
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, [("echo_args", {"x": 1}), ("fails", {}), ("chatty", {})])
+    w = fork("-n", "w", "--allow", "*", "--cwd", str(work), "-m", model, "go")
+    result = agent("run", "w")
+    assert result.code == 0, result.err
+    echoed, failed, chatty = results(conn, "w")
+    assert echoed == f'{{"x": 1}} cwd={work} agent={w} db={os.environ["AGENTCTL_DB"]} key=none\n'
+    assert failed == "error: exit status 3: it went wrong"
+    assert len(chatty) < 70000 and chatty.endswith("\n[output cut at 65536 bytes]")
+
+
+def test_descriptions_are_cached_and_bad_tools_skipped_with_a_warning(toolpath, tmp_path,
+                                                                      monkeypatch):
+    counter = tmp_path / "described"
+    monkeypatch.setenv("DESCRIBED", str(counter))
+    make_tool(toolpath, "good", "echo ok")
+    make_tool(toolpath, "bad.name", "echo no")
+    make_tool(toolpath, "nodesc", "echo no", describe="not json")
+    fork("-n", "w", "--allow", "*")
+    first = agent("run", "--list-tools", "--format", "json", "w")
+    assert first.code == 0, first.err
+    names = [t["name"] for t in json.loads(first.out)]
+    assert "good" in names and "bad.name" not in names and "nodesc" not in names
+    assert "tool" in first.err and "bad.name" in first.err and "nodesc" in first.err
+    described = counter.read_text().count("x")
+    assert agent("run", "--list-tools", "w").code == 0
+    assert counter.read_text().count("x") == described, "no --describe run the second time"
+    time.sleep(0.01)
+    make_tool(toolpath, "good", "echo changed")         # a new mtime: described again
+    assert agent("run", "--list-tools", "w").code == 0
+    assert counter.read_text().count("x") == described + 1
+
+
+def test_grants_narrow_down_a_three_level_tree(toolpath, tmp_path):
+    for name in ("read_file", "write_file", "run"):
+        make_tool(toolpath, name, "echo ok")
+
+    def offered(who):
+        out = agent("run", "--list-tools", "--format", "json", who)
+        assert out.code == 0, out.err
+        return sorted(t["name"] for t in json.loads(out.out) if t["source"] != "built-in")
+
+    fork("-n", "lead", "--allow", "*_file")
+    assert offered("lead") == ["read_file", "write_file"]
+    fork("-p", "lead", "-n", "worker", "--allow", "read_file", "--allow", "write_*")
+    assert offered("worker") == ["read_file", "write_file"]
+    refused = agent("fork", "-p", "lead", "-n", "rogue", "--allow", "run")
+    assert refused.code == 3 and "lead can't use run, so it can't grant it" in refused.err
+    fork("-p", "worker", "-n", "leaf", "--allow", "read_*")
+    assert offered("leaf") == ["read_file"]
+    refused = agent("fork", "-p", "leaf", "-n", "x", "--allow", "write_file")
+    assert refused.code == 3, refused
+    fork("-p", "leaf", "-n", "nothing")             # no --allow: no external tool
+    assert offered("nothing") == []
+    fork("-n", "root", "--allow", "*")              # the operator's child: any
+    assert offered("root") == ["read_file", "run", "write_file"]
+    bad = agent("fork", "-n", "y", "--allow", "a b")
+    assert bad.code == 2 and "a pattern is a glob" in bad.err
+
+
+def test_the_fork_tool_grants_within_its_own_and_inherits_the_cwd(toolpath, tmp_path, conn):
+    make_tool(toolpath, "read_file", "pwd")
+    make_tool(toolpath, "run", "echo ran")
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, [("fork", {"name": "kid", "allow": ["read_file"],
+                                        "prompt": "child"}),
+                              ("fork", {"name": "greedy", "allow": ["run"]})])
+    fork("-n", "lead", "--allow", "read_file", "--cwd", str(work), "-m", model, "go")
+    assert agent("run", "lead").code == 0
+    kid, greedy = results(conn, "lead")
+    assert greedy.startswith("error: --allow run: lead can't use run")
+    row = conn.execute("SELECT allow, cwd FROM agents WHERE name = 'kid'").fetchone()
+    assert tuple(row) == ("read_file", str(work))
+
+
+def test_ask_makes_a_call_a_tool_error_until_approval_exists(toolpath, tmp_path, conn):
+    marker = tmp_path / "ran"
+    make_tool(toolpath, "write_file", f"touch {marker}; echo wrote")
+    model = script(tmp_path, [("write_file", {"path": "x"})])
+    fork("-n", "w", "--allow", "*", "--ask", "write_*", "-m", model, "go")
+    assert agent("run", "w").code == 0
+    assert results(conn, "w")[0].startswith("error: write_file needs approval")
+    assert not marker.exists()
+
+
+def test_a_call_that_times_out_is_killed_whole(toolpath, tmp_path, conn, monkeypatch):
+    pidfile = tmp_path / "child.pid"
+    make_tool(toolpath, "slow", f"sleep 60 & echo $! > {pidfile}; wait")
+    monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "0.5")
+    fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
+    start = time.monotonic()
+    assert agent("run", "w").code == 0
+    assert time.monotonic() - start < 5
+    assert results(conn, "w") == ["error: timed out after 0.5 s (killed)"]
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{child}") or \
+        open(f"/proc/{child}/stat").read().split()[2] == "Z", "the group was killed"
+
+
+def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn):
+    """The line is there once, never twice; the resumed turn says the outcome is unknown."""
+    ledger = tmp_path / "ledger"
+    pidfile = tmp_path / "tool.pid"
+    make_tool(toolpath, "append", f"echo $$ > {pidfile}; sleep 1; echo line >> {ledger}; "
+                                  "sleep 30; echo done")
+    fork("-n", "w", "--allow", "append", "-m", script(tmp_path, [("append", {})]), "go")
+    run = started("agent-run", "w")
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    tool_pid = int(pidfile.read_text())
+    time.sleep(1.5)                     # the orphaned tool appends its line meanwhile
+    assert ledger.read_text() == "line\n"
+    result = shell("agent-run w", env={"AGENTCTL_LEASE": "1"})
+    deadline = time.monotonic() + 10
+    while result.code == 75 and time.monotonic() < deadline:     # until the lease is free
+        time.sleep(0.5)
+        result = shell("agent-run w")
+    assert result.code == 0, result
+    assert ledger.read_text() == "line\n", "never run twice"
+    assert results(conn, "w") == ["error: interrupted: agent-run ended while this call ran; "
+                                  "its outcome is unknown and it was not run again"]
+    assert not os.path.exists(f"/proc/{tool_pid}") or \
+        open(f"/proc/{tool_pid}/stat").read().split()[2] == "Z", "its group was killed"
+    assert [tuple(r) for r in conn.execute("SELECT tool, outcome FROM tool_runs")] == \
+        [("append", "unknown")]
+
+
+def test_kill_during_a_tool_call_kills_the_tool(toolpath, tmp_path, conn):
+    pidfile = tmp_path / "tool.pid"
+    make_tool(toolpath, "slow", f"echo $$ > {pidfile}; sleep 60")
+    fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
+    run = started("agent-run", "w")
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent("kill", "-s", "KILL", "w").code == 0
+    run.wait(timeout=10)
+    assert run.returncode == 3
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "a.txt").write_text("inside")
+    (tmp_path / "secret").write_text("outside")
+    os.symlink(tmp_path / "secret", work / "link")
+    os.symlink(tmp_path, work / "dirlink")
+    monkeypatch.setenv("AGENTCTL_DB", str(work / "agents.db"))     # the database, inside
+    model = script(tmp_path, [
+        ("read_file", {"path": "sub/a.txt"}), ("read_file", {"path": "../secret"}),
+        ("read_file", {"path": "link"}), ("read_file", {"path": "dirlink/secret"}),
+        ("read_file", {"path": str(tmp_path / "secret")}), ("read_file", {"path": "agents.db"}),
+        ("write_file", {"path": "sub/new.txt", "content": "made"}),
+        ("write_file", {"path": "link", "content": "clobber"}),
+        ("list_dir", {"path": "sub"}), ("run", {"command": "echo hi"})])
+    fork("-n", "w", "--allow", "*_file", "--allow", "list_dir", "--cwd", str(work),
+         "-m", model, "go")
+    result = agent("run", "w")
+    assert result.code == 0, result.err
+    from agentctl.store import db
+    out = results(db.connect(str(work / "agents.db")), "w")
+    assert out[0] == "inside"
+    assert ".. is not allowed" in out[1]
+    assert "link is a symbolic link: refused" in out[2]
+    assert "dirlink is a symbolic link: refused" in out[3]
+    assert "outside the working directory" in out[4]
+    assert "the database are not for tools" in out[5]
+    assert out[6] == "wrote 4 bytes to sub/new.txt" and (work / "sub/new.txt").read_text() == "made"
+    assert "symbolic link: refused" in out[7] and (tmp_path / "secret").read_text() == "outside"
+    assert out[8] == "a.txt\t6\nnew.txt\t4\n"
+    assert out[9].startswith("error: unknown tool: run")     # not granted
+
+
+def test_agent_ps_shows_grants_and_marks_the_unconfined(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fork("-n", "files", "--allow", "*_file", "--ask", "write_file")
+    fork("-n", "shell", "--allow", "run")
+    rows = [json.loads(line) for line in agent(
+        "ps", "-o", "name,allow,ask,unconfined", "--format", "jsonl").lines]
+    assert rows[1:] == [
+        {"name": "files", "allow": ["*_file"], "ask": ["write_file"], "unconfined": False},
+        {"name": "shell", "allow": ["run"], "ask": [], "unconfined": True}]
+
+
+@pytest.fixture
+def mcp_config(tmp_path, monkeypatch):
+    starts = tmp_path / "starts"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"notes": {
+        "command": sys.executable, "args": [os.path.join(ROOT, "tests", "mcp_server.py")],
+        "env": {"MCP_STARTS": str(starts)}}}}))
+    monkeypatch.setenv("AGENTCTL_MCP", str(config))
+    monkeypatch.setenv("AGENTCTL_TOOLS", str(tmp_path / "none"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key-123456")
+    return starts
+
+
+def test_mcp_tools_from_a_real_server(mcp_config, tmp_path, conn):
+    model = script(tmp_path, [("notes__add", {"a": 2, "b": 40}), ("notes__whoami", {}),
+                              ("notes__broken", {})])
+    w = fork("-n", "w", "--allow", "notes__*", "-m", model, "go")
+    result = agent("run", "w")
+    assert result.code == 0, result.err
+    assert "longer than 64 characters: skipped" in result.err
+    added, who, broken = results(conn, "w")
+    assert added == "42"
+    assert who == f"agent={w} cwd={os.getcwd()} key=False"
+    assert broken.startswith("error:") and "broken" in broken
+    assert mcp_config.read_text() == "start\n"          # one server, for the one turn
+
+
+def test_mcp_servers_start_only_for_agents_granted_their_tools(mcp_config, tmp_path):
+    fork("-n", "plain", "-m", "echo", "hi")
+    fork("-n", "other", "--allow", "github__*", "-m", "echo", "hi")
+    assert agent("run", "plain").code == 0 and agent("run", "other").code == 0
+    assert not mcp_config.exists()
+    listed = agent("run", "--list-tools", "--format", "json", "plain")
+    assert [t for t in json.loads(listed.out) if t["source"].startswith("mcp")] == []
+
+
+def test_mcp_without_the_sdk_names_the_extra(mcp_config, tmp_path):
+    fork("-n", "w", "--allow", "notes__*", "-m", "echo", "hi")
+    code = ("import sys, builtins\n"
+            "real = builtins.__import__\n"
+            "def no_mcp(name, *a, **k):\n"
+            "    if name == 'mcp' or name.startswith('mcp.'): raise ImportError(name)\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = no_mcp\n"
+            "from agentctl.cli.run import main\nsys.exit(main(['w']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 2, proc
+    assert proc.stderr == ("agent-run: MCP tools need the mcp extra: "
+                           "pip install 'agentctl[mcp]'\n")
+
+
+def test_a_bad_mcp_configuration_is_one_line(tmp_path, monkeypatch):
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {"x": {"args": "not a list"}}}')
+    monkeypatch.setenv("AGENTCTL_MCP", str(config))
+    fork("-n", "w", "--allow", "*", "-m", "echo", "hi")
+    result = agent("run", "w")
+    assert result.code == 2 and "server 'x': want command" in result.err, result
+    assert result.err.count("\n") == 1
+    assert sqlite3.connect(os.environ["AGENTCTL_DB"]).execute(
+        "SELECT count(*) FROM turns").fetchone()[0] in (0, 1)
