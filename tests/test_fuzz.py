@@ -20,7 +20,8 @@ DOCUMENTED = {0, 1, 2, 3, 74, 75}     # 69 needs a model API; 70 is a bug; 130/1
 
 OPTIONS = {
     "fork": ["-p", "--parent", "-n", "--name", "-r", "--role", "-m", "--model", "-s", "--system",
-             "--at", "-w", "--context-window", "--budget"],
+             "--at", "-w", "--context-window", "--budget", "--allow", "--ask", "--cwd", "*",
+             "read_file"],
     "kill": ["-s", "--signal", "--cascade"],
     "ps": ["-a", "--all", "-f", "--forest", "--parent", "--status", "--role"],
     "send": ["--from", "--jsonl", "--at", "--in", "07:00", "2h", "2026-01-01T00:00"],
@@ -28,7 +29,7 @@ OPTIONS = {
     "replay": ["--format", "--ranges", "--full"],
     "doc": ["put", "get", "ls", "log", "rm", "-v", "--visibility", "private", "subtree",
             "global", "--if-version", "-V", "--version", "notes/a"],
-    "run": ["-j", "--jobs", "-m", "--model", "--max-steps", "--json"],
+    "run": ["-j", "--jobs", "-m", "--model", "--max-steps", "--json", "--list-tools"],
     "wait": ["--any"],
     "db": ["check"],
     "log": ["--tree", "--kind", "--since", "--after", "-n", "--lines", "--prune-before", "fork",
