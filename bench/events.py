@@ -59,34 +59,34 @@ def timed(script, env):
     return float(proc.stderr.strip().splitlines()[-1])
 
 
+def with_and_without(tmp, tag, count, script):
+    """Median rates (per second) of `script` on a fresh database with agent t, with
+    events and with events.record made a no-op, alternating, three runs each."""
+    rates = {}
+    for i, off in enumerate((True, False) * 3):
+        path, conn = fresh(tmp, f"{tag}-{i}.db")
+        with transaction(conn):
+            lifecycle.fork(conn, registry.get(conn, INIT_ID), name="t")
+        conn.close()
+        seconds = timed(script(off, path), dict(os.environ, AGENTCTL_DB=path))
+        rates.setdefault(off, []).append(count / seconds)
+    return statistics.median(rates[False]), statistics.median(rates[True])
+
+
 def send_cost(tmp):
     n = 100_000
     payload = os.path.join(tmp, "mails.jsonl")
     with open(payload, "w") as f:
         f.writelines(json.dumps({"to": "t", "body": f"message {i}"}) + "\n" for i in range(n))
-    rates = {}
-    for i, off in enumerate((True, False) * 3):
-        path, conn = fresh(tmp, f"send-{i}.db")
-        with transaction(conn):
-            lifecycle.fork(conn, registry.get(conn, INIT_ID), name="t")
-        conn.close()
-        env = dict(os.environ, AGENTCTL_DB=path)
-        rates.setdefault(off, []).append(n / timed(SEND.format(off=off, payload=payload), env))
-    without, with_ = statistics.median(rates[True]), statistics.median(rates[False])
+    with_, without = with_and_without(tmp, "send", n,
+                                      lambda off, path: SEND.format(off=off, payload=payload))
     print(f"E1. bulk agent-send --jsonl of {n:,}: {with_:,.0f} mails/s with events, "
           f"{without:,.0f} without")
     line("E1. bulk send with events / without", with_ / without * 100,
          lambda v: (v >= 90, ">= 90%"), unit="%")
     m = 10_000
-    rates = {}
-    for i, off in enumerate((True, False) * 3):
-        path, conn = fresh(tmp, f"loop-{i}.db")
-        with transaction(conn):
-            lifecycle.fork(conn, registry.get(conn, INIT_ID), name="t")
-        conn.close()
-        rates.setdefault(off, []).append(m / timed(LOOP.format(off=off, path=path, n=m),
-                                                   dict(os.environ)))
-    without, with_ = statistics.median(rates[True]), statistics.median(rates[False])
+    with_, without = with_and_without(tmp, "loop", m,
+                                      lambda off, path: LOOP.format(off=off, path=path, n=m))
     print(f"E2. {m:,} single sends in one transaction (the send tool's path, an event "
           f"each): {with_:,.0f} mails/s with events, {without:,.0f} without")
     line("E2. single sends with events / without", with_ / without * 100, unit="%")
