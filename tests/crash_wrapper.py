@@ -1,6 +1,7 @@
 """Run agent-run with a kill -9 injected at a chosen point, for the crash tests.
 
     python crash_wrapper.py POINT N [agent-run arguments...]
+    CRASH_PROGRAM=answer python crash_wrapper.py POINT N [agent-answer arguments...]
 
 POINT is where the process kills itself with SIGKILL (no cleanup, no
 rollback, exactly as `kill -9` from outside):
@@ -65,6 +66,9 @@ def main():
         return real(self, *args, **kwargs)
 
     offline.ScriptedModel.complete = complete
+    if os.environ.get("CRASH_PROGRAM", "run") == "answer":
+        from agentctl.cli.answer import main as answer
+        return answer(sys.argv[3:])
     from agentctl.cli.run import main as run
     return run(sys.argv[3:])
 

@@ -113,7 +113,7 @@ def test_start_up_imports_nothing_heavy(program, home):
     agent("fork", "-n", "x")
     args = {"fork": ["-n", "y"], "kill": ["-s", "STOP", "x"], "send": ["x", "hi"],
             "mail": ["-c", "x"], "ps": [], "replay": ["x"], "wait": ["--timeout", "0", "x"],
-            "doc": ["put", "x", "hi"], "db": ["check"], "log": ["-n", "5"]}[program]
+            "doc": ["put", "x", "hi"], "db": ["check"], "log": ["-n", "5"], "answer": []}[program]
     code = (f"import sys; sys.argv = ['agent-{program}'] + {args!r}\n"
             f"from agentctl.cli.{program} import main\n"
             "try:\n    main()\nfinally:\n"

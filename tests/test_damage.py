@@ -50,7 +50,8 @@ def runs(ids):
     return [("ps",), ("ps", "-f"), ("run", "--all"), ("run", ids[1]), ("mail", "-a", ids[0]),
             ("replay", ids[0]), ("send", ids[2], "x"), ("fork", "-n", "new", "-m", "echo", "hi"),
             ("wait", "--timeout", "0", ids[3]), ("kill", ids[4]), ("doc", "get", "notes/a"),
-            ("log",), ("log", "--tree", ids[0], "--format", "jsonl")]
+            ("log",), ("log", "--tree", ids[0], "--format", "jsonl"), ("answer",),
+            ("answer", "-c")]
 
 
 def test_every_program_is_covered():

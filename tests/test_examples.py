@@ -90,3 +90,18 @@ def test_files_pipeline_reads_and_writes_real_files(tmp_path, monkeypatch):
     replay = shell("agent-replay reader").out
     assert "The WAL appends frames at its end" in replay     # the real file, read by a tool
     assert "error: unknown tool: write_file" in replay
+
+
+def test_approval_pipeline_driven_by_cron(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    result = shell(f"WORKDIR={work} sh {EXAMPLES}/approval.sh")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[1].split() == ["reporter", "P"]             # paused after the first run
+    assert lines[5].endswith(" approved"), lines
+    assert (work / "report.md").read_text() == "# Report\n\nAll checks passed.\n"
+    assert shell("agent-ps -o name,stat --no-headers").out.split()[-2:] == ["reporter", "S"]

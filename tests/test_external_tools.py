@@ -140,14 +140,14 @@ def test_the_fork_tool_grants_within_its_own_and_inherits_the_cwd(toolpath, tmp_
     assert tuple(row) == ("read_file", str(work))
 
 
-def test_ask_makes_a_call_a_tool_error_until_approval_exists(toolpath, tmp_path, conn):
+def test_ask_pauses_a_call_until_it_is_approved(toolpath, tmp_path, conn):
     marker = tmp_path / "ran"
     make_tool(toolpath, "write_file", f"touch {marker}; echo wrote")
     model = script(tmp_path, [("write_file", {"path": "x"})])
     fork("-n", "w", "--allow", "*", "--ask", "write_*", "-m", model, "go")
     assert agent("run", "w").code == 0
-    assert results(conn, "w")[0].startswith("error: write_file needs approval")
-    assert not marker.exists()
+    assert results(conn, "w") == [] and not marker.exists()
+    assert conn.execute("SELECT status FROM agents WHERE name = 'w'").fetchone()[0] == "P"
 
 
 def test_a_call_that_times_out_is_killed_whole(toolpath, tmp_path, conn, monkeypatch):

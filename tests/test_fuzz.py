@@ -32,6 +32,7 @@ OPTIONS = {
     "run": ["-j", "--jobs", "-m", "--model", "--max-steps", "--json", "--list-tools"],
     "wait": ["--any"],
     "db": ["check"],
+    "answer": ["-c", "--check", "--approve", "--deny", "AAAA", "blue"],
     "log": ["--tree", "--kind", "--since", "--after", "-n", "--lines", "--prune-before", "fork",
             "turn-end", "1h", "1"],
 }
@@ -79,7 +80,8 @@ def as_environ(value):
 
 def argv_for(program):
     tokens = st.one_of(st.sampled_from(OPTIONS[program] + COMMON + (
-        LISTING if program in ("ps", "mail", "wait", "doc", "log") else [])), VALUES)
+        LISTING if program in ("ps", "mail", "wait", "doc", "log", "answer") else [])),
+        VALUES)
     return st.lists(tokens, max_size=8)
 
 

@@ -62,7 +62,7 @@ def test_filters_and_errors():
     setup_tree()
     agent("kill", "-s", "STOP", "w2")
     assert [line.split()[1] for line in agent("ps", "--status", "T").lines[1:]] == ["w2"]
-    assert agent("ps", "--status", "Q").err == "agent-ps: unknown status: Q (R, S, T, Z or X)\n"
+    assert agent("ps", "--status", "Q").err == "agent-ps: unknown status: Q (R, S, T, P, Z or X)\n"
     result = agent("ps", "-o", "id,bogus")
     assert result.code == 2 and result.err.startswith("agent-ps: unknown column: bogus (one of id,")
     assert agent("ps", "--format", "xml").code == 2

@@ -97,7 +97,8 @@ def digest(path):
 
 ARGS = {"fork": ["-n", "x"], "kill": ["init"], "ps": [], "send": ["init", "hi"],
         "mail": ["-c", "init"], "replay": ["init"], "run": ["init"], "wait": ["--timeout", "0", "init"],
-        "doc": ["put", "notes", "hi"], "db": ["check"], "log": ["-n", "1"]}
+        "doc": ["put", "notes", "hi"], "db": ["check"], "log": ["-n", "1"],
+        "answer": []}
 
 
 @pytest.mark.parametrize("fault", ["not a database", "newer schema", "missing directory"])
@@ -132,7 +133,7 @@ def files(directory):
 
 READ_ONLY_ARGS = {"fork": "-n x", "kill": "a", "ps": "", "send": "a hi", "mail": "-c a",
                   "replay": "a", "run": "a", "wait": "--timeout 0 a", "doc": "put notes hi",
-                  "db": "check", "log": "-n 1"}
+                  "db": "check", "log": "-n 1", "answer": ""}
 WRITERS = ("fork", "kill", "send", "run", "doc")
 
 
@@ -179,7 +180,7 @@ def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp
     else:
         assert codes == {"fork": "74", "kill": "74", "ps": "0", "send": "74", "mail": "1",
                          "replay": "0", "run": "74", "wait": "1", "doc": "74", "db": "0",
-                         "log": "0"}, result
+                         "log": "0", "answer": "0"}, result
         assert sorted(errors) == sorted(f"agent-{p}" for p in WRITERS), result.err
         assert all(line.endswith("database is read-only") for line in errors.values())
     assert len(result.err.splitlines()) == len(errors)

@@ -248,6 +248,12 @@ def summary(e, d, names):
     if kind == "budget":
         return f"budget exhausted: {e['detail'].split(' ', 1)[-1].replace(' ', ' of ')}" \
             if e["detail"] else "budget exhausted"
+    if kind == "ask":
+        what = f"approval to run {d['tool']}" if d.get("tool") else "a question"
+        return f"asked for {what}: request {d.get('request')}"
+    if kind == "answer":
+        by = f" by {names(e['actor'])}" if e["actor"] else ""
+        return f"request {d.get('request')} {d.get('decision')}{by}"
     if kind == "restart":
         text = f"restart {d.get('count')} of {d.get('limit')}, next try in {d.get('delay', 0):g}s"
         return text + (f": {d['error']}" if d.get("error") else "")

@@ -12,6 +12,7 @@ from agentctl import clock, keys
 from agentctl.errors import UsageError
 from agentctl.ops import budget, deadlines, turns
 from agentctl.store import registry
+from agentctl.store import requests as requests_store
 from agentctl.turn import runner
 
 
@@ -27,11 +28,14 @@ from agentctl.turn import runner
               metavar="FORMAT", help="text (the final reply, default), or json / jsonl: "
                                      "each turn's record, one JSON object a line.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@click.option("--no-prompt", is_flag=True,
+              help="Never ask at the terminal: a request pauses the agent, as under cron.")
 @click.option("--list-tools", is_flag=True,
               help="Run nothing: list the tools AGENT's next turn would offer (--format "
                    "json: with their schemas).")
 @click.argument("agent", required=False, shell_complete=complete_agents)
-def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, list_tools, agent):
+def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, list_tools,
+        agent):
     """Run one turn of AGENT (default self): take all its pending input at
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
@@ -49,6 +53,9 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, list_tools, a
     if list_tools:
         return _list_tools(conn, agent, fmt if fmt != "text" or not as_json else "json")
     deadlines.carry_out(conn)
+    prompt = None if no_prompt or not _terminals() else _prompt
+    if prompt is not None:
+        _answer_waiting(conn, agent, prompt)
     stream = sys.stdout.isatty() and not as_json
     streamed = []
 
@@ -65,7 +72,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, list_tools, a
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,
-                             warn=lambda line: warn("agent-run", line))
+                             warn=lambda line: warn("agent-run", line), prompt=prompt)
     finally:
         shown.flush()
     if as_json:
@@ -82,11 +89,65 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, list_tools, a
         me = registry.get(conn, outcome.agent_id)
         warn("agent-run", f"{registry.label(me)}: turn ended over budget "
                           f"({budget.words(budget.account(conn, me))})")
+    if outcome.status == "paused":
+        me = registry.get(conn, outcome.agent_id)
+        asked = requests_store.pending(conn, me["id"])
+        if asked:
+            warn("agent-run", f"{registry.label(me)}: paused: request {asked[0]['id']} "
+                              "waits for an answer (agent-answer)")
     if outcome.status == "killed":
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
                           "killed by KILL during its turn (voided)")
         return 3
     return 0
+
+
+def _terminals():
+    """Whether agent-run may ask at the terminal: stdin, stdout and stderr all are one
+    (as sudo asks for a password); under cron, in a pipe or with --all it never does."""
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _prompt(row):
+    """Ask the operator at the terminal: (how, text), or None (end of input: pause)."""
+    from agentctl.ops.requests import shown_call
+    who = row["agent_id"]
+    if row["kind"] == "question":
+        sys.stderr.write(for_terminal(f"agent-run: {who} asks: {row['question']}\n",
+                                      sys.stderr) + "answer> ")
+    else:
+        sys.stderr.write(for_terminal(f"agent-run: {who} asks to run "
+                                      f"{shown_call(row['tool'], row['arguments'])}\n",
+                                      sys.stderr) + "approve? [y/N, or a reason to deny] ")
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        return None
+    line = line.strip()
+    if row["kind"] == "question":
+        return ("answer", line) if line else None
+    if line.lower() in ("y", "yes"):
+        return "approve", None
+    return "deny", (line if line.lower() not in ("", "n", "no") else "denied at the terminal")
+
+
+def _answer_waiting(conn, ref, prompt):
+    """A paused agent of the operator's: ask its requests here, then run it."""
+    from agentctl.ids import INIT_ID
+    from agentctl.ops import requests
+    from agentctl.store.db import transaction
+    agent = registry.resolve(conn, ref)
+    if agent["status"] != "P" or agent["parent_id"] != INIT_ID:
+        return
+    for row in requests_store.pending(conn, agent["id"]):
+        decided = prompt(row)
+        if decided is None:
+            return
+        with transaction(conn):
+            requests.decide(conn, row["id"], None, *decided)
 
 
 def _list_tools(conn, ref, fmt):

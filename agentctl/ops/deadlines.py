@@ -6,8 +6,9 @@ deadline (agent-run, agent-run --all, agent-wait, agent-kill) carries it out, so
 
 import time
 
-from agentctl.ops import lifecycle, signals, turns
+from agentctl.ops import lifecycle, requests, signals, turns
 from agentctl.store import registry
+from agentctl.store import requests as requests_store
 from agentctl.store.db import transaction
 
 
@@ -26,6 +27,7 @@ def carry_out(conn, now=None):
         for agent in registry.zombies_due(conn, now, default):
             lifecycle.collect(conn, agent["id"], by="deadline")
             done += 1
+        done += requests.expire(conn, now)
         for agent in registry.idle_since(conn, now):
             if not turns.has_pending_input(conn, agent, now):
                 lifecycle.exit(conn, agent, code=0,
@@ -43,4 +45,6 @@ def _any_due(conn, now):
 def next_due(conn):
     """The earliest deadline still to come, or None: when a waiting program must
     look again though nothing was committed."""
-    return registry.next_deadline(conn, registry.reap_after({"reap_after": None}))
+    due = [d for d in (registry.next_deadline(conn, registry.reap_after({"reap_after": None})),
+                       requests_store.next_deadline(conn)) if d is not None]
+    return min(due) if due else None

@@ -3,7 +3,7 @@ with the signal that waited for it; and what the turn's record says of it."""
 
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
-from agentctl.store import events, history, registry, turnlog
+from agentctl.store import events, history, registry, requests, turnlog
 from agentctl.ops.turns import void
 
 
@@ -100,6 +100,19 @@ def killed(conn, agent_id, turn_id, spec):
         lifecycle.exit(conn, registry.get(conn, agent_id), code=signals.exit_code("KILL"),
                        signal="KILL")
     return outcome(conn, agent_id, turn_id, "killed", spec, "killed by KILL")
+
+
+def paused(conn, agent_id, turn_id, spec, request_id):
+    """A request was opened: the turn stays open and the agent waits, P, holding no
+    lease. Decided meanwhile (another shell was quick): it is runnable at once."""
+    with holding(conn, agent_id):
+        decided = requests.get(conn, request_id)["decision"] is not None
+        registry.release(conn, agent_id, "S" if decided else "P")
+        agent = registry.get(conn, agent_id)
+        if agent["pending_signal"]:         # what came while the call was being asked
+            registry.update(conn, agent_id, pending_signal=None)
+            signals.apply(conn, agent, agent["pending_signal"], actor=None)
+    return outcome(conn, agent_id, turn_id, "paused", spec)
 
 
 def stopped(conn, agent_id, turn_id, spec):

@@ -8,6 +8,7 @@ parent can't use is refused."""
 import fnmatch
 import re
 
+from agentctl.clock import parse_duration
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import registry
@@ -16,14 +17,24 @@ PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,128}")
 
 
 def check(patterns, option):
-    """Patterns as given (--allow, --ask), checked; None when none was given."""
+    """Patterns as given (--allow, --ask), checked; None when none was given. An --ask
+    pattern may end in :DURATION, the deadline of its requests (tool names have no
+    colon)."""
     if not patterns:
         return None
     for p in patterns:
-        if not PATTERN.fullmatch(p):
+        glob, _, seconds = p.partition(":") if option == "--ask" else (p, "", "")
+        if not PATTERN.fullmatch(glob):
             raise UsageError(f"{option} {p!r}: a pattern is a glob over tool names "
                              "(letters, digits, _ -, and * ? [ ])")
+        if seconds:
+            parse_duration(seconds)         # a usage error when it is none
     return "\n".join(dict.fromkeys(patterns))
+
+
+def _split(pattern):
+    glob, _, seconds = pattern.partition(":")
+    return glob, parse_duration(seconds) if seconds else None
 
 
 def patterns(text):
@@ -41,7 +52,7 @@ class Allowance:
         line = [a for a in registry.lineage(conn, agent_id) if a["id"] != INIT_ID]
         self.operator = agent_id == INIT_ID
         self.allow = [patterns(a["allow"]) for a in line]
-        self.ask = [p for a in line for p in patterns(a["ask"])]
+        self.ask = [_split(p) for a in line for p in patterns(a["ask"])]
 
     def permits(self, name):
         """Whether an external tool may be offered: every pattern list of the
@@ -57,7 +68,11 @@ class Allowance:
         return self.operator or all(any(could(p) for p in pats) for pats in self.allow)
 
     def needs_approval(self, name):
-        return matches(name, self.ask)
+        return any(fnmatch.fnmatchcase(name, glob) for glob, _ in self.ask)
+
+    def ask_seconds(self, name):
+        """The deadline its --ask grant gives a call of `name` (None: the default)."""
+        return next((s for glob, s in self.ask if s and fnmatch.fnmatchcase(name, glob)), None)
 
 
 def check_fork(conn, parent, allow, existing):

@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 
 from agentctl import env
-from agentctl.errors import Refused, TempFail, UsageError
+from agentctl.errors import NotFound, Refused, TempFail, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import registry
 from agentctl.store.db import connect, path_of, transaction
@@ -40,6 +40,9 @@ def claim(conn, ref):
                            f"({agent['lease_owner']})")
         if agent["status"] == "T":
             raise Refused(f"{registry.label(agent)}: stopped (agent-kill -s CONT to resume)")
+        if agent["status"] == "P":
+            raise NotFound(f"{registry.label(agent)}: paused, waiting for an answer "
+                           "(agent-answer lists it)")
         if registry.has_exited(agent):
             raise Refused(f"{registry.label(agent)}: has exited")
         registry.claim(conn, agent["id"], time.time() + lease_seconds())

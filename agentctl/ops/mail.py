@@ -116,7 +116,7 @@ def inbox_text(mails, label="INBOX"):
     mails = sorted(mails, key=lambda m: (max(m["deliver_at"] or 0, m["created_at"]), m["id"]))
     for n, m in enumerate(mails, 1):
         who = registry.signed(m["sender_id"], m["sender_name"])
-        what = {"exit": "exit notification", "budget": "budget notice",
+        what = {"exit": "exit notification", "budget": "budget notice", "request": "request",
                 "failure": "failure notice"}.get(m["kind"], "mail")
         deferred = (m["deliver_at"] or 0) > m["created_at"]
         came = m["deliver_at"] if deferred else m["created_at"]     # when it became mail

@@ -10,7 +10,7 @@ import time
 
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import lifecycle, turns
+from agentctl.ops import lifecycle, requests, turns
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction
 
@@ -82,6 +82,13 @@ def exit_code(sig):
 
 def _deliver(conn, agent, sig, actor, dying, now=False):
     events.record(conn, agent["id"], "signal", sig, actor, signal=sig)
+    if agent["status"] == "P" and sig == "TERM" and not now:
+        # A paused agent's requests are denied; it ends its turn (the model sees the
+        # denial) and exits at its end, as a running agent does on TERM.
+        requests.end_all(conn, agent["id"], "denied", "the agent was sent TERM")
+        registry.change_status(conn, agent["id"], "P", "S")
+        registry.update(conn, agent["id"], pending_signal="TERM")
+        return
     in_turn = agent["status"] == "R" and registry.lease_is_live(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):
         # No runner to honour it (none, stopped, or crashed): a turn left
@@ -105,11 +112,13 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
     elif sig in ("TERM", "KILL"):
         lifecycle.exit(conn, agent, code=exit_code(sig), signal=sig, actor=actor, dying=dying)
     elif sig == "STOP":
-        if registry.change_status(conn, agent["id"], "S", "T"):
-            events.record(conn, agent["id"], "status", actor=actor, old="S", new="T")
+        old = agent["status"]
+        if old in ("S", "P") and registry.change_status(conn, agent["id"], old, "T"):
+            events.record(conn, agent["id"], "status", actor=actor, old=old, new="T")
     elif sig == "CONT":
-        if registry.change_status(conn, agent["id"], "T", "S"):
-            events.record(conn, agent["id"], "status", actor=actor, old="T", new="S")
+        new = "P" if requests.waiting(conn, agent["id"]) else "S"   # back to its request
+        if registry.change_status(conn, agent["id"], "T", new):
+            events.record(conn, agent["id"], "status", actor=actor, old="T", new=new)
         if agent["pending_signal"] == "STOP":
             registry.update(conn, agent["id"], pending_signal=None)
     elif sig == "HUP":

@@ -14,7 +14,7 @@ from agentctl import env
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 

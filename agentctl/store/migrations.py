@@ -249,6 +249,34 @@ def tools(db):
     """)
 
 
+@MIGRATIONS(name="0010_requests")
+def requests(db):
+    # Pause for a human (agentctl(7), REQUESTS): a question (the ask tool) or a tool
+    # call that needs approval (agent-fork --ask), asked by a paused agent (status P)
+    # and decided once, by the operator or an ancestor.
+    _run(db, """
+    CREATE TABLE requests (
+        id            TEXT PRIMARY KEY,
+        agent_id      TEXT NOT NULL REFERENCES agents(id),
+        turn_id       INTEGER NOT NULL REFERENCES turns(id),
+        tool_call_id  TEXT NOT NULL,
+        kind          TEXT NOT NULL,
+        question      TEXT,
+        tool          TEXT,
+        arguments     TEXT,
+        created_at    REAL NOT NULL,
+        deadline      REAL,
+        decided_at    REAL,
+        decision      TEXT,
+        answer        TEXT,
+        decided_by    TEXT REFERENCES agents(id)
+    );
+    CREATE INDEX requests_pending ON requests(agent_id) WHERE decision IS NULL;
+    CREATE INDEX requests_call ON requests(turn_id, tool_call_id);
+    CREATE INDEX requests_deadline ON requests(deadline) WHERE decision IS NULL
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

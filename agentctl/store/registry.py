@@ -21,10 +21,10 @@ from agentctl.errors import NotFound, Refused, UsageError
 from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
 from agentctl.text import valid
 
-LIVE = ("R", "S", "T")          # alive: running, sleeping, stopped
+LIVE = ("R", "S", "T", "P")     # alive: running, sleeping, stopped, paused (asking)
 EXITED = ("Z", "X")             # a zombie, or dead
 NOT_DEAD = LIVE + ("Z",)        # what agent-ps lists without -a
-STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped",
+STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped", "P": "paused",
                 "Z": "a zombie (exited)", "X": "dead"}
 AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, model, "
                  "system_prompt, created_at, exited_at, exit_code, exit_signal, result, "

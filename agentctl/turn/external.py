@@ -11,9 +11,16 @@ gives the model "interrupted, outcome unknown" instead of running it again.
 import time
 
 from agentctl import jsonin
-from agentctl.ops import grants, lease, programs
+from agentctl.errors import Refused
+from agentctl.ids import INIT_ID
+from agentctl.ops import grants, lease, programs, requests
 from agentctl.store import db, registry, toolruns
+from agentctl.store import requests as requests_store
 from agentctl.turn import tools
+
+class Paused(Exception):
+    """The turn waits for the decision of a request (its id)."""
+
 
 INTERRUPTED = ("error: interrupted: agent-run ended while this call ran; its outcome is "
                "unknown and it was not run again")
@@ -22,8 +29,8 @@ INTERRUPTED = ("error: interrupted: agent-run ended while this call ran; its out
 class Toolset:
     """What one turn of `agent` offers."""
 
-    def __init__(self, conn, agent, warn=None):
-        self.conn, self.agent = conn, agent
+    def __init__(self, conn, agent, warn=None, prompt=None):
+        self.conn, self.agent, self.prompt = conn, agent, prompt
         self.warnings = []
         self.allowance = grants.Allowance(conn, agent["id"])
         self.builtin = {s["function"]["name"]: s for s in tools.specs()}
@@ -97,15 +104,59 @@ class Toolset:
             self.servers = None
 
     def execute(self, conn, agent_id, turn_id, call):
-        """Run one call, built-in or external; returns the result text."""
+        """Run one call, built-in or external; returns the result text. A question (the
+        ask tool) or a call that needs approval pauses the turn (Paused) until its
+        request is decided; then the answer is its result, or it runs, or it is an
+        error the model sees."""
         name = call["tool_name"]
-        if self.allowance.needs_approval(name):
-            return tools.record_error(conn, agent_id, turn_id, call,
-                                      f"error: {name} needs approval (granted with --ask), "
-                                      "and this agentctl can't ask for it yet", time.monotonic())
+        if name == "ask" or self.allowance.needs_approval(name):
+            row = requests_store.of_call(conn, turn_id, call["tool_call_id"])
+            if row is None:
+                row = self._ask(conn, agent_id, turn_id, call)
+                if row is None:
+                    return None         # a bad question: an error result, recorded
+            if row["decision"] is None:
+                raise Paused(row["id"])
+            text = requests.result(row)
+            if text is not None:        # answered, denied, expired
+                with lease.holding(conn, agent_id):
+                    tools.record_result(conn, agent_id, turn_id, call, text, time.monotonic(),
+                                        "error" if text.startswith("error: ") else "ok")
+                return text
         if not self.is_external(name):
             return tools.execute(conn, agent_id, turn_id, call)
         return self._external(conn, agent_id, turn_id, call)
+
+    def _ask(self, conn, agent_id, turn_id, call):
+        """Open the call's request; ask at the terminal when agent-run may (then it is
+        decided at once). None when the question itself is bad (a tool error)."""
+        name = call["tool_name"]
+        question = None
+        if name == "ask":
+            try:
+                question = tools.validate("ask", call["content"])["question"]
+            except tools.ToolError as e:
+                tools.record_error(conn, agent_id, turn_id, call, f"error: {e}",
+                                   time.monotonic())
+                return None
+        with lease.holding(conn, agent_id):
+            lease.check_not_killed(conn, agent_id)
+            agent = registry.get(conn, agent_id)
+            row = requests.open_request(conn, agent, turn_id, call,
+                                        "question" if name == "ask" else "approval",
+                                        question=question,
+                                        seconds=self.allowance.ask_seconds(name))
+        if self.prompt is not None and agent["parent_id"] == INIT_ID:
+            decided = self.prompt(row)
+            if decided is not None:
+                how, text = decided
+                with lease.holding(conn, agent_id):
+                    try:
+                        requests.decide(conn, row["id"], None, how, text)
+                    except Refused:
+                        pass        # decided meanwhile, from another shell: that one wins
+                row = requests_store.get(conn, row["id"])
+        return row
 
     def _external(self, conn, agent_id, turn_id, call):
         started = time.monotonic()

@@ -30,7 +30,8 @@ def choose_model(agent, override=None):
     return spec, model
 
 
-def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None):
+def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None,
+        prompt=None):
     """Run one turn of agent `ref`; returns an Outcome. Raises NotFound (1)
     when there is nothing to do, Refused (3), TempFail (75), ModelError."""
     agent = lease.claim(conn, ref)
@@ -47,7 +48,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
-            toolset = external.Toolset(conn, registry.get(conn, agent_id), warn)
+            toolset = external.Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
                 return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset)
             finally:
@@ -136,6 +137,8 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset):
         return _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text)
     except lease.KillPending:
         return ending.killed(conn, agent_id, turn_id, spec)
+    except external.Paused as e:
+        return ending.paused(conn, agent_id, turn_id, spec, e.args[0])
 
 
 def _separated(on_text):

@@ -13,7 +13,7 @@ import time
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
-from agentctl.ops import docs, lease, lifecycle, mail, programs, signals
+from agentctl.ops import docs, lease, lifecycle, mail, programs, requests, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import quoted, valid_json
@@ -58,6 +58,15 @@ SPECS = {
                        "until": {"type": "string"}})),
     "exit": ("Finish: exit with this result, which your parent collects.",
              _schema({"result": {"type": "string"}}, ["result"])),
+    "ask": ("Ask whoever supervises you (the operator, or an agent above you) a question. "
+            "Your turn pauses until the answer comes, maybe hours later; the answer is this "
+            "tool's result.", _schema({"question": {"type": "string"}}, ["question"])),
+    "answer": ("Decide a request of an agent below you (its id is in the mail that told "
+               "you): answer a question, or approve or deny a tool call (with a reason the "
+               "asker sees).",
+               _schema({"request": {"type": "string"}, "answer": {"type": "string"},
+                        "approve": {"type": "boolean"}, "reason": {"type": "string"}},
+                       ["request"])),
     "doc_put": ("Write a shared markdown document (a new version; earlier ones are kept). "
                 "A new name is yours, private unless you give visibility: subtree (you and "
                 "your descendants) or global. Returns its version.",
@@ -193,6 +202,19 @@ def _fork(conn, agent_id, args, call):
     return child
 
 
+def _answer(conn, agent_id, args, call):
+    if "approve" in args:
+        how, text = ("approve" if args["approve"] else "deny"), args.get("reason")
+        if "answer" in args:
+            raise ToolError("give answer (a question) or approve (a tool call), not both")
+    elif "answer" in args:
+        how, text = "answer", args["answer"]
+    else:
+        raise ToolError("give answer (to a question) or approve true or false (a tool call)")
+    row = requests.decide(conn, args["request"], agent_id, how, text)
+    return f"request {row['id']} {row['decision']}"
+
+
 def _send(conn, agent_id, args, call):
     mail_id, = mail.send(conn, agent_id, [args["to"]], args["body"])
     return f"sent: mail {mail_id}"
@@ -320,4 +342,9 @@ def _doc_rm(conn, agent_id, args, call):
 
 HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
             "kill": _kill, "wait": _collect, "ps": _ps, "sleep": _sleep, "exit": _exit,
-            "doc_put": _doc_put, "doc_get": _doc_get, "doc_ls": _doc_ls, "doc_rm": _doc_rm}
+            "doc_put": _doc_put, "doc_get": _doc_get, "doc_ls": _doc_ls, "doc_rm": _doc_rm,
+            "ask": lambda *a: _asked(), "answer": _answer}
+
+
+def _asked():
+    raise ToolError("ask is answered by the turn, not run")      # (the toolset takes it)

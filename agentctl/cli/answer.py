@@ -1,0 +1,88 @@
+"""agent-answer: list the requests of paused agents, and decide them."""
+
+import time
+
+import click
+
+from agentctl.clock import age
+from agentctl.cli.options import output_options
+from agentctl.cli.output import Column, pick, render
+from agentctl.cli.program import actor, connect, program, run
+from agentctl.cli.stdio import read_body
+from agentctl.errors import UsageError
+from agentctl.ids import short
+from agentctl.ops import requests
+from agentctl.store import requests as requests_store
+from agentctl.store.db import transaction
+
+
+@program("agent-answer")
+@click.option("-c", "--check", is_flag=True,
+              help="Print how many requests wait; exit 0 if any, 1 if none.")
+@click.option("--approve", "approve", is_flag=True, help="Approve the tool call REQ.")
+@click.option("--deny", "deny", is_flag=True, help="Deny the tool call REQ (the model sees "
+                                                   "REASON).")
+@output_options
+@click.argument("req", required=False, metavar="[REQ]")
+@click.argument("text", required=False, metavar="[TEXT | - | REASON]")
+def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, req, text):
+    """List the requests that wait for an answer (id, agent, kind, age, the question or
+    the tool call); with REQ (an id, or a unique prefix of 4 or more), decide it:
+    REQ TEXT (or - for stdin) answers a question, --approve REQ and --deny REQ
+    [REASON] decide a tool call. The first decision wins. The actor is self
+    ($AGENT_ID: an ancestor of the asker), else the operator."""
+    if approve and deny:
+        raise UsageError("--approve or --deny, not both")
+    if req is None:
+        if approve or deny or text is not None:
+            raise UsageError("missing REQ")
+        conn = connect(db_path)
+        rows = [item(r) for r in requests_store.pending(conn)]
+        if check:
+            click.echo(len(rows))
+            return 0 if rows else 1
+        render(rows, pick(COLUMNS, columns, DEFAULT), fmt=fmt, quiet=quiet, null=null,
+               no_headers=no_headers)
+        return 0
+    if check:
+        raise UsageError("-c takes no REQ")
+    if approve:
+        if text is not None:
+            raise UsageError("--approve takes no TEXT")
+        how, body = "approve", None
+    elif deny:
+        how, body = "deny", read_body(text) if text == "-" else text
+    else:
+        how, body = "answer", read_body(text)
+        if body is None:
+            raise UsageError("missing TEXT (give it, or - to read it from stdin)")
+    conn = connect(db_path)
+    with transaction(conn):
+        me = actor(conn)
+        row = requests.decide(conn, req, me["id"] if me else None, how, body)
+    click.echo(f"{row['id']} {row['decision']}")
+    return 0
+
+
+def item(row):
+    what = row["question"] if row["kind"] == "question" else \
+        requests.shown_call(row["tool"], row["arguments"])
+    return {"id": row["id"], "agent": row["agent_id"], "name": row["agent_name"],
+            "kind": row["kind"], "age": int(time.time() - row["created_at"]),
+            "deadline": row["deadline"], "what": what}
+
+
+COLUMNS = [
+    Column("id", "ID"),
+    Column("name", "AGENT", human=lambda r: r["name"] or short(r["agent"])),
+    Column("agent", "AGENT_ID"),
+    Column("kind", "KIND"),
+    Column("age", "AGE", human=lambda r: age(r["age"])),
+    Column("deadline", "DEADLINE"),
+    Column("what", "REQUEST", human=lambda r: r["what"].replace("\n", " ")[:80]),
+]
+DEFAULT = ["id", "name", "kind", "age", "what"]
+
+
+def main(argv=None):
+    return run(cli, argv)

@@ -1,0 +1,128 @@
+"""Requests (agentctl(7), REQUESTS): an agent pauses for a human. The ask tool puts a
+question; a call of a tool granted with --ask asks for approval. The turn pauses
+right there: the agent holds no lease and its status is P until the request is
+decided (answered, approved, denied; or expired at its deadline), by the operator
+(agent-answer) or by any ancestor (the answer tool). The first decision wins. The
+lifecycle parent is told by mail; the next agent-run resumes the turn at the call.
+"""
+
+import time
+
+from agentctl import env, jsonin
+from agentctl.errors import Refused, UsageError
+from agentctl.ids import INIT_ID, new_id
+from agentctl.ops import mail
+from agentctl.store import events, registry, requests
+
+DECISIONS = {"answer": "answered", "approve": "approved", "deny": "denied"}
+
+
+def ask_timeout():
+    """$AGENTCTL_ASK_TIMEOUT: how long a request waits before it is denied (unset: for
+    ever)."""
+    return env.duration("AGENTCTL_ASK_TIMEOUT", None)
+
+
+def shown_call(tool, arguments):
+    """A tool call as a request shows it: control characters escaped as JSON does."""
+    import json         # (here: every program that signals or exits imports this module)
+    try:
+        value = jsonin.loads(arguments or "{}")
+    except jsonin.JSONError:
+        value = arguments
+    return f"{tool} {json.dumps(value, ensure_ascii=False)}"
+
+
+def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
+    """Record a request for the call, in the caller's transaction, and tell the lifecycle
+    parent by mail (unless it is init: the operator lists requests with agent-answer)."""
+    request_id = new_id()
+    seconds = seconds if seconds is not None else ask_timeout()
+    deadline = time.time() + seconds if seconds else None
+    tool = call["tool_name"] if kind == "approval" else None
+    arguments = call["content"] if kind == "approval" else None
+    requests.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,
+                    question=question, tool=tool, arguments=arguments, deadline=deadline)
+    events.record(conn, agent["id"], "ask", request=request_id, type=kind, tool=tool)
+    parent = registry.get(conn, agent["parent_id"])
+    if parent["id"] != INIT_ID and registry.is_live(parent):
+        if kind == "question":
+            body = (f"{registry.label(agent)} ({agent['id']}) asks (request {request_id}):\n"
+                    f"{question}\nAnswer with the answer tool: request {request_id}, answer.")
+        else:
+            body = (f"{registry.label(agent)} ({agent['id']}) asks to run "
+                    f"{shown_call(tool, arguments)} (request {request_id}).\nDecide with the "
+                    f"answer tool: request {request_id}, approve true or false, a reason.")
+        mail.deliver(conn, agent["id"], parent, body, kind="request")
+    return requests.get(conn, request_id)
+
+
+def decide(conn, ref, by, how, text=None):
+    """Decide a request: how is answer (text), approve, or deny (text: the reason).
+    `by` is the deciding agent's id (an ancestor of the asker), None for the operator.
+    The first decision wins; a later one is refused."""
+    row = requests.resolve(conn, ref)
+    if row["decision"] is not None:
+        raise Refused(_already(conn, row))
+    if row["kind"] == "question" and how != "answer":
+        raise UsageError(f"request {row['id']} is a question: answer it with TEXT")
+    if row["kind"] == "approval" and how == "answer":
+        raise UsageError(f"request {row['id']} asks to run {row['tool']}: --approve or --deny it")
+    if how == "answer" and not (text or "").strip():
+        raise UsageError("an empty answer")
+    if by is not None and by not in registry.ancestors(conn, row["agent_id"]):
+        raise Refused(f"request {row['id']}: only the operator or an ancestor of "
+                      f"{registry.label(registry.get(conn, row['agent_id']))} may decide it")
+    if not requests.decide(conn, row["id"], DECISIONS[how], text, by):
+        raise Refused(_already(conn, requests.get(conn, row["id"])))
+    _decided(conn, row, DECISIONS[how], by)
+    return requests.get(conn, row["id"])
+
+
+def _already(conn, done):
+    who = "the operator" if done["decided_by"] is None else \
+        registry.label(registry.get(conn, done["decided_by"]))
+    if done["decision"] in ("expired", "cancelled"):
+        return f"request {done['id']} was already {done['decision']}: {done['answer']}"
+    return f"request {done['id']} was already {done['decision']} by {who}"
+
+
+def _decided(conn, row, decision, by):
+    registry.change_status(conn, row["agent_id"], "P", "S")     # runnable: it resumes
+    events.record(conn, row["agent_id"], "answer", actor=by, request=row["id"],
+                  decision=decision)
+
+
+def expire(conn, now):
+    """Deny the requests past their deadline ("no answer in time"); how many."""
+    rows = requests.due(conn, now)
+    for row in rows:
+        if requests.decide(conn, row["id"], "expired", "no answer in time", None):
+            _decided(conn, row, "expired", None)
+    return len(rows)
+
+
+def end_all(conn, agent_id, decision, why):
+    """Decide every pending request of an agent (TERM denies them, KILL cancels them)."""
+    for row in requests.pending(conn, agent_id):
+        if requests.decide(conn, row["id"], decision, why, None):
+            events.record(conn, agent_id, "answer", request=row["id"], decision=decision)
+
+
+def waiting(conn, agent_id):
+    """Whether the agent waits for a decision."""
+    return bool(requests.pending(conn, agent_id))
+
+
+def result(row):
+    """What the model sees for a decided request's call (None: approved, so it runs)."""
+    who = "the operator" if row["decided_by"] is None else "your supervisor"
+    if row["decision"] == "answered":
+        return row["answer"]
+    if row["decision"] == "approved":
+        return None
+    if row["decision"] == "expired":
+        return "error: no answer in time: the request expired"
+    if row["decision"] == "cancelled":
+        return f"error: cancelled: {row['answer']}"
+    return f"error: denied by {who}" + (f": {row['answer']}" if row["answer"] else "")

@@ -1,0 +1,296 @@
+"""Pause for a human: the ask tool and --ask approvals pause the turn (status P); the
+operator (agent-answer) or an ancestor (the answer tool) decides; the next run resumes
+the turn at the call."""
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from agentctl.store import registry
+
+from .conftest import BIN, agent, fork, shell, started
+
+
+def script(tmp_path, *rules, name="script.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+ASKING = {"match": "^go", "steps": [
+    {"content": "", "tool_calls": [{"name": "ask", "arguments": {"question": "Which color?"}}]},
+    {"content": "done asking"}]}
+
+
+def results(conn, name):
+    agent_id = registry.resolve(conn, name)["id"]
+    return [r[0] for r in conn.execute(
+        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' AND void = 0 "
+        "ORDER BY id", (agent_id,))]
+
+
+def status(conn, name):
+    return registry.resolve(conn, name)["status"]
+
+
+def pending_ids():
+    return agent("answer", "-q").lines
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    """The shipped tools, a working directory, and a writer that needs approval."""
+    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, {"match": "^write", "steps": [
+        {"content": "", "tool_calls": [{"name": "write_file",
+                                        "arguments": {"path": "out.txt", "content": "hi\x1b]0;x"}}]},
+        {"content": "wrote it"}]}, name="writer.jsonl")
+    return work, model
+
+
+def test_a_question_pauses_the_turn_and_the_operators_answer_resumes_it(tmp_path, conn):
+    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
+    paused = agent("run", "w")
+    assert paused.code == 0 and paused.out == ""
+    assert "w: paused: request" in paused.err and "(agent-answer)" in paused.err
+    assert status(conn, "w") == "P"
+    assert registry.resolve(conn, "w")["lease_owner"] is None      # it holds no lease
+    assert agent("ps", "--status", "P", "-o", "name", "--no-headers").lines == ["w"]
+    assert agent("run", "w").code == 1                  # nothing to do until answered
+    assert agent("run", "--all").code == 1
+    listed = [json.loads(line) for line in agent("answer", "--format", "jsonl").lines]
+    assert [(r["name"], r["kind"], r["what"]) for r in listed] == [("w", "question",
+                                                                    "Which color?")]
+    check = agent("answer", "-c")
+    assert (check.code, check.out) == (0, "1\n")
+    req = listed[0]["id"]
+    assert agent("answer", req[:6], "blue").out == f"{req} answered\n"
+    assert status(conn, "w") == "S"
+    assert agent("answer", "-c").code == 1
+    resumed = agent("run", "w")
+    assert resumed.code == 0 and resumed.out == "done asking\n", resumed
+    assert results(conn, "w") == ["blue"]
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 1     # the same turn
+    replay = agent("replay", "w").out
+    assert replay.index("Which color?") < replay.index("blue") < replay.index("done asking")
+
+
+def test_an_approval_runs_the_call_after_approve_and_not_after_deny(files, conn):
+    work, model = files
+    fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+         "-m", model, "write")
+    fork("-n", "b", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+         "-m", model, "write")
+    assert agent("run", "a").code == 0 and agent("run", "b").code == 0
+    listed = [json.loads(line) for line in agent("answer", "--format", "jsonl").lines]
+    # the exact call, control characters escaped as JSON does
+    assert listed[0]["what"] == 'write_file {"path": "out.txt", "content": "hi\\u001b]0;x"}'
+    assert not (work / "out.txt").exists()
+    assert agent("answer", "--deny", listed[1]["id"], "not now").code == 0
+    assert agent("answer", "--approve", listed[0]["id"]).code == 0
+    assert agent("run", "b").code == 0
+    assert results(conn, "b") == ["error: denied by the operator: not now"]
+    assert not (work / "out.txt").exists()
+    assert agent("run", "a").out == "wrote it\n"
+    assert (work / "out.txt").read_text() == "hi\x1b]0;x"
+    assert results(conn, "a") == ["wrote 7 bytes to out.txt"]
+
+
+def test_the_parent_is_told_by_mail_and_answers_with_the_answer_tool(tmp_path, conn):
+    lead_model = script(tmp_path, {"match": "INBOX", "steps": [
+        {"content": "", "tool_calls": [{"name": "answer", "arguments": {"request": "REQ",
+                                                                        "answer": "green"}}]},
+        {"content": "answered"}]}, name="lead.jsonl")
+    fork("-n", "lead", "-m", lead_model)
+    fork("-p", "lead", "-n", "w", "-m", script(tmp_path, ASKING), "go")
+    assert agent("run", "w").code == 0
+    req = pending_ids()[0]
+    assert [r[0] for r in conn.execute("SELECT kind FROM mail")] == ["request"]
+    body = agent("mail", "--peek", "-r", "lead").out
+    assert f"asks (request {req})" in body and "Which color?" in body
+    (tmp_path / "lead.jsonl").write_text((tmp_path / "lead.jsonl").read_text()
+                                         .replace("REQ", req))
+    assert agent("run", "lead").code == 0
+    assert results(conn, "lead") == [f"request {req} answered"]
+    assert agent("run", "w").out == "done asking\n"
+    assert results(conn, "w") == ["green"]
+    late = agent("answer", req, "red")          # the first answer won
+    assert late.code == 3 and late.err == f"agent-answer: request {req} was already " \
+                                            "answered by lead\n"
+
+
+def test_only_an_ancestor_may_answer(tmp_path):
+    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
+    stranger = fork("-n", "stranger")
+    agent("run", "w")
+    req = pending_ids()[0]
+    result = shell(f"AGENT_ID={stranger} agent-answer {req} hi")
+    assert result.code == 3 and "only the operator or an ancestor" in result.err
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--approve", "REQ"], 2, "is a question: answer it with TEXT"),
+    (["REQ", ""], 2, "an empty answer"),
+    (["nope", "x"], 1, "no such request: nope"),
+    (["abc", "x"], 2, "a request prefix has at least 4 characters"),
+    (["--approve", "--deny", "REQ"], 2, "--approve or --deny, not both"),
+    (["-c", "REQ"], 2, "-c takes no REQ"),
+    (["--approve"], 2, "missing REQ"),
+])
+def test_bad_answers_are_one_line(tmp_path, args, code, message):
+    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
+    agent("run", "w")
+    req = pending_ids()[0]
+    result = agent("answer", *[req if a == "REQ" else a for a in args])
+    assert (result.code, result.out) == (code, ""), result
+    assert result.err.startswith("agent-answer: ") and message in result.err
+    assert result.err.count("\n") == 1
+    assert pending_ids() == [req]
+
+
+def test_two_answers_racing_one_wins(tmp_path):
+    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
+    agent("run", "w")
+    req = pending_ids()[0]
+    procs = [started("agent-answer", req, f"answer {n}") for n in range(6)]
+    outcomes = [(p.wait(), p.communicate()) for p in procs]
+    won = [o for o in outcomes if o[0] == 0]
+    lost = [o for o in outcomes if o[0] == 3]
+    assert len(won) == 1 and len(lost) == 5, outcomes
+    assert all("was already answered by the operator" in o[1][1] for o in lost)
+
+
+def test_a_request_expires_at_its_deadline(files, conn, tmp_path, monkeypatch):
+    work, model = files
+    fork("-n", "g", "--allow", "write_file", "--ask", "write_*:1s", "--cwd", str(work),
+         "-m", model, "write")
+    fork("-n", "q", "-m", script(tmp_path, ASKING), "go")
+    monkeypatch.setenv("AGENTCTL_ASK_TIMEOUT", "1")
+    assert agent("run", "g").code == 0 and agent("run", "q").code == 0
+    assert len(pending_ids()) == 2
+    time.sleep(1.2)
+    result = agent("run", "--all")          # carries the deadlines out, then resumes both
+    assert result.code == 0, result.err
+    assert pending_ids() == []
+    assert results(conn, "g") == ["error: no answer in time: the request expired"]
+    assert results(conn, "q") == ["error: no answer in time: the request expired"]
+    assert not (work / "out.txt").exists()
+    assert agent("answer", "--approve", conn.execute(
+        "SELECT id FROM requests WHERE kind = 'approval'").fetchone()[0]).code == 3
+
+
+def test_signals_on_a_paused_agent(tmp_path, conn):
+    for name in ("s", "t", "k"):
+        fork("-n", name, "-m", script(tmp_path, ASKING), "go")
+        agent("run", name)
+    agent("kill", "-s", "STOP", "s")
+    assert status(conn, "s") == "T"
+    agent("kill", "-s", "CONT", "s")
+    assert status(conn, "s") == "P"                     # back to its request
+    agent("kill", "t")                                  # TERM: denied, ends its turn, exits
+    assert status(conn, "t") == "S"
+    assert agent("run", "t").out == "done asking\n"
+    assert results(conn, "t") == ["error: denied by the operator: the agent was sent TERM"]
+    assert status(conn, "t") == "Z" and registry.resolve(conn, "t")["exit_signal"] == "TERM"
+    agent("kill", "-s", "KILL", "k")                    # KILL: cancelled, at once
+    assert status(conn, "k") == "Z"
+    decisions = dict(conn.execute(
+        "SELECT a.name, r.decision FROM requests r JOIN agents a ON a.id = r.agent_id"))
+    assert decisions == {"s": None, "t": "denied", "k": "cancelled"}
+
+
+def test_the_operator_is_asked_at_the_terminal(tmp_path, conn):
+    """stdin, stdout and stderr all a terminal (a pseudo-terminal here): asked right
+    there, as sudo asks for a password, and the same turn goes on."""
+    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, os.path.join(BIN, "agent-run"), "w"],
+                  dict(os.environ))
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"answer> " not in seen and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.5)[0]:
+            seen += os.read(fd, 1024)
+    os.write(fd, b"purple\n")
+    while time.monotonic() < deadline:
+        try:
+            if select.select([fd], [], [], 0.5)[0]:
+                chunk = os.read(fd, 1024)
+                if not chunk:
+                    break
+                seen += chunk
+        except OSError:
+            break
+    _, code = os.waitpid(pid, 0)
+    assert b"w asks: Which color?" in seen or b"asks: Which color?" in seen, seen
+    assert os.waitstatus_to_exitcode(code) == 0, seen
+    assert b"done asking" in seen
+    assert results(conn, "w") == ["purple"] and status(conn, "w") == "S"
+
+
+def test_no_prompt_and_a_pipe_never_ask(tmp_path, conn):
+    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
+    result = shell("agent-run --no-prompt w < /dev/null")
+    assert result.code == 0 and status(conn, "w") == "P"
+
+
+WRAPPER = os.path.join(os.path.dirname(__file__), "crash_wrapper.py")
+
+
+def wrapped(point, n, *args, program="run"):
+    return subprocess.run([sys.executable, WRAPPER, point, str(n), *args],
+                          env=dict(os.environ, CRASH_PROGRAM=program), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.mark.parametrize("point", ["before", "after"])
+def test_kill_9_at_every_boundary_of_asking_answering_and_resuming(files, tmp_path, point,
+                                                                   monkeypatch):
+    """agent-run, then agent-answer, killed at their Nth commit for every N; whatever is
+    run after finishes the work: the request is made once, decided once, and the file
+    written exactly once."""
+    from agentctl.store import db
+    work, model = files
+    for n in range(1, 10):
+        path = str(tmp_path / f"{point}-{n}.db")
+        monkeypatch.setenv("AGENTCTL_DB", path)
+        for f in work.iterdir():
+            f.unlink()
+        fork("-n", "w", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+             "-m", model, "write")
+        wrapped(point, n, "w")                              # asking (and maybe more)
+        answers = 0
+        for _ in range(10):
+            ids = pending_ids()
+            if ids:
+                if answers == 0:                            # answering, killed
+                    wrapped(point, 1, "--approve", ids[0], program="answer")
+                else:
+                    assert agent("answer", "--approve", ids[0]).code == 0
+                answers += 1
+                continue
+            result = agent("run", "w")                      # resuming
+            if result.code == 1:
+                break
+            assert result.code in (0, 75), result
+        conn = db.connect(path)
+        assert (work / "out.txt").exists(), (point, n, agent("log").out, pending_ids())
+        assert (work / "out.txt").read_text() == "hi\x1b]0;x", (point, n)
+        assert results(conn, "w") == ["wrote 7 bytes to out.txt"], (point, n)
+        assert conn.execute("SELECT count(*), min(decision) FROM requests").fetchone()[:] == \
+            (1, "approved"), (point, n)
+        assert status(conn, "w") == "S" and registry.resolve(conn, "w")["lease_owner"] is None
+        conn.close()
