@@ -625,3 +625,16 @@ def test_the_ps_tool_shows_the_status_agent_ps_shows(conn, tmp_path):
     result = conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' "
                           "AND tool_name = 'ps'").fetchone()[0]
     assert result == f"{kid} kid S agent"
+
+
+def test_agentctl_host_names_the_lease_holder(conn, monkeypatch):
+    """Containers often share a host name: AGENTCTL_HOST names the host in a lease."""
+    fork("-n", "b", "-m", "echo", "hi")
+    bad = shell("AGENTCTL_HOST=a:b agent-run b")
+    assert bad.code == 2 and bad.err == "agent-run: AGENTCTL_HOST must be a host name " \
+                                        "(no colon), not 'a:b'\n", bad
+    assert registry.resolve(conn, "b")["status"] == "S"
+    monkeypatch.setenv("AGENTCTL_HOST", "box-7")
+    held = lease.claim(conn, "b")
+    assert held["lease_owner"] == f"box-7:{os.getpid()}"
+    assert registry.lease_is_live(held)         # this process, on "this host"

@@ -53,7 +53,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     if list_tools:
         return _list_tools(conn, agent, fmt if fmt != "text" or not as_json else "json")
     deadlines.carry_out(conn)
-    prompt = None if no_prompt or not _terminals() else _prompt
+    prompt = None if no_prompt or not _terminals() else \
+        (lambda row: _prompt(row, registry.label(registry.get(conn, row["agent_id"]))))
     if prompt is not None:
         _answer_waiting(conn, agent, prompt)
     stream = sys.stdout.isatty() and not as_json
@@ -111,10 +112,9 @@ def _terminals():
         return False
 
 
-def _prompt(row):
+def _prompt(row, who):
     """Ask the operator at the terminal: (how, text), or None (end of input: pause)."""
     from agentctl.ops.requests import shown_call
-    who = row["agent_id"]
     if row["kind"] == "question":
         sys.stderr.write(for_terminal(f"agent-run: {who} asks: {row['question']}\n",
                                       sys.stderr) + "answer> ")

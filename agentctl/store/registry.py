@@ -11,7 +11,6 @@ The rules of what may happen to an agent live in ops/; this module only reads
 and writes rows.
 """
 
-import functools
 import os
 import sqlite3
 import time
@@ -76,10 +75,15 @@ def has_exited(agent):
 
 # -- the effective status: R with a dead lease is really S (or T) ------------------------
 
-@functools.cache
 def host():
-    """This host's name, as a lease names it (socket is imported only here: most
+    """This host's name, as a lease names it: $AGENTCTL_HOST when set (containers
+    often share a host name), else the system's (socket is imported only here: most
     programs never need it)."""
+    given = os.environ.get("AGENTCTL_HOST", "").strip()
+    if given:
+        if ":" in given or not given.isprintable():
+            raise UsageError(f"AGENTCTL_HOST must be a host name (no colon), not {given!r}")
+        return given
     import socket
     return socket.gethostname()
 
