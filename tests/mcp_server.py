@@ -2,7 +2,6 @@
 agent-run through the same configuration a user writes (stdio)."""
 
 import os
-import sys
 
 from mcp.server.mcpserver import MCPServer
 

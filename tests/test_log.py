@@ -2,11 +2,8 @@
 listed, filtered and followed."""
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 
@@ -242,11 +239,15 @@ def test_the_migration_keeps_every_event_and_its_number(tmp_path):
 def test_a_follower_over_a_run_of_200_agents_sees_every_event_once(tmp_path, home):
     """agent-run --all -j 4 over 200 agents, followed from before it starts."""
     lines = "".join(json.dumps({"to": f"a{n}", "body": "hi"}) + "\n" for n in range(200))
-    env = dict(os.environ)
-    subprocess.run(["bash", "-c", "for n in $(seq 0 199); do echo a$n; done | "
-                    "xargs -n 50 sh -c 'for a; do agent-fork -n \"$a\" -m echo >/dev/null; done' _"],
-                   env={**env, "PATH": os.path.join(os.path.dirname(__file__), "..", "bin") +
-                        os.pathsep + env["PATH"]}, check=True)
+    from agentctl.ids import INIT_ID
+    from agentctl.ops import lifecycle
+    from agentctl.store import registry
+    from agentctl.store.db import transaction
+    conn = db.connect(str(home))
+    with transaction(conn):             # (in one transaction: 200 agent-forks take 20 s)
+        for n in range(200):
+            lifecycle.fork(conn, registry.get(conn, INIT_ID), name=f"a{n}", model="echo")
+    conn.close()
     assert agent("send", "--jsonl", stdin=lines).code == 0
     follower = started("agent-log", "-f", "-n", "0", "--format", "jsonl")
     out = []

@@ -6,10 +6,8 @@ import json
 import os
 import pty
 import select
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
