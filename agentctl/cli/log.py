@@ -122,18 +122,19 @@ def prune(db_path, before):
 
 
 class Names:
-    """Agent names by id, read once and again when an agent is new."""
+    """Agent names by id, each read once (a summary names other agents: a parent, a
+    recipient, an actor)."""
 
     def __init__(self, conn):
-        self.conn = conn
-        self.known = dict(registry.all_names(conn))
+        self.conn, self.known = conn, {}
 
     def __call__(self, agent_id):
         if agent_id is None:
             return None
         if agent_id not in self.known:
-            self.known = dict(registry.all_names(self.conn))
-        return self.known.get(agent_id) or short(agent_id)
+            self.known.update(registry.names(self.conn, [agent_id]))
+            self.known.setdefault(agent_id, None)
+        return self.known[agent_id] or short(agent_id)
 
 
 def print_events(rows, shown, names, *, header, fmt, quiet, null):

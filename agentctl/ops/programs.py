@@ -153,7 +153,7 @@ def _describe(path, warnings):
     try:
         proc = subprocess.run(command(path) + ["--describe"], capture_output=True,
                               timeout=DESCRIBE_TIMEOUT, stdin=subprocess.DEVNULL,
-                              env=_environment(None, None))
+                              env=environment(None, None))
     except (OSError, subprocess.TimeoutExpired) as e:
         warnings.append(f"tool {name}: --describe failed: {e}")
         return None
@@ -175,7 +175,7 @@ def _describe(path, warnings):
     return described
 
 
-def _environment(agent_id, db_path):
+def environment(agent_id, db_path):
     """The tool's environment: the operator's, without the API keys, with the agent's
     AGENT_ID and AGENTCTL_DB, so that the programs it calls act as that agent."""
     environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
@@ -208,7 +208,7 @@ class Call:
         self.timeout, self.cap = settings(program)
         self.proc = subprocess.Popen(
             command(program.path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=cwd, env=_environment(agent_id, db_path),
+            stderr=subprocess.PIPE, cwd=cwd, env=environment(agent_id, db_path),
             start_new_session=True)
         self.pgid = self.proc.pid
         self.arguments = arguments

@@ -228,11 +228,6 @@ def name_holder(conn, name):
     return row and row[0]
 
 
-def all_names(conn):
-    """(id, name) of every agent."""
-    return conn.execute("SELECT id, name FROM agents").fetchall()
-
-
 def names(conn, ids):
     """{agent id: name} for `ids`."""
     ids = list(set(ids))

@@ -61,7 +61,7 @@ class Toolset:
         self.servers = mcp.Servers()
         for server, spec in reachable.items():
             for tool, description, schema in self.servers.start(
-                    server, spec, self.cwd(), programs._environment(self.agent["id"],
+                    server, spec, self.cwd(), programs.environment(self.agent["id"],
                                                                      db.path_of(self.conn))):
                 name = f"{server}__{tool}"
                 if len(name) > 64:
@@ -206,5 +206,8 @@ class Toolset:
                 toolruns.set_group(conn, run_id, running.pgid)
             return running.wait(poll)
         server, tool, _, _ = self.mcp_tools[name]
-        timeout, _ = programs.settings(None)
-        return self.servers.call(server, tool, arguments, timeout)
+        timeout, cap = programs.settings(None)
+        text = self.servers.call(server, tool, arguments, timeout)
+        cut = text.encode()[:cap]
+        return text if len(cut) == len(text.encode()) else \
+            cut.decode("utf-8", "ignore") + f"\n[output cut at {cap} bytes]"
