@@ -10,7 +10,7 @@ from agentctl.cli.stdio import read_body
 from agentctl.errors import UsageError
 from agentctl import modelspec
 from agentctl.ids import INIT_ID, ROLES
-from agentctl.ops import lifecycle, programs
+from agentctl.ops import lifecycle
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
@@ -71,7 +71,10 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     cwd = os.path.abspath(cwd) if cwd is not None else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd}: not a directory")
-    tools = list(programs.discover([])) if allow else []    # (before taking the lock)
+    tools = []
+    if allow:       # the program tools the grant may name, found before taking the lock
+        from agentctl.ops import programs   # (here: a fork without --allow never needs it)
+        tools = list(programs.discover([]))
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)

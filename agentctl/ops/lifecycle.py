@@ -6,7 +6,7 @@ import time
 from agentctl import env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
-from agentctl.ops import budget, grants, mail, requests
+from agentctl.ops import budget, mail, requests
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction, wait_for_commit
 
@@ -76,9 +76,12 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         raise UsageError(f"unknown restart policy: {restart} "
                          f"(one of {', '.join(RESTART_POLICIES)})")
     check_limits(conn, parent)
-    allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
-    if allow and tool_names is not None:
-        grants.check_fork(conn, parent, allow, tool_names())
+    if allow or ask:    # (here: a fork without grants, most of them, never needs it)
+        from agentctl.ops import grants
+        allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
+        if allow and tool_names is not None:
+            grants.check_fork(conn, parent, allow, tool_names())
+    allow, ask = allow or None, ask or None
     if name is not None:
         check_name(conn, name)
     if at is None:

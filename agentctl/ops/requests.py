@@ -8,7 +8,7 @@ lifecycle parent is told by mail; the next agent-run resumes the turn at the cal
 
 import time
 
-from agentctl import env, jsonin
+from agentctl import env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID, new_id
 from agentctl.ops import mail
@@ -26,6 +26,7 @@ def ask_timeout():
 def shown_call(tool, arguments):
     """A tool call as a request shows it: control characters escaped as JSON does."""
     import json         # (here: every program that signals or exits imports this module)
+    from agentctl import jsonin
     try:
         value = jsonin.loads(arguments or "{}")
     except jsonin.JSONError:

@@ -13,10 +13,16 @@ import time
 from agentctl import jsonin
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
-from agentctl.ops import grants, lease, programs, requests
+from agentctl.ops import grants, lease, requests
 from agentctl.store import db, registry, toolruns
 from agentctl.store import requests as requests_store
 from agentctl.turn import tools
+
+def _programs():
+    """ops.programs, imported when an agent with grants needs it (most turns don't)."""
+    from agentctl.ops import programs
+    return programs
+
 
 class Paused(Exception):
     """The turn waits for the decision of a request (its id)."""
@@ -43,7 +49,7 @@ class Toolset:
                 warn(line)
 
     def _programs(self):
-        for name, program in programs.discover(self.warnings).items():
+        for name, program in _programs().discover(self.warnings).items():
             if not self.allowance.permits(name):
                 continue
             if name in self.builtin:
@@ -61,7 +67,7 @@ class Toolset:
         self.servers = mcp.Servers()
         for server, spec in reachable.items():
             for tool, description, schema in self.servers.start(
-                    server, spec, self.cwd(), programs.environment(self.agent["id"],
+                    server, spec, self.cwd(), _programs().environment(self.agent["id"],
                                                                      db.path_of(self.conn))):
                 name = f"{server}__{tool}"
                 if len(name) > 64:
@@ -163,7 +169,7 @@ class Toolset:
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
         if left is not None:                # a run that died with its agent-run
             if left["pgid"] and left["host"] == registry.host():
-                programs.kill_group(left["pgid"])
+                _programs().kill_group(left["pgid"])
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, left["id"], "unknown")
                 tools.record_result(conn, agent_id, turn_id, call, INTERRUPTED, started,
@@ -184,7 +190,7 @@ class Toolset:
         try:
             text = self._run(conn, agent_id, call, arguments, run_id)
             outcome = "ok"
-        except programs.ToolFailed as e:
+        except _programs().ToolFailed as e:
             text, outcome = f"error: {e}", "error"
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
@@ -193,6 +199,7 @@ class Toolset:
 
     def _run(self, conn, agent_id, call, arguments, run_id):
         import json
+        programs = _programs()
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
         if name in self.programs:

@@ -13,7 +13,7 @@ import time
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
-from agentctl.ops import docs, lease, lifecycle, mail, programs, requests, signals
+from agentctl.ops import docs, lease, lifecycle, mail, requests, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import quoted, valid_json
@@ -192,7 +192,7 @@ def _fork(conn, agent_id, args, call):
     child = lifecycle.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
                            actor=agent_id, budget_tokens=args.get("budget"),
                            allow=args.get("allow"), ask=args.get("ask"),
-                           tool_names=lambda: list(programs.discover([])))
+                           tool_names=_program_names)
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.
     history.append(conn, child, "tool_result",
                    f"You are the child ({child}), forked from {registry.label(me)} ({agent_id}).",
@@ -213,6 +213,11 @@ def _answer(conn, agent_id, args, call):
         raise ToolError("give answer (to a question) or approve true or false (a tool call)")
     row = requests.decide(conn, args["request"], agent_id, how, text)
     return f"request {row['id']} {row['decision']}"
+
+
+def _program_names():
+    from agentctl.ops import programs       # (here: only a fork that grants needs it)
+    return list(programs.discover([]))
 
 
 def _send(conn, agent_id, args, call):
