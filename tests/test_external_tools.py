@@ -246,7 +246,8 @@ def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
     assert out[6] == "wrote 4 bytes to sub/new.txt" and (work / "sub/new.txt").read_text() == "made"
     assert "symbolic link: refused" in out[7] and (tmp_path / "secret").read_text() == "outside"
     assert out[8] == "a.txt\t6\nnew.txt\t4\n"
-    assert out[9].startswith("error: unknown tool: run")     # not granted
+    assert out[9].startswith("error: unknown tool: run (tools: fork, ")     # not granted
+    assert out[9].endswith(", list_dir, read_file, write_file)")     # what it has, all of it
 
 
 def test_agent_ps_shows_grants_and_marks_the_unconfined(tmp_path, monkeypatch):

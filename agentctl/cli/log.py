@@ -250,8 +250,8 @@ def summary(e, d, names):
         return f"budget exhausted: {e['detail'].split(' ', 1)[-1].replace(' ', ' of ')}" \
             if e["detail"] else "budget exhausted"
     if kind == "ask":
-        what = f"approval to run {d['tool']}" if d.get("tool") else "a question"
-        return f"asked for {what}: request {d.get('request')}"
+        what = f"for approval to run {d['tool']}" if d.get("tool") else "a question"
+        return f"asked {what}: request {d.get('request')}"
     if kind == "answer":
         by = f" by {names(e['actor'])}" if e["actor"] else ""
         return f"request {d.get('request')} {d.get('decision')}{by}"

@@ -130,6 +130,12 @@ class Toolset:
                                         "error" if text.startswith("error: ") else "ok")
                 return text
         if not self.is_external(name):
+            if name not in self.builtin:    # the model is told every tool it has
+                offered = ", ".join(list(self.builtin) + list(self.programs) +
+                                    list(self.mcp_tools))
+                return tools.record_error(conn, agent_id, turn_id, call,
+                                          f"error: unknown tool: {name} (tools: {offered})",
+                                          time.monotonic())
             return tools.execute(conn, agent_id, turn_id, call)
         return self._external(conn, agent_id, turn_id, call)
 
