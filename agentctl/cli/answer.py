@@ -23,7 +23,8 @@ from agentctl.store.db import transaction
 @click.option("--deny", "deny", is_flag=True, help="Deny the tool call REQ (the model sees "
                                                    "REASON).")
 @output_options
-@click.argument("req", required=False, metavar="[REQ]")
+@click.argument("req", required=False, metavar="[REQ]", shell_complete=lambda ctx, param, word:
+                _complete_requests(ctx, word))
 @click.argument("text", required=False, metavar="[TEXT | - | REASON]")
 def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, req, text):
     """List the requests that wait for an answer (id, agent, kind, age, the question or
@@ -62,6 +63,15 @@ def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, re
         row = requests.decide(conn, req, me["id"] if me else None, how, body)
     click.echo(f"{row['id']} {row['decision']}")
     return 0
+
+
+def _complete_requests(ctx, word):
+    """Shell completion: the ids of the requests that wait."""
+    try:
+        conn = connect(ctx.params.get("db_path"))
+        return [r["id"] for r in requests_store.pending(conn) if r["id"].startswith(word)]
+    except Exception:
+        return []
 
 
 def item(row):

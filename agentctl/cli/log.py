@@ -6,7 +6,7 @@ import time
 import click
 
 from agentctl import clock
-from agentctl.cli.options import Count, complete_agents, output_options
+from agentctl.cli.options import Count, complete_agents, complete_words, output_options
 from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import connect, program, run
 from agentctl.cli.stdio import PipeClosed, for_terminal, reader_gone
@@ -23,6 +23,7 @@ POLL_SECONDS = 0.1      # how often a follower looks for commits: PRAGMA data_ve
 @program("agent-log")
 @click.option("--tree", is_flag=True, help="Include the AGENTs' descendants.")
 @click.option("--kind", "kinds", metavar="KINDS", multiple=True,
+              shell_complete=complete_words(events.KINDS),
               help="Only events of these kinds (comma-separated, or repeated).")
 @click.option("--since", metavar="TIME",
               help="Only events from TIME on (as agent-send --at takes it, or a duration "

@@ -5,6 +5,8 @@ that only grows (AUTOINCREMENT: pruning never hands a number out again)."""
 import math
 import time
 
+KINDS = ("fork", "turn-start", "turn-end", "tool", "mail", "read", "signal", "status", "exit",
+         "reparent", "reap", "compaction", "timer", "wake", "budget", "restart", "ask", "answer")
 COLUMNS = "e.id, e.agent_id, e.kind, e.detail, e.actor_id, e.created_at, e.data, a.name"
 
 # JSON without importing json (a program's start-up): what an event carries is flat,
