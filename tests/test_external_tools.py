@@ -325,3 +325,46 @@ def test_a_bad_mcp_configuration_is_one_line(tmp_path, monkeypatch):
     assert result.err.count("\n") == 1
     assert sqlite3.connect(os.environ["AGENTCTL_DB"]).execute(
         "SELECT count(*) FROM turns").fetchone()[0] in (0, 1)
+
+
+def test_the_tool_path_and_the_mcp_file_are_refused_inside_the_working_directory(
+        tmp_path, monkeypatch):
+    """Confinement is not only about leaving the directory: what grants tools, and the
+    database, can't be read or written through a file tool even where it is inside, and
+    a refused write truncates nothing (it did: O_TRUNC came before the check)."""
+    from agentctl.store import db
+    work = tmp_path / "work"
+    tools = work / "mytools"
+    tools.mkdir(parents=True)
+    monkeypatch.setenv("AGENTCTL_DB", str(work / "agents.db"))
+    shipped = os.path.join(ROOT, "agentctl", "toolbox")
+    monkeypatch.setenv("AGENTCTL_TOOLS", f"{tools}:{shipped}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (work / "mcp.json").write_text('{"mcpServers": {}}')
+    monkeypatch.setenv("AGENTCTL_MCP", str(work / "mcp.json"))
+    model = script(tmp_path, [("write_file", {"path": "mytools/evil", "content": "#!/bin/sh"}),
+                              ("list_dir", {"path": "mytools"}),
+                              ("read_file", {"path": "mcp.json"}),
+                              ("write_file", {"path": "mcp.json", "content": "{}"}),
+                              ("write_file", {"path": "agents.db", "content": "gone"})])
+    fork("-n", "w", "--allow", "*_file", "--allow", "list_dir", "--cwd", str(work),
+         "-m", model, "go")
+    assert agent("run", "w").code == 0
+    conn = db.connect(str(work / "agents.db"))
+    out = results(conn, "w")
+    assert len(out) == 5
+    for result in out:
+        assert result.endswith("the tool path, the MCP configuration and the database "
+                               "are not for tools"), result
+    assert not (tools / "evil").exists()
+    assert (work / "mcp.json").read_text() == '{"mcpServers": {}}'
+
+
+def test_an_mcp_tools_output_is_capped(mcp_config, tmp_path, conn, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_TOOL_OUTPUT", "10")
+    model = script(tmp_path, [("notes__whoami", {})])
+    fork("-n", "w", "--allow", "notes__whoami", "-m", model, "go")
+    assert agent("run", "w").code == 0
+    text, = results(conn, "w")
+    assert text.startswith("agent=") and text.endswith("\n[output cut at 10 bytes]")
+    assert len(text.split("\n")[0]) == 10

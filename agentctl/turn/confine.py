@@ -78,6 +78,8 @@ def open_inside(path, flags, mode=0o644):
     if ".." in parts:
         raise Refused(f"{path}: .. is not allowed: paths stay inside {root}")
     forbidden = _forbidden()
+    truncate = flags & os.O_TRUNC       # only once the file is known to be allowed
+    flags &= ~os.O_TRUNC
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         _check(fd, forbidden, path)
@@ -93,6 +95,8 @@ def open_inside(path, flags, mode=0o644):
             os.close(fd)
             fd = nfd
             _check(fd, forbidden, path)
+        if truncate:
+            os.ftruncate(fd, 0)
         return fd
     except BaseException:
         os.close(fd)
