@@ -180,7 +180,10 @@ def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn
     run.send_signal(signal.SIGKILL)
     run.wait()
     tool_pid = int(pidfile.read_text())
-    time.sleep(1.5)                     # the orphaned tool appends its line meanwhile
+    deadline = time.monotonic() + 10    # the orphaned tool appends its line meanwhile
+    while not ledger.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
     assert ledger.read_text() == "line\n"
     result = shell("agent-run w", env={"AGENTCTL_LEASE": "1"})
     deadline = time.monotonic() + 10
