@@ -130,6 +130,7 @@ def test_filters(tmp_path):
     (["nobody"], 1, "no such agent: nobody"),
     (["--format", "table"], 2, "Invalid value for '--format'"),
     (["-o", "nope"], 2, "unknown column: nope"),
+    (["--kind", "fork,trun-end"], 2, "unknown kind: trun-end (one of fork, turn-start"),
 ])
 def test_bad_arguments_are_one_line(args, code, message):
     fork("-n", "a")

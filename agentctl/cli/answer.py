@@ -4,7 +4,7 @@ import time
 
 import click
 
-from agentctl.clock import age
+from agentctl.clock import age, until
 from agentctl.cli.options import output_options
 from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import actor, connect, program, run
@@ -88,7 +88,8 @@ COLUMNS = [
     Column("agent", "AGENT_ID"),
     Column("kind", "KIND"),
     Column("age", "AGE", human=lambda r: age(r["age"])),
-    Column("deadline", "DEADLINE"),
+    Column("deadline", "DEADLINE", human=lambda r: until(r["deadline"]) if r["deadline"]
+           else "-"),
     Column("what", "REQUEST", human=lambda r: r["what"].replace("\n", " ")[:80]),
 ]
 DEFAULT = ["id", "name", "kind", "age", "what"]

@@ -55,6 +55,9 @@ def cli(db_path, tree, kinds, since, after, last, follow, prune_before, fmt, col
     if follow and fmt == "json":
         raise UsageError("-f prints events as they come: use --format jsonl, not json")
     kinds = [k.strip() for spec in kinds for k in spec.split(",") if k.strip()] or None
+    unknown = [k for k in kinds or () if k not in events.KINDS]
+    if unknown:         # a typo would list nothing, silently
+        raise UsageError(f"unknown kind: {unknown[0]} (one of {', '.join(events.KINDS)})")
     conn = connect(db_path)
     agents = None
     if refs:
