@@ -371,3 +371,52 @@ def test_an_mcp_tools_output_is_capped(mcp_config, tmp_path, conn, monkeypatch):
     text, = results(conn, "w")
     assert text.startswith("agent=") and text.endswith("\n[output cut at 10 bytes]")
     assert len(text.split("\n")[0]) == 10
+
+
+def gone(pid):
+    return not os.path.exists(f"/proc/{pid}") or \
+        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_failing_tool_shows_the_tail_of_a_long_stderr(toolpath, tmp_path, conn):
+    make_tool(toolpath, "noisy", 'i=0; while [ $i -lt 3000 ]; do echo "noise $i" >&2; '
+                                 'i=$((i+1)); done; echo "the real error" >&2; exit 1')
+    fork("-n", "w", "--allow", "noisy", "-m", script(tmp_path, [("noisy", {})]), "go")
+    assert agent("run", "w").code == 0
+    text, = results(conn, "w")
+    assert text.startswith("error: exit status 1: ") and text.endswith("the real error")
+    assert len(text) < 2100
+
+
+def test_a_call_ends_when_its_tool_does_and_what_it_left_is_killed(toolpath, tmp_path, conn):
+    """A process left behind that holds the tool's output open does not make the call
+    wait for the timeout; it is killed with the group."""
+    pidfile = tmp_path / "left.pid"
+    make_tool(toolpath, "leaves", f"sleep 60 & echo $! > {pidfile}; echo started")
+    fork("-n", "w", "--allow", "leaves", "-m", script(tmp_path, [("leaves", {})]), "go")
+    start = time.monotonic()
+    assert agent("run", "w").code == 0
+    assert time.monotonic() - start < 5
+    assert results(conn, "w") == ["started\n"]
+    time.sleep(0.2)
+    assert gone(int(pidfile.read_text()))
+
+
+def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
+    pidfile = tmp_path / "bg.pid"
+    model = script(tmp_path, [
+        ("run", {"command": "echo before; sleep 60; echo after", "timeout": 1}),
+        ("run", {"command": f"sleep 60 & echo $! > {pidfile}; echo oops >&2; exit 4"}),
+        ("run", {"command": 42})])
+    fork("-n", "w", "--allow", "run", "-m", model, "go")
+    start = time.monotonic()
+    assert agent("run", "w").code == 0
+    assert time.monotonic() - start < 10
+    timed_out, background, bad = results(conn, "w")
+    assert timed_out == "before\n\n[timed out after 1 s: the shell was killed]\n"
+    assert background == "\n[stderr]\noops\n\n[exit status 4]\n"
+    assert bad == "error: exit status 1: command must be text"
+    assert gone(int(pidfile.read_text()))

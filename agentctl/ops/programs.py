@@ -217,15 +217,19 @@ class Call:
         """The result text, or raise ToolFailed; the group is killed on a timeout and
         on whatever `poll` (asked every POLL seconds) raises. One loop over the three
         pipes: the arguments go in as the tool reads them, its output comes out as it
-        writes it (kept up to the cap, the rest read and dropped), and the end of its
-        output is seen at once."""
+        writes it (kept up to the cap, the rest read and dropped; of its standard
+        error, the tail), and the end of its output is seen at once. The call ends
+        when the tool does: what it left running in its group is killed then (before
+        the tool is reaped, so that its group id can't be another's), and output
+        still held open by a process that left the group is waited for no longer
+        than a second."""
         import selectors
         proc = self.proc
         out, err = bytearray(), bytearray()
-        keep = {proc.stdout: (out, self.cap + 1), proc.stderr: (err, 64 * 1024)}
         data, sent = memoryview(self.arguments.encode()), 0
         deadline = time.monotonic() + self.timeout
         polled = time.monotonic()
+        ended = False
         try:
             with selectors.DefaultSelector() as selector:
                 if data:
@@ -233,16 +237,22 @@ class Call:
                     selector.register(proc.stdin, selectors.EVENT_WRITE)
                 else:
                     proc.stdin.close()
-                for pipe in keep:
+                for pipe in (proc.stdout, proc.stderr):
                     selector.register(pipe, selectors.EVENT_READ)
                 while selector.get_map():
                     now = time.monotonic()
                     if now >= deadline:
+                        if ended:
+                            break           # it ended; a stranger holds its output
                         raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
                     if now - polled >= POLL:
                         poll()
                         polled = now
-                    for key, _ in selector.select(min(POLL, deadline - now)):
+                    if not ended and self._exited():
+                        ended = True
+                        kill_group(self.pgid)
+                        deadline = min(deadline, now + 1.0)
+                    for key, _ in selector.select(min(POLL, max(0.0, deadline - now))):
                         pipe = key.fileobj
                         if pipe is proc.stdin:
                             try:
@@ -256,18 +266,21 @@ class Call:
                         chunk = os.read(pipe.fileno(), 65536)
                         if not chunk:
                             selector.unregister(pipe)
-                            continue
-                        into, most = keep[pipe]
-                        if len(into) < most:
-                            into += chunk[:most - len(into)]
-            while True:             # its output is closed: it is ending, or it went on
-                try:
-                    proc.wait(min(POLL, max(0.0, deadline - time.monotonic())))
-                    break
-                except Exception:
-                    if time.monotonic() >= deadline:
-                        raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
+                        elif pipe is proc.stderr:
+                            err += chunk
+                            del err[:-STDERR_TAIL]
+                        elif len(out) <= self.cap:
+                            out += chunk[:self.cap + 1 - len(out)]
+            while not ended:        # its output is closed: it is ending, or it went on
+                if self._exited():
+                    ended = True
+                    kill_group(self.pgid)
+                elif time.monotonic() >= deadline:
+                    raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
+                else:
                     poll()
+                    self._exited(min(POLL, max(0.0, deadline - time.monotonic())))
+            proc.wait()
         except BaseException:
             self.kill()
             raise
@@ -275,9 +288,25 @@ class Call:
         if len(out) > self.cap:
             text += f"\n[output cut at {self.cap} bytes]"
         if proc.returncode != 0:
-            tail = err[-STDERR_TAIL:].decode("utf-8", "replace").strip()
+            tail = err.decode("utf-8", "replace").strip()
             raise ToolFailed(f"exit status {proc.returncode}" + (f": {tail}" if tail else ""))
         return text
+
+    def _exited(self, seconds=0.0):
+        """Whether the tool has ended (it is left unreaped: its group id stays its
+        own); with `seconds`, waiting that long for it."""
+        end = time.monotonic() + seconds
+        while True:
+            try:
+                if os.waitid(os.P_PID, self.proc.pid,
+                             os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.01, left))
 
     def kill(self):
         kill_group(self.pgid)
