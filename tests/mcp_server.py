@@ -2,6 +2,7 @@
 agent-run through the same configuration a user writes (stdio)."""
 
 import os
+import time
 
 from mcp.server.mcpserver import MCPServer
 
@@ -22,6 +23,12 @@ def whoami() -> str:
 @server.tool(description="Fail on purpose.")
 def broken() -> str:
     raise ValueError("it broke")
+
+
+@server.tool(description="Sleep, then say so.")
+def nap(seconds: float) -> str:
+    time.sleep(seconds)
+    return "rested"
 
 
 @server.tool(name="a_tool_whose_name_is_far_too_long_for_any_provider_to_take_it",

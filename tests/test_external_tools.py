@@ -420,3 +420,28 @@ def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn,
     assert background == "\n[stderr]\noops\n\n[exit status 4]\n"
     assert bad == "error: exit status 1: command must be text"
     assert gone(int(pidfile.read_text()))
+
+
+def test_an_mcp_call_times_out_and_a_kill_cuts_it_short(mcp_config, tmp_path, conn,
+                                                        monkeypatch):
+    monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "1")
+    fork("-n", "w", "--allow", "notes__nap", "-m",
+         script(tmp_path, [("notes__nap", {"seconds": 30})]), "go")
+    start = time.monotonic()
+    assert agent("run", "w").code == 0
+    assert time.monotonic() - start < 15
+    assert results(conn, "w") == ["error: timed out after 1 s"]
+    monkeypatch.delenv("AGENTCTL_TOOL_TIMEOUT")
+    fork("-n", "k", "--allow", "notes__nap", "-m",
+         script(tmp_path, [("notes__nap", {"seconds": 30})], name="k.jsonl"), "go")
+    run = started("agent-run", "k")
+    deadline = time.monotonic() + 20
+    while conn.execute("SELECT count(*) FROM tool_runs WHERE tool = 'notes__nap' "
+                       "AND ended_at IS NULL").fetchone()[0] == 0:
+        assert time.monotonic() < deadline and run.poll() is None
+        time.sleep(0.05)
+    assert agent("kill", "-s", "KILL", "k").code == 0
+    killed = time.monotonic()
+    run.wait(timeout=20)
+    assert run.returncode == 3
+    assert time.monotonic() - killed < 8, "not the 30 s of the call"

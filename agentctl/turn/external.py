@@ -220,7 +220,7 @@ class Toolset:
             return running.wait(poll)
         server, tool, _, _ = self.mcp_tools[name]
         timeout, cap = programs.settings(None)
-        text = self.servers.call(server, tool, arguments, timeout)
+        text = self.servers.call(server, tool, arguments, timeout, poll)
         cut = text.encode()[:cap]
         return text if len(cut) == len(text.encode()) else \
             cut.decode("utf-8", "ignore") + f"\n[output cut at {cap} bytes]"

@@ -112,14 +112,31 @@ class Servers:
     async def _ready_event(self):
         return self.asyncio.Event()
 
-    def call(self, server, tool, arguments, timeout):
-        """The text of a call's result; ToolFailed for an error result."""
-        from agentctl.ops.programs import ToolFailed
+    def call(self, server, tool, arguments, timeout, poll):
+        """The text of a call's result; ToolFailed for an error result or a timeout.
+        `poll` is asked every POLL seconds while the call runs: what it raises (a
+        KILL) gives the call up and is raised."""
+        import concurrent.futures
+        import time
+        from agentctl.ops.programs import POLL, ToolFailed
         session = self.sessions[server]
+        future = self.asyncio.run_coroutine_threadsafe(session.call_tool(tool, arguments),
+                                                       self.loop)
+        deadline = time.monotonic() + timeout
+        while not future.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                future.cancel()
+                raise ToolFailed(f"timed out after {timeout:g} s")
+            concurrent.futures.wait([future], min(POLL, left))
+            if not future.done():
+                try:
+                    poll()
+                except BaseException:
+                    future.cancel()
+                    raise
         try:
-            result = self._run(session.call_tool(tool, arguments), timeout)
-        except TimeoutError:
-            raise ToolFailed(f"timed out after {timeout:g} s") from None
+            result = future.result()
         except Exception as e:
             raise ToolFailed(f"{type(e).__name__}: {e}") from None
         text = "\n".join(getattr(c, "text", "") or f"[{getattr(c, 'type', 'content')}]"
