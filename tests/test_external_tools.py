@@ -445,3 +445,40 @@ def test_an_mcp_call_times_out_and_a_kill_cuts_it_short(mcp_config, tmp_path, co
     run.wait(timeout=20)
     assert run.returncode == 3
     assert time.monotonic() - killed < 8, "not the 30 s of the call"
+
+
+@pytest.mark.parametrize("recorded", ["none", "another's"])
+def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_path, conn,
+                                                                recorded):
+    """What is left of an interrupted call is found by its environment: killed when
+    agent-run died before recording its group, and a group id that is another's by now
+    (a stranger's session) is left alone."""
+    pidfile = tmp_path / "tool.pid"
+    make_tool(toolpath, "slow", f"echo $$ > {pidfile}; sleep 60")
+    fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
+    run = started("agent-run", "w")
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    tool_pid = int(pidfile.read_text())
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with conn:
+            conn.execute("UPDATE tool_runs SET pgid = ?",
+                         (None if recorded == "none" else stranger.pid,))
+        result = shell("agent-run w", env={"AGENTCTL_LEASE": "1"})
+        deadline = time.monotonic() + 10
+        while result.code == 75 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            result = shell("agent-run w")
+        assert result.code == 0, result
+        assert results(conn, "w")[0].startswith("error: interrupted: ")
+        time.sleep(0.2)
+        assert gone(tool_pid), "the call's process was found and killed"
+        assert stranger.poll() is None, "the stranger lives"
+    finally:
+        stranger.kill()
+        stranger.wait()

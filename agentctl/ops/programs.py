@@ -21,6 +21,7 @@ DEFAULT_TIMEOUT = 60.0          # seconds a call may run (AGENTCTL_TOOL_TIMEOUT;
 DEFAULT_OUTPUT = 64 * 1024      # bytes of stdout the model gets (AGENTCTL_TOOL_OUTPUT)
 DESCRIBE_TIMEOUT = 10.0
 STDERR_TAIL = 2000
+RUN_MARK = "AGENTCTL_TOOL_RUN"  # in a call's environment: the id of its tool_runs row
 POLL = 0.25                     # seconds between two looks for a KILL during a call
 
 
@@ -180,6 +181,7 @@ def environment(agent_id, db_path):
     AGENT_ID and AGENTCTL_DB, so that the programs it calls act as that agent."""
     environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
     environment.pop("AGENT_ID", None)
+    environment.pop(RUN_MARK, None)
     package = os.path.dirname(os.path.dirname(SHIPPED))      # so that shipped tools import it
     environment["PYTHONPATH"] = os.pathsep.join(
         p for p in (package, os.environ.get("PYTHONPATH")) if p)
@@ -202,14 +204,16 @@ class Call:
     """One run of a program tool: started, then waited for (`poll` is called every
     0.25 s: it raises to cut the call short, which kills the process group)."""
 
-    def __init__(self, program, arguments, agent_id, db_path, cwd):
+    def __init__(self, program, arguments, agent_id, db_path, cwd, run_id=None):
         import subprocess
         self.program = program
         self.timeout, self.cap = settings(program)
+        env = environment(agent_id, db_path)
+        if run_id is not None:      # what finds its processes after a crash (kill_run)
+            env[RUN_MARK] = str(run_id)
         self.proc = subprocess.Popen(
             command(program.path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=cwd, env=environment(agent_id, db_path),
-            start_new_session=True)
+            stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
         self.pgid = self.proc.pid
         self.arguments = arguments
 
@@ -327,3 +331,27 @@ def kill_group(pgid):
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def kill_run(pgid, agent_id, run_id):
+    """Kill what is left of a call whose agent-run died (its tool_runs row started and
+    never ended). Its processes are known by their environment (AGENT_ID and
+    AGENTCTL_TOOL_RUN, read in /proc): the recorded group is killed only if one of
+    them is still in it (its id may be another's by now), and a call whose group was
+    never recorded (agent-run died just after starting it) is found all the same.
+    Without /proc, the recorded group is killed. Whether anything was killed."""
+    marks = (f"AGENT_ID={agent_id}".encode(), f"{RUN_MARK}={run_id}".encode())
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return bool(pgid) and kill_group(pgid)
+    groups = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                entries = f.read().split(b"\0")
+            if all(m in entries for m in marks):
+                groups.add(os.getpgid(pid))
+        except OSError:
+            continue        # gone, or not the operator's
+    return any([kill_group(g) for g in groups])

@@ -174,8 +174,8 @@ class Toolset:
         started = time.monotonic()
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
         if left is not None:                # a run that died with its agent-run
-            if left["pgid"] and left["host"] == registry.host():
-                _programs().kill_group(left["pgid"])
+            if left["host"] == registry.host():
+                _programs().kill_run(left["pgid"], agent_id, left["id"])
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, left["id"], "unknown")
                 tools.record_result(conn, agent_id, turn_id, call, INTERRUPTED, started,
@@ -212,7 +212,7 @@ class Toolset:
             program = self.programs[name]
             try:
                 running = programs.Call(program, json.dumps(arguments), agent_id,
-                                        db.path_of(conn), self.cwd())
+                                        db.path_of(conn), self.cwd(), run_id)
             except OSError as e:
                 raise programs.ToolFailed(f"can't run {program.path}: {e.strerror or e}")
             with lease.holding(conn, agent_id):
