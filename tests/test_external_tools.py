@@ -482,3 +482,31 @@ def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_pa
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkeypatch):
+    """A confined tool whose working directory holds the configuration's directory
+    can't create the file that would start any command as an MCP server (nor the
+    cache of the tools' descriptions)."""
+    from agentctl.store import db
+    home = tmp_path / "home"
+    (home / ".config" / "agentctl").mkdir(parents=True)
+    (home / ".cache" / "agentctl").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
+    monkeypatch.delenv("AGENTCTL_MCP", raising=False)
+    monkeypatch.setenv("AGENTCTL_DB", str(tmp_path / "agents.db"))
+    server = json.dumps({"mcpServers": {"x": {"command": "touch", "args": ["pwned"]}}})
+    model = script(tmp_path, [
+        ("write_file", {"path": ".config/agentctl/mcp.json", "content": server}),
+        ("write_file", {"path": str(home / ".config/agentctl/mcp.json"), "content": server}),
+        ("write_file", {"path": ".cache/agentctl/tools.json", "content": "{}"}),
+        ("write_file", {"path": ".config/agentctl/other.json", "content": "{}"})])
+    fork("-n", "w", "--allow", "write_file", "--cwd", str(home), "-m", model, "go")
+    assert agent("run", "w").code == 0
+    out = results(db.connect(str(tmp_path / "agents.db")), "w")
+    for result in out[:3]:
+        assert result.endswith("the MCP configuration and the database are not for tools")
+    assert out[3] == "wrote 2 bytes to .config/agentctl/other.json"
+    assert not (home / ".config/agentctl/mcp.json").exists()

@@ -95,13 +95,16 @@ def command(path):
     return [path]
 
 
+def cache_path():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "agentctl", "tools.json")
+
+
 class _Cache:
     """--describe's answers, by path, size and mtime, in $XDG_CACHE_HOME/agentctl."""
 
     def __init__(self):
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                                ".cache")
-        self.file = os.path.join(base, "agentctl", "tools.json")
+        self.file = cache_path()
         self.entries, self.dirty = None, False
 
     def _load(self):

@@ -19,6 +19,9 @@ class Refused(Exception):
     pass
 
 
+REFUSED = "{}: the tool path, the MCP configuration and the database are not for tools"
+
+
 def tool(description, parameters, handler, confined=True, timeout=None):
     """Run a tool program: `--describe`, or one call."""
     if sys.argv[1:] == ["--describe"]:
@@ -47,22 +50,28 @@ def _fail(message):
 
 
 def _forbidden():
-    """(device, inode) of what no confined tool may open: the tool path's directories,
-    the MCP configuration, the database and its -wal and -shm files."""
-    from agentctl.ops.programs import tool_path
+    """What no confined tool may open or create: the tool path's directories, the MCP
+    configuration, the database and its -wal, -shm and -journal files, the cache of
+    the tools' descriptions. Known by (device, inode) where they exist, and by
+    (device, inode of their directory, name) whether they exist or not, so that a
+    missing MCP configuration can't be written into being."""
+    from agentctl.ops.programs import cache_path, tool_path
     from agentctl.store.db import resolve_path
     from agentctl.turn.mcp import config_path
-    paths = tool_path() + [config_path()]
+    paths = tool_path() + [config_path(), cache_path()]
     database = resolve_path()
-    paths += [database, database + "-wal", database + "-shm"]
-    found = set()
+    paths += [database] + [database + end for end in ("-wal", "-shm", "-journal")]
+    inodes, names = set(), set()
     for path in paths:
-        try:
-            st = os.stat(path)
-        except (OSError, ValueError):
-            continue
-        found.add((st.st_dev, st.st_ino))
-    return found
+        path = os.path.abspath(path)
+        for where, into, key in ((path, inodes, ()), (os.path.dirname(path), names,
+                                                      (os.path.basename(path),))):
+            try:
+                st = os.stat(where)
+            except (OSError, ValueError):
+                continue
+            into.add((st.st_dev, st.st_ino) + key)
+    return inodes, names
 
 
 def open_inside(path, flags, mode=0o644):
@@ -85,6 +94,9 @@ def open_inside(path, flags, mode=0o644):
         _check(fd, forbidden, path)
         for n, part in enumerate(parts):
             last = n == len(parts) - 1
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, part) in forbidden[1]:
+                raise Refused(REFUSED.format(path))
             try:
                 nfd = os.open(part, (flags if last else os.O_RDONLY | os.O_DIRECTORY)
                               | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
@@ -112,6 +124,5 @@ def _is_link(dir_fd, name):
 
 def _check(fd, forbidden, path):
     st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) in forbidden:
-        raise Refused(f"{path}: the tool path, the MCP configuration and the database "
-                      "are not for tools")
+    if (st.st_dev, st.st_ino) in forbidden[0]:
+        raise Refused(REFUSED.format(path))
