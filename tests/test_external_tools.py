@@ -510,3 +510,20 @@ def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkey
         assert result.endswith("the MCP configuration and the database are not for tools")
     assert out[3] == "wrote 2 bytes to .config/agentctl/other.json"
     assert not (home / ".config/agentctl/mcp.json").exists()
+
+
+def test_a_fork_that_names_an_mcp_server_its_parent_cant_reach_is_refused(mcp_config,
+                                                                         tmp_path, conn):
+    fork("-n", "lead", "--allow", "read_file")
+    refused = agent("fork", "-p", "lead", "-n", "x", "--allow", "notes__*")
+    assert refused.code == 3
+    assert refused.err == ("agent-fork: --allow notes__*: lead can't use the tools of MCP "
+                           "server notes, so it can't grant them\n")
+    fork("-n", "notes", "--allow", "notes__add")
+    fork("-p", "notes", "-n", "ok", "--allow", "notes__*")     # within: it narrows to add
+    model = script(tmp_path, [("fork", {"name": "kid", "allow": ["notes__add"]})])
+    fork("-n", "lead2", "--allow", "read_file", "-m", model, "go")
+    assert agent("run", "lead2").code == 0
+    assert results(conn, "lead2") == ["error: --allow notes__add: lead2 can't use the tools "
+                                      "of MCP server notes, so it can't grant them"]
+    assert not mcp_config.exists(), "no server was started to decide"

@@ -71,10 +71,11 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     cwd = os.path.abspath(cwd) if cwd is not None else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd}: not a directory")
-    tools = []
-    if allow:       # the program tools the grant may name, found before taking the lock
+    tools = [], []
+    if allow:       # the tools the grant may name, found before taking the lock
         from agentctl.ops import programs   # (here: a fork without --allow never needs it)
-        tools = list(programs.discover([]))
+        from agentctl.turn import mcp
+        tools = list(programs.discover([])), mcp.server_names()
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)

@@ -63,7 +63,7 @@ class Allowance:
         """Whether some tool named PREFIX... could be offered (every pattern list of
         the lineage has a pattern that could match such a name)."""
         def could(p):
-            literal = re.split(r"[*?\[]", p, 1)[0]
+            literal = _literal(p)
             return literal.startswith(prefix) or prefix.startswith(literal)
         return self.operator or all(any(could(p) for p in pats) for pats in self.allow)
 
@@ -75,13 +75,23 @@ class Allowance:
         return next((s for glob, s in self.ask if s and fnmatch.fnmatchcase(name, glob)), None)
 
 
-def check_fork(conn, parent, allow, existing):
-    """Refuse a child's --allow that matches an existing external tool its parent
-    can't use: asking for more is an error, not a silent no-op."""
+def _literal(pattern):
+    return re.split(r"[*?\[]", pattern, 1)[0]
+
+
+def check_fork(conn, parent, allow, existing, servers=()):
+    """Refuse a child's --allow that matches an existing program tool its parent
+    can't use, or that names an MCP server (SERVER__...) none of whose tools its parent
+    can use: asking for more is an error, not a silent no-op. (A server's tools are
+    not listed here: that would start it.)"""
     if not allow:
         return
     mine = Allowance(conn, parent["id"])
     for pattern in patterns(allow):
+        for server in servers:
+            if _literal(pattern).startswith(f"{server}__") and not mine.reaches(f"{server}__"):
+                raise Refused(f"--allow {pattern}: {registry.label(parent)} can't use the "
+                              f"tools of MCP server {server}, so it can't grant them")
         denied = [name for name in existing
                   if fnmatch.fnmatchcase(name, pattern) and not mine.permits(name)]
         if denied:

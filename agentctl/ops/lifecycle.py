@@ -80,7 +80,7 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         from agentctl.ops import grants
         allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
         if allow and tool_names is not None:
-            grants.check_fork(conn, parent, allow, tool_names())
+            grants.check_fork(conn, parent, allow, *tool_names())
     allow, ask = allow or None, ask or None
     if name is not None:
         check_name(conn, name)

@@ -51,6 +51,15 @@ def servers():
     return found
 
 
+def server_names():
+    """The names of the servers configured; none when the configuration can't be read
+    (a turn says why: a fork need not)."""
+    try:
+        return list(servers())
+    except UsageError:
+        return []
+
+
 def _sdk():
     try:
         import mcp  # noqa: F401

@@ -216,8 +216,10 @@ def _answer(conn, agent_id, args, call):
 
 
 def _program_names():
+    """The external tools a grant may name: the program tools, and the MCP servers."""
     from agentctl.ops import programs       # (here: only a fork that grants needs it)
-    return list(programs.discover([]))
+    from agentctl.turn import mcp
+    return list(programs.discover([])), mcp.server_names()
 
 
 def _send(conn, agent_id, args, call):
