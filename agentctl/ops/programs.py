@@ -278,15 +278,20 @@ class Call:
                             del err[:-STDERR_TAIL]
                         elif len(out) <= self.cap:
                             out += chunk[:self.cap + 1 - len(out)]
+            delay = 0.0005
             while not ended:        # its output is closed: it is ending, or it went on
                 if self._exited():
                     ended = True
                     kill_group(self.pgid)
-                elif time.monotonic() >= deadline:
+                    break
+                now = time.monotonic()
+                if now >= deadline:
                     raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
-                else:
+                if now - polled >= POLL:
                     poll()
-                    self._exited(min(POLL, max(0.0, deadline - time.monotonic())))
+                    polled = now
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 0.05)
             proc.wait()
         except BaseException:
             self.kill()
@@ -299,21 +304,14 @@ class Call:
             raise ToolFailed(f"exit status {proc.returncode}" + (f": {tail}" if tail else ""))
         return text
 
-    def _exited(self, seconds=0.0):
+    def _exited(self):
         """Whether the tool has ended (it is left unreaped: its group id stays its
-        own); with `seconds`, waiting that long for it."""
-        end = time.monotonic() + seconds
-        while True:
-            try:
-                if os.waitid(os.P_PID, self.proc.pid,
-                             os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    return True
-            except ChildProcessError:
-                return True
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(0.01, left))
+        own while what it left in the group is killed)."""
+        try:
+            return os.waitid(os.P_PID, self.proc.pid,
+                             os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
 
     def kill(self):
         kill_group(self.pgid)
