@@ -527,3 +527,26 @@ def test_a_fork_that_names_an_mcp_server_its_parent_cant_reach_is_refused(mcp_co
     assert results(conn, "lead2") == ["error: --allow notes__add: lead2 can't use the tools "
                                       "of MCP server notes, so it can't grant them"]
     assert not mcp_config.exists(), "no server was started to decide"
+
+
+def test_the_file_tools_refuse_what_is_no_regular_file_without_blocking(tmp_path,
+                                                                        monkeypatch, conn):
+    monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "pipe")
+    (work / "dir").mkdir()
+    model = script(tmp_path, [("read_file", {"path": "pipe"}), ("read_file", {"path": "dir"}),
+                              ("write_file", {"path": "pipe", "content": "x"}),
+                              ("write_file", {"path": "pipe", "content": "x", "append": True})])
+    fork("-n", "w", "--allow", "*_file", "--cwd", str(work), "-m", model, "go")
+    start = time.monotonic()
+    assert agent("run", "w").code == 0
+    assert time.monotonic() - start < 20
+    out = results(conn, "w")
+    assert out[0] == "error: exit status 1: pipe: not a regular file"
+    assert out[1] == "error: exit status 1: dir: not a regular file"
+    for text in out[2:]:                    # no reader: the open fails, at once
+        assert text == "error: exit status 1: No such device or address"

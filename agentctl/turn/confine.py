@@ -108,6 +108,8 @@ def open_inside(path, flags, mode=0o644):
             fd = nfd
             _check(fd, forbidden, path)
         if truncate:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused(f"{path}: not a regular file")
             os.ftruncate(fd, 0)
         return fd
     except BaseException:
