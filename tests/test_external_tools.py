@@ -550,3 +550,24 @@ def test_the_file_tools_refuse_what_is_no_regular_file_without_blocking(tmp_path
     assert out[1] == "error: exit status 1: dir: not a regular file"
     for text in out[2:]:                    # no reader: the open fails, at once
         assert text == "error: exit status 1: No such device or address"
+
+
+def test_the_shell_tool_of_the_man_page_works_as_printed(toolpath, tmp_path, conn):
+    """agent-run(1)'s complete tool in shell, taken from the page, unescaped as roff
+    prints it, and called by a turn."""
+    page = open(os.path.join(ROOT, "man", "agent-run.1"), encoding="utf-8").read()
+    body = page[page.index(".EX\n#!/bin/sh\n# word_count") + 4:]
+    body = body[:body.index(".EE\n")]
+    for roff, text in (("\\(aq", "'"), ("\\-", "-"), ("\\(dq", '"')):
+        body = body.replace(roff, text)
+    tool = toolpath / "word_count"
+    tool.write_text(body)
+    tool.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "words.txt").write_text("one two three\n")
+    model = script(tmp_path, [("word_count", {"path": "words.txt"}),
+                              ("word_count", {"path": "../x"})])
+    fork("-n", "w", "--allow", "word_count", "--cwd", str(work), "-m", model, "go")
+    assert agent("run", "w").code == 0
+    assert results(conn, "w") == ["3\n", "error: exit status 1: stay in the working directory"]
