@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
 PROGRAMS = ("fork", "kill", "ps", "send", "mail", "replay", "run", "wait", "doc", "db", "log", "answer")
 CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-         "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "AGENTCTL_DEBUG", "NO_COLOR")
+         "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "AGENTCTL_DEBUG", "NO_COLOR",
+         "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST")
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +24,9 @@ def home(tmp_path, monkeypatch):
     db = tmp_path / "agents.db"
     monkeypatch.setenv("AGENTCTL_DB", str(db))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    # no test reads the user's tools, MCP servers or cache: the shipped tools only
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     for name in CLEAN:
         monkeypatch.delenv(name, raising=False)
     return db

@@ -79,9 +79,6 @@ def test_make_demo_uses_a_database_of_its_own(tmp_path):
 
 
 def test_files_pipeline_reads_and_writes_real_files(tmp_path, monkeypatch):
-    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     work = tmp_path / "work"
     result = shell(f"WORKDIR={work} sh {EXAMPLES}/files.sh")
     assert result.code == 0, result.err
@@ -93,9 +90,6 @@ def test_files_pipeline_reads_and_writes_real_files(tmp_path, monkeypatch):
 
 
 def test_approval_pipeline_driven_by_cron(tmp_path, monkeypatch):
-    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     work = tmp_path / "work"
     work.mkdir()
     result = shell(f"WORKDIR={work} sh {EXAMPLES}/approval.sh")

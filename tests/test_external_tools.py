@@ -37,7 +37,6 @@ def toolpath(tmp_path, monkeypatch):
     directory = tmp_path / "tools"
     directory.mkdir()
     monkeypatch.setenv("AGENTCTL_TOOLS", str(directory))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
     return directory
 
@@ -217,9 +216,6 @@ def test_kill_during_a_tool_call_kills_the_tool(toolpath, tmp_path, conn):
 
 
 def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
-    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     work = tmp_path / "work"
     (work / "sub").mkdir(parents=True)
     (work / "sub" / "a.txt").write_text("inside")
@@ -254,9 +250,6 @@ def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
 
 
 def test_agent_ps_shows_grants_and_marks_the_unconfined(tmp_path, monkeypatch):
-    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     fork("-n", "files", "--allow", "*_file", "--ask", "write_file")
     fork("-n", "shell", "--allow", "run")
     rows = [json.loads(line) for line in agent(
@@ -342,7 +335,6 @@ def test_the_tool_path_and_the_mcp_file_are_refused_inside_the_working_directory
     monkeypatch.setenv("AGENTCTL_DB", str(work / "agents.db"))
     shipped = os.path.join(ROOT, "agentctl", "toolbox")
     monkeypatch.setenv("AGENTCTL_TOOLS", f"{tools}:{shipped}")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (work / "mcp.json").write_text('{"mcpServers": {}}')
     monkeypatch.setenv("AGENTCTL_MCP", str(work / "mcp.json"))
     model = script(tmp_path, [("write_file", {"path": "mytools/evil", "content": "#!/bin/sh"}),
@@ -404,7 +396,6 @@ def test_a_call_ends_when_its_tool_does_and_what_it_left_is_killed(toolpath, tmp
 
 def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn, monkeypatch):
     monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
     pidfile = tmp_path / "bg.pid"
     model = script(tmp_path, [
@@ -532,7 +523,6 @@ def test_a_fork_that_names_an_mcp_server_its_parent_cant_reach_is_refused(mcp_co
 def test_the_file_tools_refuse_what_is_no_regular_file_without_blocking(tmp_path,
                                                                         monkeypatch, conn):
     monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
     work = tmp_path / "work"
     work.mkdir()

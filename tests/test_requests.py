@@ -46,9 +46,6 @@ def pending_ids():
 @pytest.fixture
 def files(tmp_path, monkeypatch):
     """The shipped tools, a working directory, and a writer that needs approval."""
-    monkeypatch.delenv("AGENTCTL_TOOLS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     work = tmp_path / "work"
     work.mkdir()
     model = script(tmp_path, {"match": "^write", "steps": [
