@@ -10,6 +10,17 @@ UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 CLOCK_RE = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
 
+# How far the database's clock is ahead of this host's: 0 for a SQLite file, measured
+# when a PostgreSQL database is opened (store/pg.py), so that hosts whose clocks
+# disagree still agree on leases, timers and deadlines.
+skew = 0.0
+
+
+def now():
+    """The current Unix time, by the database's clock: every time agentctl stores or
+    compares with a stored one comes from here."""
+    return time.time() + skew
+
 
 def parse_duration(text):
     """Seconds from 90, 90s, 15m, 2h or 1d."""
@@ -35,7 +46,7 @@ def checked(when):
 
 def after(seconds, now=None):
     """The time `seconds` from now, checked."""
-    return checked((time.time() if now is None else now) + seconds)
+    return checked((time.time() + skew if now is None else now) + seconds)
 
 
 def parse_time(text, now=None, zone=None):
@@ -43,7 +54,7 @@ def parse_time(text, now=None, zone=None):
     HH:MM[:SS] (its next occurrence); a time with no zone is in `zone`, by
     default local time."""
     import datetime
-    now = time.time() if now is None else now
+    now = time.time() + skew if now is None else now
     text = text.strip()
     clock = CLOCK_RE.fullmatch(text)
     if clock:
@@ -84,7 +95,7 @@ def until(timestamp, now=None):
     if timestamp is None:
         return "-"
     import math
-    ahead = math.ceil(timestamp - (time.time() if now is None else now))
+    ahead = math.ceil(timestamp - (time.time() + skew if now is None else now))
     if ahead <= 0:
         return "due"
     units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))

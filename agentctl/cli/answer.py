@@ -1,9 +1,8 @@
 """agent-answer: list the requests of paused agents, and decide them."""
 
-import time
-
 import click
 
+from agentctl import clock
 from agentctl.clock import age, until
 from agentctl.cli.options import output_options
 from agentctl.cli.output import Column, pick, render
@@ -78,7 +77,7 @@ def item(row):
     what = row["question"] if row["kind"] == "question" else \
         requests.shown_call(row["tool"], row["arguments"])
     return {"id": row["id"], "agent": row["agent_id"], "name": row["agent_name"],
-            "kind": row["kind"], "age": int(time.time() - row["created_at"]),
+            "kind": row["kind"], "age": int(clock.now() - row["created_at"]),
             "deadline": row["deadline"], "what": what}
 
 

@@ -1,10 +1,10 @@
 """agent-doc: shared documents (put, get, ls, log, rm)."""
 
 import sys
-import time
 
 import click
 
+from agentctl import clock
 from agentctl.clock import age, iso
 from agentctl.cli.options import Count, output_options
 from agentctl.cli.output import Column, pick, render
@@ -103,7 +103,7 @@ def ls(ctx, fmt, columns, quiet, null, no_headers, pattern):
     with -o.
     """
     conn, me = _open(ctx.obj)
-    now = time.time()
+    now = clock.now()
     rows = [dict(r, id=r["name"], owner=docs.who(r, "owner"), author=docs.who(r, "author"),
                  age=now - r["created_at"]) for r in docs.listing(conn, me, pattern)]
     table = [Column("name", "NAME"), Column("version", "VERSION"), *_who(),

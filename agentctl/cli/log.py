@@ -107,7 +107,7 @@ def cli(db_path, tree, kinds, since, after, last, follow, prune_before, fmt, col
 def starting(text):
     """--since: a time as agent-send --at takes it (a clock time is the latest one
     past), or a duration ago."""
-    now = time.time()
+    now = clock.now()
     try:
         return now - clock.parse_duration(text)
     except UsageError:
@@ -117,8 +117,9 @@ def starting(text):
 
 
 def prune(db_path, before):
-    cut = starting(before)
+    starting(before)                    # a bad time is a usage error before the database
     conn = connect(db_path)
+    cut = starting(before)              # by the database's clock, known once connected
     with transaction(conn):
         count = events.prune(conn, cut)
     click.echo(count)

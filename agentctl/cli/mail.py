@@ -5,6 +5,7 @@ import time
 
 import click
 
+from agentctl import clock
 from agentctl.clock import age, iso, until
 from agentctl.cli.options import Seconds, complete_agents, output_options
 from agentctl.cli.output import Column, pick, render
@@ -119,7 +120,7 @@ def _item(row):
     item = dict(row)
     item["from_label"] = registry.named(row["sender_id"], row["sender_name"])
     item["subject"] = mail.first_line(row["body"])
-    item["age"] = int(time.time() - row["created_at"])
+    item["age"] = int(clock.now() - row["created_at"])
     return item
 
 

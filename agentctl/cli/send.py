@@ -30,8 +30,9 @@ def cli(db_path, sender, jsonl, at, after, args):
     """Deliver TEXT (or stdin, for - or no TEXT and a pipe) to each AGENT and
     print the new mail ids. With --at or --in the mail is deferred: invisible
     to its recipient until then, then ordinary unread mail."""
-    deliver_at = _when(at, after)
+    _when(at, after)                    # a bad time is a usage error before the database
     conn = connect(db_path)
+    deliver_at = _when(at, after)       # by the database's clock, known once connected
     if jsonl:
         if args:
             raise UsageError("--jsonl takes no arguments: everything comes from stdin")

@@ -4,8 +4,7 @@ deadline (agent-run, agent-run --all, agent-wait, agent-kill) carries it out, so
 `agent-run --all` from cron is enough; agent-ps, a reader, only shows it
 (store.registry.overdue)."""
 
-import time
-
+from agentctl import clock
 from agentctl.ops import lifecycle, requests, signals, turns
 from agentctl.store import registry
 from agentctl.store import requests as requests_store
@@ -15,7 +14,7 @@ from agentctl.store.db import transaction
 def carry_out(conn, now=None):
     """Apply every deadline that has passed, in one transaction; how many agents it
     changed."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     if not _any_due(conn, now):
         return 0            # the common case, read without taking the write lock
     with transaction(conn):

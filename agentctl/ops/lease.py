@@ -3,10 +3,9 @@ TURNS): claiming, the checked transaction of the run that holds the claim,
 the heartbeat that keeps it, and giving it back."""
 
 import os
-import time
 from contextlib import contextmanager
 
-from agentctl import env
+from agentctl import clock, env
 from agentctl.errors import NotFound, Refused, TempFail, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import registry
@@ -45,7 +44,7 @@ def claim(conn, ref):
                            "(agent-answer lists it)")
         if registry.has_exited(agent):
             raise Refused(f"{registry.label(agent)}: has exited")
-        registry.claim(conn, agent["id"], time.time() + lease_seconds())
+        registry.claim(conn, agent["id"], clock.now() + lease_seconds())
         return registry.get(conn, agent["id"])
 
 
@@ -91,7 +90,7 @@ def check_not_killed(conn, agent_id):
 
 
 def renew(conn, agent_id):
-    registry.renew(conn, agent_id, time.time() + lease_seconds())
+    registry.renew(conn, agent_id, clock.now() + lease_seconds())
 
 
 @contextmanager

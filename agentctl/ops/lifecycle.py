@@ -3,7 +3,7 @@ the parent's notice, waiting for children, and collecting them (reaping: Z -> X)
 
 import time
 
-from agentctl import env
+from agentctl import clock, env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import budget, mail, requests
@@ -127,7 +127,7 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     parent = registry.get(conn, agent["parent_id"])
     collector = parent if registry.is_live(parent) and parent["id"] not in dying else None
     status = "Z" if collector is not None else "X"
-    registry.update(conn, agent["id"], status=status, exited_at=time.time(), exit_code=code,
+    registry.update(conn, agent["id"], status=status, exited_at=clock.now(), exit_code=code,
                     exit_signal=signal, result=result, wake_at=None, kill_at=None)
     how_ = f"killed by {signal}" if signal else f"exited {code}"
     events.record(conn, agent["id"], "exit", how_, actor, code=code, signal=signal, status=status)

@@ -6,8 +6,7 @@ agent-run consumed it). The operator at the shell has no agent: mail from
 the operator has sender_id NULL and shows '-' as its sender.
 """
 
-import time
-
+from agentctl import clock
 from agentctl.clock import age, iso
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
@@ -110,7 +109,7 @@ def take(conn, recipient_id, turn=None, **matching):
 def inbox_text(mails, label="INBOX"):
     """All pending mail as one user message: who sent what, when. Mail is
     always presented as mail from its sender, whatever its text says."""
-    now = time.time()
+    now = clock.now()
     lines = [f"[{label} - {len(mails)} new]", ""]
     # in the order it became mail: deferred mail counts from when it came due
     mails = sorted(mails, key=lambda m: (max(m["deliver_at"] or 0, m["created_at"]), m["id"]))

@@ -6,9 +6,7 @@ decided (answered, approved, denied; or expired at its deadline), by the operato
 lifecycle parent is told by mail; the next agent-run resumes the turn at the call.
 """
 
-import time
-
-from agentctl import env
+from agentctl import clock, env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID, new_id
 from agentctl.ops import mail
@@ -39,7 +37,7 @@ def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
     parent by mail (unless it is init: the operator lists requests with agent-answer)."""
     request_id = new_id()
     seconds = seconds if seconds is not None else ask_timeout()
-    deadline = time.time() + seconds if seconds else None
+    deadline = clock.now() + seconds if seconds else None
     tool = call["tool_name"] if kind == "approval" else None
     arguments = call["content"] if kind == "approval" else None
     requests.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,

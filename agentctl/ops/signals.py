@@ -6,8 +6,7 @@ between steps. A HUP waits for the turn in progress, running or open
 (agents.hup_pending). Every signal is recorded as an event.
 """
 
-import time
-
+from agentctl import clock
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, requests, turns
@@ -43,7 +42,7 @@ def send(conn, target, sig, *, cascade=False, actor=None, grace=None):
                 conn, target["id"])] if cascade else [])
             for victim in victims:
                 if registry.is_live(registry.get(conn, victim)):
-                    registry.update(conn, victim, kill_at=time.time() + grace)
+                    registry.update(conn, victim, kill_at=clock.now() + grace)
     if refusal:
         raise Refused(refusal + (f" (its descendants were signalled: {count})" if cascade else ""))
     return count

@@ -22,8 +22,7 @@ at every retry: each mail wakes it and costs it tokens. TERM and KILL never
 lead to a restart.
 """
 
-import time
-
+from agentctl import clock
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, mail, turns
 from agentctl.store import events, registry
@@ -56,7 +55,7 @@ def failed(conn, agent_id, error):
 def restart(conn, agent, why, first=False):
     """Count a restart in the agent's window; exit it when there are too many, else
     let it back off. `first`: the first failure of a run, which its parent is told."""
-    now = time.time()
+    now = clock.now()
     window = agent["restart_window"] or lifecycle.DEFAULT_RESTART_WINDOW
     limit = lifecycle.DEFAULT_MAX_RESTARTS if agent["max_restarts"] is None \
         else agent["max_restarts"]

@@ -9,9 +9,7 @@ A killed or failed turn is voided: its messages stay in the table but are
 never replayed, and the mail it had taken is unread again.
 """
 
-import time
-
-from agentctl import env
+from agentctl import clock, env
 from agentctl.clock import iso
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
 from agentctl.ops import budget, lifecycle, mail
@@ -25,7 +23,7 @@ open_turn = turnlog.open_turn
 
 
 def has_pending_input(conn, agent, now=None):
-    now = now or time.time()
+    now = now or clock.now()
     return (mailbox.has_unread(conn, agent["id"])
             or history.has_pending_prompt(conn, agent["id"])
             or (agent["wake_at"] is not None and agent["wake_at"] <= now)
@@ -48,7 +46,7 @@ def start(conn, agent, model_name):
         turn = open_turn(conn, agent["id"])
         if turn is not None:
             return turn
-        now = time.time()
+        now = clock.now()
         prompts = history.pending_prompts(conn, agent["id"])
         due = agent["wake_at"] is not None and agent["wake_at"] <= now
         if not (prompts or due or mailbox.has_unread(conn, agent["id"])):
@@ -135,7 +133,7 @@ def back_off(conn, agent_id):
 
 def backing_off(conn, now=None):
     """The agents with pending input that --all leaves alone for now, after failures."""
-    now = now or time.time()
+    now = now or clock.now()
     return [r for r in registry.sleeping_or_running(conn)
             if r["retry_at"] is not None and r["retry_at"] > now
             and registry.effective_status(r, now) != "R" and has_pending_input(conn, r, now)]
@@ -144,7 +142,7 @@ def backing_off(conn, now=None):
 def runnable(conn, now=None):
     """Ids of the agents `agent-run --all` should run: sleeping (or holding a
     dead lease), with pending input or a due timer, not backing off."""
-    now = now or time.time()
+    now = now or clock.now()
     spent = accounts.exhausted_ids(conn)
     return [r["id"] for r in registry.sleeping_or_running(conn)
             if registry.effective_status(r, now) != "R"     # sleeping, or its run died

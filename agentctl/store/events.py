@@ -3,7 +3,7 @@ state, written in the transaction that makes the change, numbered by a sequence
 that only grows (AUTOINCREMENT: pruning never hands a number out again)."""
 
 import math
-import time
+from agentctl import clock
 
 KINDS = ("fork", "turn-start", "turn-end", "tool", "mail", "read", "signal", "status", "exit",
          "reparent", "reap", "compaction", "timer", "wake", "budget", "restart", "ask", "answer")
@@ -38,7 +38,7 @@ def record(conn, agent_id, kind, detail=None, actor=None, **data):
     """One event, in the caller's transaction."""
     conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at, data) "
                  "VALUES (?, ?, ?, ?, ?, ?)",
-                 (agent_id, kind, detail, actor, time.time(), payload(data) if data else None))
+                 (agent_id, kind, detail, actor, clock.now(), payload(data) if data else None))
 
 
 def latest_detail(conn, agent_id, kind):

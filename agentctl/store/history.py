@@ -9,8 +9,7 @@ an ancestor's part of the context is bounded by the smallest fork point met
 on the way up, and the line read in id order is the order it was written in.
 """
 
-import time
-
+from agentctl import clock
 from agentctl.store.db import INTEGER_MAX
 
 # A 'clear' ends the context before it (and is not part of it); a 'compaction'
@@ -26,7 +25,7 @@ def append(conn, agent_id, kind, content="", tool_name=None, tool_call_id=None,
     cur = conn.execute(
         "INSERT INTO messages (agent_id, kind, content, tool_name, tool_call_id, "
         "turn_id, created_at, keep_from, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (agent_id, kind, content, tool_name, tool_call_id, turn_id, time.time(), keep_from,
+        (agent_id, kind, content, tool_name, tool_call_id, turn_id, clock.now(), keep_from,
          tokens))
     return cur.lastrowid
 

@@ -5,11 +5,10 @@ has been released is never edited: change the schema by appending one, and
 raise db.SCHEMA_VERSION to the new count.
 """
 
-import time
-
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from agentctl import clock
 from agentctl.ids import INIT_ID
 
 MIGRATIONS = Migrations("agentctl")
@@ -71,7 +70,7 @@ def agents_messages_events(db):
     """)
     # init: the root of every tree, like PID 1, with the nil UUID as its id.
     db.execute("INSERT INTO agents (id, name, role, status, created_at) "
-               "VALUES (?, 'init', 'kernel', 'S', ?)", [INIT_ID, time.time()])
+               "VALUES (?, 'init', 'kernel', 'S', ?)", [INIT_ID, clock.now()])
 
 
 @MIGRATIONS(name="0002_mail")

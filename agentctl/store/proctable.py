@@ -1,7 +1,6 @@
 """The process table as rows: what agent-ps lists, each with its effective status."""
 
-import time
-
+from agentctl import clock
 from agentctl.store.mailbox import deferred, unread
 from agentctl.store.registry import LIVE, NOT_DEAD, effective_status, overdue
 from agentctl.store.registry import statuses as statuses_sql
@@ -41,7 +40,7 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         LEFT JOIN agents b ON b.id = a.budget_id
         {'WHERE ' + ' AND '.join(where) if where else ''}
         ORDER BY a.created_at, a.rowid"""
-    now = time.time()
+    now = clock.now()
     found = []
     for row in conn.execute(sql, params):
         item = dict(row)

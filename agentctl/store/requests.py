@@ -1,8 +1,7 @@
 """Request rows (agentctl(5), requests): questions and approvals a paused agent waits
 on, each decided at most once (the first decision wins)."""
 
-import time
-
+from agentctl import clock
 from agentctl.errors import NotFound, UsageError
 
 PENDING = "decision IS NULL"
@@ -13,7 +12,7 @@ def insert(conn, request_id, agent_id, turn_id, call_id, kind, question=None, to
     conn.execute("INSERT INTO requests (id, agent_id, turn_id, tool_call_id, kind, question, "
                  "tool, arguments, created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  (request_id, agent_id, turn_id, call_id, kind, question, tool, arguments,
-                  time.time(), deadline))
+                  clock.now(), deadline))
 
 
 def of_call(conn, turn_id, call_id):
@@ -53,7 +52,7 @@ def decide(conn, request_id, decision, answer, by):
     """Whether this decision was the first (an undecided request took it)."""
     return conn.execute(f"UPDATE requests SET decision = ?, answer = ?, decided_by = ?, "
                         f"decided_at = ? WHERE id = ? AND {PENDING}",
-                        (decision, answer, by, time.time(), request_id)).rowcount > 0
+                        (decision, answer, by, clock.now(), request_id)).rowcount > 0
 
 
 def due(conn, now):

@@ -2,14 +2,14 @@
 committed transaction, before the program runs, and ended with its result, so that
 a run interrupted by a crash is never started again (ops/turn: "outcome unknown")."""
 
-import time
+from agentctl import clock
 
 
 def start(conn, agent_id, turn_id, call_id, tool, host):
     return conn.execute(
         "INSERT INTO tool_runs (agent_id, turn_id, tool_call_id, tool, host, started_at) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        (agent_id, turn_id, call_id, tool, host, time.time())).lastrowid
+        (agent_id, turn_id, call_id, tool, host, clock.now())).lastrowid
 
 
 def set_group(conn, run_id, pgid):
@@ -18,7 +18,7 @@ def set_group(conn, run_id, pgid):
 
 def end(conn, run_id, outcome):
     conn.execute("UPDATE tool_runs SET ended_at = ?, outcome = ? WHERE id = ?",
-                 (time.time(), outcome, run_id))
+                 (clock.now(), outcome, run_id))
 
 
 def unfinished(conn, turn_id, call_id):

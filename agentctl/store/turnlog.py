@@ -1,8 +1,7 @@
 """Turn rows (agentctl(5), turns) and the questions asked of one turn's messages.
 How a turn starts, ends and is voided is ops/turns.py's."""
 
-import time
-
+from agentctl import clock
 from agentctl.store import events
 
 COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read"))
@@ -41,7 +40,7 @@ def add(conn, turn_id, **counts):
 
 def finish(conn, turn_id, status="done", error=None):
     """End the turn, and say so in the event log: how it ended, what it cost."""
-    now = time.time()
+    now = clock.now()
     conn.execute("UPDATE turns SET status = ?, ended_at = ?, error = ? WHERE id = ?",
                  (status, now, error, turn_id))
     turn = get(conn, turn_id)
