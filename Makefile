@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 		{ apt-get update -qq && apt-get install -y -qq groff-base; } || \
 		echo "make: install groff (or mandoc) for the man page tests" >&2
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp]'
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp,postgres]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -36,8 +36,18 @@ demo: $(STAMP)
 	@echo "make demo: on the database $(CURDIR)/.demo/agents.db"
 	AGENTCTL_DB="$(CURDIR)/.demo/agents.db" PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
 
+# Twice: on SQLite files, then the tests of storage semantics (every program end to
+# end) on PostgreSQL, a server per worker started by the fixture (tests/pgserver.py);
+# tests of parsing, rendering and the SQLite file itself run once. Without the
+# PostgreSQL server binaries the second pass says so loudly and skips.
+PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tests/test_man.py \
+	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
+	tests/test_models_wire.py tests/test_damage.py tests/test_fuzz.py tests/test_postgresql.py \
+	tests/test_terminal.py tests/live
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
+	$(VENV)/bin/python -m pytest -n $(JOBS) --backend postgresql \
+		$(foreach f,$(PG_SKIP),--ignore=$(f)) tests
 
 # The full-size robustness runs (the suite runs smaller ones): 16 writers x
 # 1,000 operations beside two agent-run --all loops, 8 senders x 200 mails,
@@ -45,10 +55,11 @@ test: $(STAMP)
 soak: $(STAMP)
 	rm -f .fuzz-cases
 	AGENTCTL_SOAK_OPS=1000 AGENTCTL_SOAK_MAILS=200 AGENTCTL_FUZZ_EXAMPLES=1500 \
-		AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
+		AGENTCTL_SOAK_KILLS=60 AGENTCTL_FUZZ_COUNT=$(CURDIR)/.fuzz-cases \
 		$(VENV)/bin/python -m pytest -s -p no:cacheprovider \
 		tests/test_soak.py tests/test_fuzz.py tests/test_crash.py tests/test_crash_long_lived.py \
-		tests/test_mail.py::test_eight_processes_sending_at_once_lose_nothing; \
+		tests/test_mail.py::test_eight_processes_sending_at_once_lose_nothing \
+		tests/test_postgresql.py::test_four_hosts_killed_at_random_run_every_turn_once_and_lose_nothing; \
 	status=$$?; awk '{n += $$1} END {print "fuzz cases run: " n + 0}' .fuzz-cases; \
 	rm -f .fuzz-cases; exit $$status
 
@@ -60,6 +71,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/compaction.py
 	$(VENV)/bin/python bench/events.py
 	$(VENV)/bin/python bench/tools.py
+	$(VENV)/bin/python bench/postgres.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.

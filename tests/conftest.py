@@ -4,6 +4,7 @@ a real one, and nothing reaches the network."""
 import io
 import os
 from contextlib import contextmanager
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,16 +20,77 @@ CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
          "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--backend", choices=("sqlite", "postgresql"), default="sqlite",
+                     help="the database the tests run on: a SQLite file each (default), "
+                          "or a PostgreSQL database each, on a server a fixture starts")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sqlite_only: a test of the SQLite file itself "
+                                       "(skipped with --backend postgresql)")
+
+
+BACKEND = {"name": "sqlite", "server": None, "missing": None}
+
+
+def pytest_collection_modifyitems(config, items):
+    BACKEND["name"] = config.getoption("--backend")
+    if BACKEND["name"] != "postgresql":
+        return
+    skip = pytest.mark.skip(reason="a test of the SQLite file itself")
+    for item in items:
+        if item.get_closest_marker("sqlite_only"):
+            item.add_marker(skip)
+
+
+def postgresql_server():
+    """The worker's PostgreSQL server, started at its first use."""
+    if BACKEND["server"] is None and BACKEND["missing"] is None:
+        from tests.pgserver import Server
+        try:
+            BACKEND["server"] = Server()
+        except Exception as e:     # reported loudly in the summary
+            BACKEND["missing"] = str(e)
+    if BACKEND["server"] is None:
+        pytest.skip(f"PostgreSQL: {BACKEND['missing']}")
+    return BACKEND["server"]
+
+
+def pytest_sessionfinish(session):
+    if BACKEND["server"] is not None:
+        BACKEND["server"].stop()
+        BACKEND["server"] = None
+    if BACKEND["missing"] and hasattr(session.config, "workerinput"):
+        session.config.workeroutput["postgresql_missing"] = BACKEND["missing"]
+
+
+def pytest_testnodedown(node, error):
+    missing = getattr(node, "workeroutput", {}).get("postgresql_missing")
+    if missing:
+        BACKEND["missing"] = missing
+
+
+def pytest_terminal_summary(terminalreporter):
+    if BACKEND["name"] == "postgresql" and BACKEND["missing"]:
+        terminalreporter.section("PostgreSQL NOT TESTED", sep="!", red=True, bold=True)
+        terminalreporter.write_line(
+            f"the PostgreSQL tests were SKIPPED: {BACKEND['missing']} "
+            "(.ci/run installs the postgresql package)", red=True, bold=True)
+
+
 @pytest.fixture(autouse=True)
 def home(tmp_path, monkeypatch):
+    for name in CLEAN:
+        monkeypatch.delenv(name, raising=False)
     db = tmp_path / "agents.db"
+    if BACKEND["name"] == "postgresql":
+        db = postgresql_server().database()
     monkeypatch.setenv("AGENTCTL_DB", str(db))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     # no test reads the user's tools, MCP servers or cache: the shipped tools only
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for name in CLEAN:
-        monkeypatch.delenv(name, raising=False)
     return db
 
 
@@ -72,6 +134,9 @@ def started(program, *args, **kwargs):
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     kwargs.setdefault("text", True)
+    # as a shell starts a foreground job: SIGINT as it comes (a suite run in the
+    # background has it ignored, and the ignoring is inherited)
+    kwargs.setdefault("preexec_fn", lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return subprocess.Popen([sys.executable, os.path.join(BIN, program), *args],
                             env=dict(os.environ), **kwargs)
 
@@ -88,15 +153,39 @@ def shell(script, env=None, timeout=120, stdin=subprocess.DEVNULL):
 
 @contextmanager
 def write_locked(path):
-    """Another connection holding the database's write lock, as a long writer would."""
-    import sqlite3
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    """Another connection holding the database's write lock, as a long writer would
+    (on PostgreSQL, the one writer's advisory lock)."""
+    if str(path).startswith("postgresql://"):
+        import psycopg
+        from agentctl.store.pg import WRITE_LOCK
+        holder = psycopg.connect(str(path), autocommit=True)
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+    else:
+        import sqlite3
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
     try:
         yield
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def stored(path):
+    """Everything the database holds, as bytes: the SQLite file and its WAL, or every
+    row of every table on PostgreSQL (a secret must be in neither)."""
+    if str(path).startswith("postgresql://"):
+        from agentctl.store.copy import TABLES
+        from agentctl.store.db import connect
+        conn = connect(str(path))
+        try:
+            return repr([list(conn.execute(f"SELECT * FROM {t}").fetchall())
+                         for t in TABLES]).encode()
+        finally:
+            conn.close()
+    return b"".join(p.read_bytes() for p in path.parent.iterdir()
+                    if p.name.startswith(path.name))
 
 
 @pytest.fixture

@@ -53,12 +53,14 @@ def test_db_flag_wins(tmp_path):
     assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
 
 
+@pytest.mark.sqlite_only
 def test_pragmas(conn):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
 
 
+@pytest.mark.sqlite_only
 def test_migrations_named_recorded_and_counted(conn):
     names = [r[0] for r in conn.execute(
         "SELECT name FROM _sqlite_migrations WHERE migration_set = 'agentctl' ORDER BY id")]
@@ -77,6 +79,7 @@ def test_up_to_date_open_does_not_import_sqlite_utils(home):
     assert out.stdout == "False\n", out.stderr
 
 
+@pytest.mark.sqlite_only
 def test_newer_schema_is_refused(home):
     db.connect(str(home)).close()
     raw = sqlite3.connect(home)
@@ -89,6 +92,7 @@ def test_newer_schema_is_refused(home):
                           "upgrade agentctl\n")
 
 
+@pytest.mark.sqlite_only
 def test_not_a_database(home):
     home.write_bytes(b"this is not sqlite, just some text\n" * 200)
     result = agent("ps")
@@ -209,6 +213,7 @@ def test_a_busy_timeout_that_is_no_finite_number_is_a_usage_error(home, monkeypa
         2, f"agent-ps: AGENTCTL_BUSY_TIMEOUT must be a number >= 0, not {value!r}\n")
 
 
+@pytest.mark.sqlite_only
 def test_a_full_disk_is_said_and_is_temporary_with_nothing_half_written(home, monkeypatch):
     """SQLite's own limit stands in for a full disk: the write that meets it is
     rolled back whole, and the program says the disk is full (75, try again)."""

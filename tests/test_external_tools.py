@@ -4,12 +4,13 @@ confinement, and calls to the outside that run at most once."""
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
 import pytest
+
+from agentctl.store.db import connect
 
 from .conftest import ROOT, agent, fork, shell, started
 
@@ -319,7 +320,7 @@ def test_a_bad_mcp_configuration_is_one_line(tmp_path, monkeypatch):
     result = agent("run", "w")
     assert result.code == 2 and "server 'x': want command" in result.err, result
     assert result.err.count("\n") == 1
-    assert sqlite3.connect(os.environ["AGENTCTL_DB"]).execute(
+    assert connect(os.environ["AGENTCTL_DB"]).execute(
         "SELECT count(*) FROM turns").fetchone()[0] in (0, 1)
 
 

@@ -7,7 +7,7 @@ from agentctl import keys
 from agentctl.store import registry
 from agentctl.turn import runner
 
-from .conftest import agent, fork
+from .conftest import agent, fork, stored
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 NESTED = "[" * 5000 + "]" * 5000
@@ -64,9 +64,7 @@ def test_a_key_the_model_repeats_is_neither_stored_nor_printed(conn, fakeapi, ho
     result = agent("run", "--json", "a")
     assert result.code == 0, result.err
     assert OPENAI_KEY not in result.out and json.loads(result.out)["text"] == "again ***"
-    raw = home.read_bytes() + b"".join(
-        p.read_bytes() for p in home.parent.glob("agents.db-wal"))
-    assert OPENAI_KEY.encode() not in raw
+    assert OPENAI_KEY.encode() not in stored(home)
 
 
 def test_a_key_split_between_streamed_pieces_is_still_hidden(monkeypatch):

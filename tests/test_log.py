@@ -153,9 +153,9 @@ def test_follow_ends_when_its_reader_goes_away():
 
 def test_follow_prints_a_new_event_within_250_ms(home):
     fork("-n", "a")
-    follower = started("agent-log", "-f", "-n", "0", "--format", "jsonl")
+    follower = started("agent-log", "-f", "-n", "1", "--format", "jsonl")
     try:
-        time.sleep(0.5)
+        assert json.loads(follower.stdout.readline())["kind"] == "fork"     # it is following
         latencies = []
         for n in range(5):
             sent = time.time()
@@ -252,12 +252,11 @@ def test_a_follower_over_a_run_of_200_agents_sees_every_event_once(tmp_path, hom
             lifecycle.fork(conn, registry.get(conn, INIT_ID), name=f"a{n}", model="echo")
     conn.close()
     assert agent("send", "--jsonl", stdin=lines).code == 0
-    follower = started("agent-log", "-f", "-n", "0", "--format", "jsonl")
-    out = []
+    follower = started("agent-log", "-f", "-n", "1", "--format", "jsonl")
+    out = [follower.stdout.readline()]      # the newest event: it is following (a loaded
     reader = threading.Thread(target=lambda: out.extend(follower.stdout), daemon=True)
-    reader.start()          # (a pipe left unread would stop the follower when full)
-    try:
-        time.sleep(0.5)
+    reader.start()          # machine may take a while to start it); a pipe left unread
+    try:                    # would stop the follower when full
         result = shell("agent-run --all -j 4 >/dev/null", timeout=300)
         assert result.code == 0, result.err
         newest = db.connect(str(home)).execute("SELECT max(id) FROM events").fetchone()[0]

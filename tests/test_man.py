@@ -236,6 +236,7 @@ def test_the_columns_pages_list_are_those_the_programs_have():
     assert documented_columns("agent-wait.1") == [c.key for c in wait.wait_columns()]
 
 
+@pytest.mark.sqlite_only
 def test_agentctl_5_lists_every_index(conn):
     """The schema is a public interface: every index it has is documented."""
     text = open(os.path.join(MAN, "agentctl.5")).read().split(".SS Indexes\n", 1)[1]

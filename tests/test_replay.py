@@ -2,6 +2,8 @@
 test against a naive model that copies whole histories."""
 
 import json
+
+import pytest
 import re
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
@@ -142,6 +144,7 @@ def test_replay_of_unknown_agent(conn):
     assert (result.code, result.err) == (1, "agent-replay: no such agent: nobody\n")
 
 
+@pytest.mark.sqlite_only
 def test_each_range_is_one_indexed_query(conn):
     a = fork("-n", "a")
     append(conn, a)

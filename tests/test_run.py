@@ -3,7 +3,6 @@ signals, tools, roles and --all."""
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -11,10 +10,11 @@ import time
 
 import pytest
 
-from agentctl.store import registry
 from agentctl.ops import lease
+from agentctl.store import registry
+from agentctl.store.db import connect
 
-from .conftest import ROOT, Result, agent, fork, shell, started
+from .conftest import ROOT, Result, agent, fork, shell, started, stored
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -287,8 +287,7 @@ def test_keys_never_reach_the_database_or_output(conn, fakeapi, home):
     fakeapi.error(401, "invalid key", times=2)
     agent("send", "a", "more")
     failed = agent("run", "a")
-    dump = subprocess.run(["sqlite3", str(home), ".dump"], capture_output=True, text=True).stdout \
-        if os.path.exists("/usr/bin/sqlite3") else home.read_bytes().decode("latin-1")
+    dump = stored(home).decode("latin-1")
     for text in (result.out, result.err, failed.out, failed.err, dump):
         assert OPENAI_KEY not in text and ANTHROPIC_KEY not in text
 
@@ -449,7 +448,7 @@ def test_the_lease_outlives_a_model_call_longer_than_itself(conn, fakeapi, monke
     monkeypatch.setenv("AGENTCTL_LEASE", "2")
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    fakeapi.reply("slow", delay=4.5)
+    fakeapi.reply("slow", delay=6.5)   # (the rival has 3.5 s to start: PostgreSQL's is slower)
     seen = []
 
     def second():
@@ -467,7 +466,7 @@ def test_the_lease_outlives_tool_calls_longer_than_itself(conn, tmp_path, monkey
     each): the heartbeat covers the whole turn, so no second run takes it over."""
     monkeypatch.setenv("AGENTCTL_LEASE", "1.5")
     model = script(tmp_path, {"match": "go", "steps": [
-        {"tool_calls": [{"name": "wait", "arguments": {"timeout": 4}},
+        {"tool_calls": [{"name": "wait", "arguments": {"timeout": 6}},
                         {"name": "send", "arguments": {"to": "peer", "body": "after the wait"}}]},
         {"content": "done"}]})
     fork("-n", "peer")
@@ -491,7 +490,7 @@ def test_a_run_that_lost_its_claim_writes_nothing_more(conn, monkeypatch):
     fork("-n", "a", "-m", "echo", "hello")
 
     def stalled(self, *args, **kwargs):
-        other = sqlite3.connect(os.environ["AGENTCTL_DB"], isolation_level=None)
+        other = connect(os.environ["AGENTCTL_DB"])
         other.execute("UPDATE agents SET lease_owner = 'elsewhere:1', lease_until = ? "
                       "WHERE name = 'a'", (time.time() + 300,))
         other.close()

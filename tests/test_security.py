@@ -14,7 +14,7 @@ import pytest
 
 from agentctl.store import db, registry
 
-from .conftest import PROGRAMS, ROOT, agent, fork, shell, write_locked
+from .conftest import PROGRAMS, ROOT, agent, fork, shell, stored, write_locked
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -49,7 +49,7 @@ def test_api_keys_reach_no_file_output_or_event(conn, fakeapi, home, model, tmp_
     outputs.append(agent("run", "a"))
     outputs += [agent("replay", "--format", "jsonl", "a"), agent("ps", "-a", "--format", "json"),
                 agent("mail", "-a", "--format", "json", "a")]
-    files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("agents.db"))
+    files = stored(home)
     events = json.dumps([tuple(r) for r in conn.execute("SELECT * FROM events")])
     assert outputs[1].code == 69
     for key in (OPENAI_KEY, ANTHROPIC_KEY):
@@ -101,6 +101,7 @@ ARGS = {"fork": ["-n", "x"], "kill": ["init"], "ps": [], "send": ["init", "hi"],
         "answer": []}
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("fault", ["not a database", "newer schema", "missing directory"])
 def test_every_program_meets_a_database_fault_with_one_line_and_74(home, fault, tmp_path,
                                                                   monkeypatch):
@@ -137,6 +138,7 @@ READ_ONLY_ARGS = {"fork": "-n x", "kill": "a", "ps": "", "send": "a hi", "mail":
 WRITERS = ("fork", "kill", "send", "run", "doc")
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("wal", ["closed", "open elsewhere"])
 def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp_path, wal):
     """Read-only as a user meets it: the file's mode, or (for root, who

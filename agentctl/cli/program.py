@@ -33,8 +33,8 @@ def program(name, cls=click.Command, **kwargs):
     """A click command with -h/--help, --version and --db."""
     def decorate(fn):
         fn = click.option("--db", "db_path", metavar="PATH",
-                          help="The database (default $AGENTCTL_DB, else "
-                               "$XDG_DATA_HOME/agentctl/agents.db).")(fn)
+                          help="The database: a file, or a postgresql:// URL (default "
+                               "$AGENTCTL_DB, else $XDG_DATA_HOME/agentctl/agents.db).")(fn)
         fn = click.version_option(__version__, "--version", prog_name=name,
                                   message="%(prog)s (agentctl) %(version)s")(fn)
         return click.command(name, cls=_ours(cls), context_settings=CONTEXT,

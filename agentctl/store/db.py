@@ -1,16 +1,19 @@
-"""The one SQLite database every program shares: where it lives, how it is opened.
+"""The one database every program shares: where it lives, how it is opened.
 
-Opening an up-to-date database costs one PRAGMA: the schema version lives in
-`PRAGMA user_version`, and the migrations (which need sqlite_utils) are
-imported only when the database is behind.
+A SQLite file by default; a postgresql:// URL names a PostgreSQL database
+(store/pg.py, imported only then). Opening an up-to-date SQLite database costs
+one PRAGMA: the schema version lives in `PRAGMA user_version`, and the
+migrations (which need sqlite_utils) are imported only when the database is
+behind.
 """
 
 import os
+import re
 import sqlite3
 import time
 from contextlib import contextmanager
 
-from agentctl import env
+from agentctl import clock, env
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
@@ -26,6 +29,22 @@ def default_path():
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "agentctl", "agents.db")
+
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_url(path):
+    """Whether `path` names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(path, str) and path.startswith(URL_SCHEMES)
+
+
+def shown(path):
+    """`path` as a message may print it: a URL without its password."""
+    if not is_url(path):
+        return path
+    path = re.sub(r"^(\w+://[^/@:]*):[^/@]*@", r"\1@", path)
+    return re.sub(r"(?i)\b(password=)[^&\s]*", r"\1...", path)
 
 
 def resolve_path(path=None):
@@ -45,6 +64,7 @@ class Connection(sqlite3.Connection):
     """A connection that remembers the path it was opened with."""
 
     path = None
+    dialect = "sqlite"
 
 
 def _create_private(path):
@@ -71,6 +91,8 @@ def _create_private(path):
 def connect(path=None):
     """Open (creating and migrating when needed) the database at `path`."""
     path = resolve_path(path)
+    if is_url(path):
+        return _connect_postgresql(path)
     if path != ":memory:":
         _create_private(path)
     try:
@@ -85,13 +107,15 @@ def connect(path=None):
         conn.execute("PRAGMA synchronous=NORMAL")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
-            _refuse_foreign(conn, path)
+            # A file that is neither empty nor agentctl's is not taken over: nothing
+            # is written to it (not even its journal mode) before this check.
+            _refuse_foreign(path, [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4")])
         if version < SCHEMA_VERSION:
             _migrate(conn)
         elif version > SCHEMA_VERSION:
-            raise DatabaseFault(
-                f"{path}: written by a newer agentctl (schema {version}, "
-                f"this one knows {SCHEMA_VERSION}); upgrade agentctl")
+            raise _newer(path, version)
     except sqlite3.Error as e:
         raise fault(e, path) from e
     except UnicodeDecodeError as e:
@@ -101,16 +125,39 @@ def connect(path=None):
     return conn
 
 
-def _refuse_foreign(conn, path):
-    """A file that is neither empty nor agentctl's is not taken over: nothing is
-    written to it (not even its journal mode) before this check."""
-    tables = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-        "ORDER BY name LIMIT 4")]
+def _connect_postgresql(url):
+    try:
+        from agentctl.store import pg
+    except ImportError:
+        raise DatabaseFault(f"{shown(url)}: PostgreSQL needs psycopg 3, which is not "
+                            "installed: pip install 'agentctl[postgres]'") from None
+    conn = pg.connect(url, shown(url), busy_seconds())
+    try:
+        version = pg.version(conn)
+        if version == 0:
+            _refuse_foreign(shown(url), pg.tables(conn))
+        if version < SCHEMA_VERSION:
+            pg.migrate(conn, SCHEMA_VERSION)
+        elif version > SCHEMA_VERSION:
+            raise _newer(shown(url), version)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _refuse_foreign(where, tables):
+    """A database that holds tables (the first few of `tables`) and is not agentctl's
+    is not taken over."""
     if tables:
-        shown = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
-        raise DatabaseFault(f"{path}: not an agentctl database (it has tables of its own: "
-                            f"{shown}); give another --db")
+        listed = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
+        raise DatabaseFault(f"{where}: not an agentctl database (it has tables of its own: "
+                            f"{listed}); give another --db")
+
+
+def _newer(where, version):
+    return DatabaseFault(f"{where}: written by a newer agentctl (schema {version}, "
+                         f"this one knows {SCHEMA_VERSION}); upgrade agentctl")
 
 
 def _migrate(conn):
@@ -159,7 +206,9 @@ def transaction(conn):
 def fault(exc, path=None):
     """Translate an sqlite3 error into an agentctl error with its exit status."""
     text = str(exc)
-    where = f"{path}: " if path else ""
+    where = f"{shown(path)}: " if path else ""
+    if getattr(exc, "tempfail", False):     # a PostgreSQL server out of reach
+        return TempFail(f"{where}{text}")
     if "locked" in text or "busy" in text:
         return TempFail(f"{where}database is locked (gave up after {busy_seconds():g}s)")
     if "database or disk is full" in text or "disk I/O error" in text and _full(path):
@@ -187,7 +236,7 @@ def damage(exc, path):
     """The fault to report when a program met an error it did not expect: the
     database damaged (SQLite's quick check finds a fault, or a row holds text that
     is not UTF-8, which agentctl never writes), else None: a bug of ours."""
-    if path is None or path == ":memory:":
+    if path is None or path == ":memory:" or is_url(path):
         return None
     if isinstance(exc, UnicodeDecodeError):
         return DatabaseFault(f"{path}: {DAMAGED} (it holds text that is not UTF-8)")
@@ -237,11 +286,13 @@ def wait_for_commit(conn, deadline, check, next_due=None):
     `next_due()` names a Unix time (deferred mail coming due) when check()
     must run again though nothing was committed; it is asked after every
     check, so a deferral committed meanwhile counts too."""
+    if conn.dialect == "postgresql":
+        return _wait_for_notice(conn, deadline, check, next_due)
     delay = 0.01
     version = due = None
     while True:
         current = data_version(conn)
-        came_due = due is not None and time.time() >= due + 0.01   # SQL time is in ms
+        came_due = due is not None and clock.now() >= due + 0.01   # SQL time is in ms
         if current != version or came_due:
             version = current
             if check():
@@ -254,9 +305,28 @@ def wait_for_commit(conn, deadline, check, next_due=None):
         delay = min(delay * 2, 0.5)
 
 
+def _wait_for_notice(conn, deadline, check, next_due):
+    """wait_for_commit on PostgreSQL: LISTEN, and block until a commit's NOTIFY, the
+    deadline, or the time `next_due()` names; no query is sent meanwhile."""
+    conn.changes()          # LISTEN before the first check: no commit falls between
+    while True:
+        if check():
+            return True
+        due = next_due() if next_due else None
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        wait = deadline - now
+        if due is not None:
+            wait = max(0.01, min(wait, due + 0.01 - clock.now()))
+        conn.wait_for_change(wait)
+
+
 def data_version(conn):
     """A number that changes when another connection commits (and only then): a read
-    of the WAL index in shared memory, no I/O."""
+    of the WAL index in shared memory, no I/O (PostgreSQL: the notifications come)."""
+    if conn.dialect == "postgresql":
+        return conn.changes()
     return conn.execute("PRAGMA data_version").fetchone()[0]
 
 

@@ -1,7 +1,7 @@
 """Document rows (agentctl(5), documents): every put and every rm inserts a version
 row; nothing is updated or deleted. Who may see and write what is ops/docs.py's."""
 
-import time
+from agentctl import clock
 
 ROW = ("d.id, d.name, d.version, d.owner_id, o.name AS owner_name, d.visibility, "
        "d.author_id, a.name AS author_name, d.created_at, "
@@ -32,7 +32,7 @@ def insert(conn, name, number, owner_id, visibility, body, author_id):
     """A new version; a NULL body removes the document."""
     conn.execute("INSERT INTO documents (name, version, owner_id, visibility, body, "
                  "author_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (name, number, owner_id, visibility, body, author_id, time.time()))
+                 (name, number, owner_id, visibility, body, author_id, clock.now()))
 
 
 def current(conn, pattern=None):
@@ -41,7 +41,30 @@ def current(conn, pattern=None):
     where, params = "", []
     if pattern is not None:
         where = " AND d.name GLOB ?"
-        params.append(pattern)
+        params.append(pattern if conn.dialect == "sqlite" else glob_regex(pattern))
     return conn.execute(
         f"SELECT {ROW} {FROM} WHERE d.version = (SELECT max(version) FROM documents "
         f"WHERE name = d.name) AND d.body IS NOT NULL{where} ORDER BY d.name", params).fetchall()
+
+
+def glob_regex(pattern):
+    """SQLite's GLOB `pattern` as an anchored POSIX regular expression (PostgreSQL's
+    `~`): * any text, ? one character, [...] a set ([^...] not in it)."""
+    out, i = ["^"], 0
+    while i < len(pattern):
+        c = pattern[i]
+        end = pattern.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif end != -1:
+            inner = pattern[i + 1:end]
+            negate = inner.startswith("^")
+            inner = inner[1:] if negate else inner
+            out.append("[" + ("^" if negate else "") + inner.replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append("\\" + c if not c.isalnum() else c)
+        i += 1
+    return "".join(out) + "$"

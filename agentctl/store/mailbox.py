@@ -2,8 +2,7 @@
 and the statements that insert, select and mark it. What may be sent, and
 how a turn takes its mail, are ops/mail.py's."""
 
-import time
-
+from agentctl import clock
 from agentctl.store.db import INTEGER_MAX
 
 # The current Unix time in SQL: conditions on deliver_at need no parameter.
@@ -40,15 +39,19 @@ def insert(conn, sender_id, recipient_id, body, kind="mail", deliver_at=None):
     return conn.execute(
         "INSERT INTO mail (sender_id, recipient_id, kind, body, created_at, deliver_at) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        (sender_id, recipient_id, kind, body, time.time(), deliver_at)).lastrowid
+        (sender_id, recipient_id, kind, body, clock.now(), deliver_at)).lastrowid
 
 
 def insert_many(conn, items):
     """Insert (sender_id, recipient_id, body, deliver_at) mails in one
-    statement; the caller holds the (write) transaction, so their ids are
-    consecutive."""
+    statement (SQLite: the caller holds the write transaction, so their ids are
+    consecutive); returns their ids."""
+    now = clock.now()
+    if conn.dialect != "sqlite":     # a sequence's numbers may have gaps: each is read
+        return [conn.execute("INSERT INTO mail (sender_id, recipient_id, kind, body, "
+                             "created_at, deliver_at) VALUES (?, ?, 'mail', ?, ?, ?)",
+                             (s, r, b, now, at)).lastrowid for s, r, b, at in items]
     first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM mail").fetchone()[0]
-    now = time.time()
     conn.executemany("INSERT INTO mail (sender_id, recipient_id, kind, body, created_at, "
                      "deliver_at) VALUES (?, ?, 'mail', ?, ?, ?)",
                      [(s, r, b, now, at) for s, r, b, at in items])
@@ -98,7 +101,7 @@ def next_deferred(conn, recipient_id):
 
 
 def mark_read(conn, ids, turn=None):
-    now = time.time()
+    now = clock.now()
     conn.executemany("UPDATE mail SET read_at = ?, read_turn = ? WHERE id = ? "
                      "AND read_at IS NULL", [(now, turn, i) for i in ids])
 

@@ -13,9 +13,8 @@ and writes rows.
 
 import os
 import sqlite3
-import time
 
-from agentctl import env
+from agentctl import clock, env
 from agentctl.errors import NotFound, Refused, UsageError
 from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
 from agentctl.text import valid
@@ -96,7 +95,7 @@ def owner_token():
 def lease_is_live(agent, now=None):
     """A lease holds while it has not expired and, when its owner ran on this
     host, that process still exists (a crash frees it at once)."""
-    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or time.time()):
+    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or clock.now()):
         return False
     holder, _, pid = agent["lease_owner"].rpartition(":")
     if holder == host() and pid.isascii() and pid.isdigit():
@@ -132,7 +131,7 @@ def overdue(agent, now=None):
     """What a deadline that has passed makes of the agent, before a writing program
     carries it out: 'KILL' (its grace period ended), 'reap' (a zombie nobody
     collected in time), or None."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     if agent["status"] in LIVE and agent["kill_at"] is not None and agent["kill_at"] <= now:
         return "KILL"
     if agent["status"] == "Z" and agent["exited_at"] + reap_after(agent) <= now:
@@ -159,7 +158,7 @@ def next_deadline(conn, default_reap):
     return conn.execute(
         f"SELECT min(t) FROM (SELECT min(kill_at) AS t FROM agents WHERE kill_at IS NOT NULL "
         f"AND status IN {statuses(LIVE)} UNION ALL SELECT min(exited_at + coalesce(reap_after, "
-        "?)) FROM agents WHERE status = 'Z')", (default_reap,)).fetchone()[0]
+        "?)) FROM agents WHERE status = 'Z') AS due", (default_reap,)).fetchone()[0]
 
 
 def idle_since(conn, now):
@@ -308,7 +307,7 @@ FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id
 def insert(conn, **fields):
     """The row of a new agent, sleeping. Refused when the name was taken meanwhile."""
     assert not set(fields) - FORK_COLUMNS, fields
-    fields = dict(fields, status="S", created_at=time.time())
+    fields = dict(fields, status="S", created_at=clock.now())
     try:
         conn.execute(f"INSERT INTO agents ({', '.join(fields)}) "
                      f"VALUES ({', '.join('?' * len(fields))})", tuple(fields.values()))
@@ -355,7 +354,7 @@ def add_tokens(conn, agent_id, tokens_in, tokens_out):
 def failed_once_more(conn, agent_id, delay):
     """Count a failure in a row and set the time before which --all leaves it alone."""
     conn.execute("UPDATE agents SET failures = failures + 1, retry_at = ? WHERE id = ?",
-                 (time.time() + delay, agent_id))
+                 (clock.now() + delay, agent_id))
 
 
 def sleeping_or_running(conn):

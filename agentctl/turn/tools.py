@@ -257,7 +257,8 @@ def _wait(conn, agent_id, args):
     if not ids:
         return [], []
     return lifecycle.wait(conn, ids, timeout=args.get("timeout", 0), actor=agent_id,
-                          reap_them=False, until=lambda: _kill_pending(conn, agent_id))
+                          reap_them=False, until=lambda: _kill_pending(conn, agent_id),
+                          next_due=lambda: registry.get(conn, agent_id)["kill_at"])
 
 
 def _kill_pending(conn, agent_id):

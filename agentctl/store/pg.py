@@ -1,0 +1,381 @@
+"""PostgreSQL (agentctl(5), BACKENDS): a database named by a postgresql:// URL.
+
+Imported only for such a URL (psycopg is an optional extra). The connection it
+returns is used by the rest of the storage layer as SQLite's is: the same SQL
+text, the same transactions, rows read by name or position. What differs is
+kept here:
+
+- SQL: `?` placeholders, `IS ?`, and the few SQLite spellings the storage
+  layer uses (translate(), once per statement text).
+- Writers take turns, as on SQLite: a write transaction holds one advisory
+  lock until it ends (BEGIN IMMEDIATE's write lock), so every rule the
+  programs check inside a transaction holds across hosts as it does across
+  processes, ids are handed out in commit order (agent-log's sequence), and a
+  wait for the lock ends at AGENTCTL_BUSY_TIMEOUT ("database is locked", 75).
+  Readers never wait.
+- A write transaction ends with NOTIFY: whoever waits for a change (agent-wait,
+  agent-mail -w, agent-log -f) LISTENs instead of polling.
+- Time is the server's: the difference between its clock and this host's is
+  measured when the connection opens (clock.skew).
+- Text can't hold NUL on PostgreSQL: a NUL is stored as U+FFFD, as bytes that
+  are not UTF-8 are.
+"""
+
+import re
+import sqlite3
+import time
+from contextlib import contextmanager
+from functools import lru_cache
+
+import psycopg
+from psycopg import pq
+from psycopg.rows import tuple_row
+
+from agentctl import clock
+from agentctl.errors import DatabaseFault
+from agentctl.ids import INIT_ID
+from agentctl.store import pgschema
+
+CHANNEL = "agentctl"
+WRITE_LOCK = int.from_bytes(b"agentctl", "big") >> 1     # the one writer's advisory lock
+
+# Tables whose id the database hands out: an INSERT returns it (cursor.lastrowid).
+_SEQUENCED = re.compile(r"\s*INSERT INTO (%s)\b" % "|".join(pgschema.SEQUENCED))
+_WRITES = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.I)
+_QUOTED = re.compile(r"('(?:[^']|'')*')")
+
+# SQLite's spellings in the storage layer, and PostgreSQL's for them.
+REWRITES = (
+    ("((julianday('now') - 2440587.5) * 86400.0)", "extract(epoch from clock_timestamp())"),
+    ("length(CAST(d.body AS BLOB))", "octet_length(d.body)"),
+    ("d.body IS NULL AS removed", "(d.body IS NULL)::int AS removed"),
+    ("max(created_at, ", "greatest(created_at, "),
+    ("a.created_at, a.rowid", "a.created_at, a.id"),
+    ("SELECT ?, 0", 'SELECT CAST(? AS TEXT) COLLATE "C", 0'),
+    ("OR NOT ?)", "OR ? = 0)"),
+    ("NOT LIKE 'error:%'", "NOT ILIKE 'error:%'"),
+    ("GLOB ?", "~ ?"),          # the pattern is given as a regular expression (documents)
+)
+
+
+class Error(sqlite3.OperationalError):
+    """A PostgreSQL error, as the programs translate the storage layer's (db.fault)."""
+
+    def __init__(self, message, tempfail=False):
+        super().__init__(message)
+        self.tempfail = tempfail
+
+
+class IntegrityError(sqlite3.IntegrityError):
+    pass
+
+
+def _first_line(exc):
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+
+
+def translated(exc):
+    """A psycopg error as the storage layer's error; an error in our SQL (a bug)
+    is raised as it is."""
+    if isinstance(exc, psycopg.IntegrityError):
+        return IntegrityError(_first_line(exc))
+    if isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)):
+        return Error("database is locked")
+    if isinstance(exc, (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)):
+        return Error(f"database is busy ({_first_line(exc)})")
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return Error("database or disk is full")
+    if isinstance(exc, psycopg.OperationalError):
+        return Error(f"the database server can't be reached: {_first_line(exc)}", tempfail=True)
+    if isinstance(exc, (psycopg.DataError, psycopg.InternalError, psycopg.DatabaseError)) \
+            and not isinstance(exc, psycopg.ProgrammingError):
+        return Error(f"database error: {_first_line(exc)}")
+    return exc
+
+
+@lru_cache(maxsize=1024)
+def translate(sql):
+    """SQLite's SQL as PostgreSQL's: (text, whether it returns the new row's id)."""
+    for old, new in REWRITES:
+        sql = sql.replace(old, new)
+    parts = _QUOTED.split(sql)
+    for i in range(0, len(parts), 2):       # outside quotes only
+        part = parts[i].replace("%", "%%")
+        part = re.sub(r"\bIS NOT \?", "IS DISTINCT FROM ?", part)
+        part = re.sub(r"\bIS \?", "IS NOT DISTINCT FROM ?", part)
+        parts[i] = part.replace("?", "%s")
+    for i in range(1, len(parts), 2):
+        parts[i] = parts[i].replace("%", "%%")
+    sql = "".join(parts)
+    return sql, bool(_SEQUENCED.match(sql)) and "RETURNING" not in sql
+
+
+def _param(value):
+    if value is True or value is False:
+        return int(value)
+    if type(value) is str and "\0" in value:
+        return value.replace("\0", "\ufffd")
+    return value
+
+
+class _Row(tuple):
+    """A row read by position or by column name, as sqlite3.Row is."""
+
+    __slots__ = ()
+    _index = {}
+
+    def __getitem__(self, key):
+        if type(key) is str:
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self):
+        return list(self._index)
+
+
+@lru_cache(maxsize=512)
+def _row_class(names):
+    return type("Row", (_Row,), {"__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
+
+
+def _rows(cursor):
+    if cursor.description is None:
+        return tuple
+    return _row_class(tuple(d.name for d in cursor.description))
+
+
+class Cursor:
+    """What the storage layer uses of sqlite3's cursor."""
+
+    def __init__(self, conn):
+        self.connection = conn
+        self.row_factory = conn.row_factory
+        self.lastrowid = None
+        self.rowcount = -1
+        self._cur = None
+
+    def execute(self, sql, params=()):
+        conn = self.connection
+        control = conn.CONTROL.get(sql.strip().upper())
+        if control is not None:
+            try:
+                getattr(conn, control)()
+            except psycopg.Error as e:
+                raise translated(e) from e
+            return self
+        query, returning = translate(sql)
+        with self._alone(query):
+            cur = conn.raw.cursor(row_factory=_rows if self.row_factory else tuple_row)
+            cur.execute(query + " RETURNING id" if returning else query,
+                        [_param(p) for p in params])
+            self.rowcount = cur.rowcount
+            if returning:
+                ids = cur.fetchall()
+                self.lastrowid = ids[-1][0] if ids else None
+            else:
+                self._cur = cur
+        return self
+
+    def executemany(self, sql, seq):
+        query, _ = translate(sql)
+        with self._alone(query):
+            cur = self.connection.raw.cursor()
+            cur.executemany(query, [[_param(p) for p in params] for params in seq])
+            self.rowcount = cur.rowcount
+        return self
+
+    @contextmanager
+    def _alone(self, query):
+        """A write outside a transaction is one of its own (it takes the write lock)."""
+        conn = self.connection
+        alone = _WRITES.match(query) and not conn.in_transaction
+        try:
+            if alone:
+                conn.begin_write()
+            yield
+            if alone:
+                conn.commit()
+        except psycopg.Error as e:
+            if alone and conn.in_transaction:
+                conn.rollback()
+            raise translated(e) from e
+
+    def fetchmany(self, size):
+        if self._cur is None or self._cur.description is None:
+            return []
+        return self._cur.fetchmany(size)
+
+    def fetchone(self):
+        if self._cur is None or self._cur.description is None:
+            return None
+        return self._cur.fetchone()
+
+    def fetchall(self):
+        if self._cur is None or self._cur.description is None:
+            return []
+        return self._cur.fetchall()
+
+    def __iter__(self):
+        return iter(self.fetchall())
+
+
+class Connection:
+    """A PostgreSQL connection that the storage layer uses as it uses sqlite3's."""
+
+    dialect = "postgresql"
+    CONTROL = {"BEGIN IMMEDIATE": "begin_write", "BEGIN": "begin_read",
+               "COMMIT": "commit", "ROLLBACK": "rollback"}
+
+    def __init__(self, raw, url):
+        self.raw = raw
+        self.path = url
+        self.row_factory = True     # rows by name; None: plain tuples
+        self._writing = False
+        self._listening = False
+        self._changes = 0
+
+    def execute(self, sql, params=()):
+        return Cursor(self).execute(sql, params)
+
+    def executemany(self, sql, seq):
+        return Cursor(self).executemany(sql, seq)
+
+    def cursor(self):
+        return Cursor(self)
+
+    def __enter__(self):        # as sqlite3's: the block's statements, each committed
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @property
+    def in_transaction(self):
+        return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+
+    def begin_write(self):
+        self.raw.execute("BEGIN")
+        self._writing = True
+        self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+
+    def begin_read(self):
+        self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+
+    def commit(self):
+        if self._writing:
+            self.raw.execute(f"NOTIFY {CHANNEL}")
+        self._writing = False
+        self.raw.execute("COMMIT")
+
+    def rollback(self):
+        self._writing = False
+        self.raw.execute("ROLLBACK")
+
+    def close(self):
+        self.raw.close()
+
+    def _listen(self):
+        if not self._listening:
+            self.raw.execute(f"LISTEN {CHANNEL}")
+            self._listening = True
+
+    def changes(self):
+        """A number that grows when another connection commits a change (it counts
+        the notifications come so far; LISTEN from the first call)."""
+        try:
+            self._listen()
+            self._changes += sum(1 for _ in self.raw.notifies(timeout=0))
+        except psycopg.Error as e:
+            raise translated(e) from e
+        return self._changes
+
+    def wait_for_change(self, timeout):
+        """Block until a change is committed or `timeout` seconds pass."""
+        try:
+            self._listen()
+            # (the generator run to its end: one left suspended would hold the
+            # connection's lock until it is collected)
+            came = sum(1 for _ in self.raw.notifies(timeout=max(timeout, 0), stop_after=1))
+        except psycopg.Error as e:
+            raise translated(e) from e
+        self._changes += came
+        return came > 0
+
+
+def connect(url, shown, busy_seconds):
+    """Open the database at `url` (`shown` is how messages name it); the server's
+    clock is measured (clock.skew), a lock waited for at most `busy_seconds`."""
+    options = {} if "connect_timeout" in url else {"connect_timeout": max(1, int(busy_seconds))}
+    try:
+        raw = psycopg.connect(url, autocommit=True, **options)
+    except psycopg.Error as e:
+        raise _unreachable(e, shown) from e
+    try:
+        raw.execute(f"SET lock_timeout = {max(1, int(busy_seconds * 1000))}")
+        before = time.time()
+        server = raw.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()[0]
+        clock.skew = server - (before + time.time()) / 2
+    except psycopg.Error as e:
+        raw.close()
+        raise translated(e) from e
+    return Connection(raw, url)
+
+
+def _unreachable(exc, shown):
+    text = _first_line(exc)
+    text = re.sub(r"^connection failed: ", "", text)
+    if re.search(r"refused|timeout|timed out|could not translate host|no route|"
+                 r"the database system is (starting|shutting)", text, re.I):
+        return Error(f"the database server can't be reached: {text}", tempfail=True)
+    return DatabaseFault(f"{shown}: can't open the database: {text}")
+
+
+# (pg_tables, not to_regclass: the catalog cache may not have seen the tables another
+# migrator committed while this one waited for the lock)
+_HAS_SCHEMA = ("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE "
+               "schemaname = current_schema() AND tablename = 'agentctl_schema')")
+
+
+def version(conn):
+    """The schema version of the database (0: none yet)."""
+    try:
+        if not conn.raw.execute(_HAS_SCHEMA).fetchone()[0]:
+            return 0
+        return conn.raw.execute("SELECT max(version) FROM agentctl_schema").fetchone()[0] or 0
+    except psycopg.Error as e:
+        raise translated(e) from e
+
+
+def tables(conn):
+    """The first few tables of the database's schema, by name."""
+    try:
+        return [r[0] for r in conn.raw.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() ORDER BY table_name LIMIT 4")]
+    except psycopg.Error as e:
+        raise translated(e) from e
+
+
+def migrate(conn, newest):
+    """Make or bring agentctl's tables up to `newest`, one migrator at a time."""
+    try:
+        conn.begin_write()
+        current = version(conn)
+        if current < newest:
+            cursor = conn.raw.cursor()
+            pgschema.apply(cursor, current, lambda: cursor.execute(
+                "INSERT INTO agents (id, name, role, status, created_at) "
+                "VALUES (%s, 'init', 'kernel', 'S', %s)", (INIT_ID, clock.now())))
+        conn.commit()
+    except psycopg.Error as e:
+        raise translated(e) from e
+    finally:
+        if conn.in_transaction:
+            conn.rollback()
+
+
+def set_sequences(conn):
+    """Set each sequence past the largest id its table holds (after agent-db copy)."""
+    for table in pgschema.SEQUENCED:
+        conn.raw.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                         f"coalesce((SELECT max(id) FROM {table}), 0) + 1, false)")

@@ -1,0 +1,89 @@
+"""A real PostgreSQL server for the tests: initdb in a directory of its own, started
+on 127.0.0.1 at a free port, stopped at the end. The server refuses to run as root,
+so as root it runs as the postgres user (runuser), in a directory that user owns
+(pytest's temporary directories are closed to other users).
+
+A database per test is made from a template that already holds agentctl's schema
+(CREATE DATABASE ... TEMPLATE: about 40 ms, against 0.6 s for a server)."""
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+
+TEMPLATE = "agentctl_template"
+
+
+def binaries():
+    """The directory of initdb and pg_ctl, or None when PostgreSQL is not installed."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return os.path.dirname(found)
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True)
+    return os.path.dirname(candidates[0]) if candidates else None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self):
+        self.bindir = binaries()
+        if self.bindir is None:
+            raise RuntimeError("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")
+        self.root = os.geteuid() == 0
+        self.dir = tempfile.mkdtemp(prefix="agentctl-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.port = _free_port()
+        self.counter = itertools.count()
+        if self.root:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
+        os.chmod(self.dir, 0o700)
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync",
+                  "-E", "UTF8", "--locale=C.UTF-8")
+        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w",
+                  "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+                        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+                        "-c max_connections=200", "start")
+        self.url_of_postgres = self.url("postgres")
+        self._template()
+
+    def _run(self, program, *args):
+        command = [os.path.join(self.bindir, program), *args]
+        if self.root:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, cwd=self.dir, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def url(self, database):
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def sql(self, statement, database="postgres"):
+        import psycopg
+        with psycopg.connect(self.url(database), autocommit=True) as conn:
+            conn.execute(statement)
+
+    def _template(self):
+        from agentctl.store.db import connect
+        self.sql(f"CREATE DATABASE {TEMPLATE}")
+        connect(self.url(TEMPLATE)).close()        # agentctl's schema, init's row
+
+    def database(self, empty=False):
+        """A new database's URL: agentctl's schema in it unless `empty`."""
+        name = f"t{os.getpid()}_{next(self.counter)}"
+        self.sql(f"CREATE DATABASE {name} TEMPLATE {'template0' if empty else TEMPLATE}")
+        return self.url(name)
+
+    def stop(self):
+        try:
+            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
