@@ -20,6 +20,9 @@ CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
          "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST")
 
 
+BACKEND = {"name": "sqlite", "server": None, "missing": None}
+
+
 def pytest_addoption(parser):
     parser.addoption("--backend", choices=("sqlite", "postgresql"), default="sqlite",
                      help="the database the tests run on: a SQLite file each (default), "
@@ -27,15 +30,12 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    BACKEND["name"] = config.getoption("--backend")
     config.addinivalue_line("markers", "sqlite_only: a test of the SQLite file itself "
                                        "(skipped with --backend postgresql)")
 
 
-BACKEND = {"name": "sqlite", "server": None, "missing": None}
-
-
 def pytest_collection_modifyitems(config, items):
-    BACKEND["name"] = config.getoption("--backend")
     if BACKEND["name"] != "postgresql":
         return
     skip = pytest.mark.skip(reason="a test of the SQLite file itself")
@@ -72,11 +72,11 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if BACKEND["name"] == "postgresql" and BACKEND["missing"]:
+    if BACKEND["missing"]:
         terminalreporter.section("PostgreSQL NOT TESTED", sep="!", red=True, bold=True)
         terminalreporter.write_line(
-            f"the PostgreSQL tests were SKIPPED: {BACKEND['missing']} "
-            "(.ci/run installs the postgresql package)", red=True, bold=True)
+            f"the tests that need a PostgreSQL server were SKIPPED: {BACKEND['missing']} "
+            "(.ci/run installs Debian's postgresql package)", red=True, bold=True)
 
 
 @pytest.fixture(autouse=True)

@@ -133,11 +133,16 @@ def test_times_come_from_the_server_not_the_host(pg, tmp_path, monkeypatch):
     assert lease.stdout == "0\n", lease.stderr     # the slow host's clock.now() is the server's
 
 
-def test_a_waiter_is_woken_by_notify_and_sends_nothing_meanwhile(pg):
+@pytest.mark.parametrize("waiter, wake, code, printed", [
+    (["agent-mail", "--wait", "30", "-r", "box"], ["send", "box", "wake up"], 0, "wake up\n"),
+    (["agent-wait", "--timeout", "30", "box"], ["kill", "box"], 3, "killed TERM  -\n")])
+def test_a_waiter_is_woken_by_notify_and_sends_nothing_meanwhile(pg, waiter, wake, code,
+                                                                 printed):
+    """A waiter LISTENs: no query while nothing happens (not even its own commits
+    wake it), and the commit it waits for wakes it at once."""
     fork("-n", "box")
-    waiter = subprocess.Popen([sys.executable, os.path.join(BIN, "agent-mail"), "--wait", "30",
-                               "-r", "box"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    waiter = subprocess.Popen([sys.executable, os.path.join(BIN, waiter[0]), *waiter[1:]],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     conn = connect(pg)
     activity = ("SELECT state_change, query FROM pg_stat_activity WHERE datname = "
                 "current_database() AND pid != pg_backend_pid() AND backend_type = 'client backend'")
@@ -149,9 +154,9 @@ def test_a_waiter_is_woken_by_notify_and_sends_nothing_meanwhile(pg):
     time.sleep(1.5)
     assert conn.execute(activity).fetchall() == first       # no query for 1.5 s: it LISTENs
     sent = time.monotonic()
-    assert agent("send", "box", "wake up").code == 0
+    assert agent(*wake).code == 0
     out, err = waiter.communicate(timeout=10)
-    assert waiter.returncode == 0 and out.endswith("wake up\n"), err
+    assert waiter.returncode == code and out.endswith(printed), (out, err)
     assert time.monotonic() - sent < 1.0
 
 
@@ -274,7 +279,8 @@ HOST_LOOP = ("until [ -e stop ]; do agent-run --all -j 2 >/dev/null 2>>errors.$A
 
 def test_four_hosts_killed_at_random_run_every_turn_once_and_lose_nothing(pg, tmp_path):
     """Four hosts (AGENTCTL_HOST) run agent-run --all loops against one server while
-    mail arrives and kill -9 hits their agent-run processes: afterwards every mail was
+    mail arrives and kill -9 hits their agent-run processes (the --all dispatchers and
+    the runs of one turn they start): afterwards every mail was
     read in exactly one turn, every turn ended once with one reply, none is left open."""
     import random
     import signal
@@ -294,7 +300,8 @@ def test_four_hosts_killed_at_random_run_every_turn_once_and_lose_nothing(pg, tm
                 sent.append(body)
             time.sleep(rng.uniform(0.02, 0.15))
             runs = [int(pid) for loop in loops for pid in subprocess.run(
-                ["pgrep", "-s", str(loop.pid), "-f", "agent-run"], capture_output=True,
+                ["pgrep", "-s", str(loop.pid), "-f", "agent-run|agentctl.cli.run"],
+                capture_output=True,
                 text=True).stdout.split() if int(pid) != loop.pid]
             if runs:
                 try:
@@ -328,3 +335,25 @@ def test_four_hosts_killed_at_random_run_every_turn_once_and_lose_nothing(pg, tm
     assert {t[1] for t in turns} == {"done"}                       # none left open
     assert {t[2] for t in turns} == {1}                            # one reply each: none twice
     assert kills >= KILLS
+    codes = [int(c) for h in range(4) if (tmp_path / f"codes.host{h}").exists()
+             for c in (tmp_path / f"codes.host{h}").read_text().split()]
+    print(f"\nfour hosts: {len(sent)} mails read in {len(turns)} turns, each once; "
+          f"{kills} agent-run processes killed; {len(codes)} agent-run --all passes "
+          f"ended {dict(sorted((c, codes.count(c)) for c in set(codes)))}")
+
+
+def test_eight_runs_of_one_agent_at_once_make_one_turn(pg):
+    """The claim is one check-and-set among writers that take turns: of eight
+    agent-run at once (from four hosts), one runs the turn."""
+    fork("-n", "a", "-m", "echo", "once")
+    procs = [subprocess.Popen([sys.executable, os.path.join(BIN, "agent-run"), "a"],
+                              env=dict(os.environ, AGENTCTL_HOST=f"host{n % 4}"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in range(8)]
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes[0] == 0 and codes.count(0) == 1 and set(codes[1:]) <= {1, 75}, \
+        [(p.returncode, p.stderr.read()) for p in procs]
+    conn = connect(pg)
+    assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM messages WHERE kind = 'assistant'"
+                        ).fetchone()[0] == 1

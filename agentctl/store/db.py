@@ -285,13 +285,12 @@ def wait_for_commit(conn, deadline, check, next_due=None):
     real query runs only then; the poll interval backs off to 0.5 s.
     `next_due()` names a Unix time (deferred mail coming due) when check()
     must run again though nothing was committed; it is asked after every
-    check, so a deferral committed meanwhile counts too."""
-    if conn.dialect == "postgresql":
-        return _wait_for_notice(conn, deadline, check, next_due)
+    check, so a deferral committed meanwhile counts too. On PostgreSQL the wait
+    blocks on LISTEN until a commit's NOTIFY (or a time due): no query meanwhile."""
     delay = 0.01
     version = due = None
     while True:
-        current = data_version(conn)
+        current = data_version(conn)        # (PostgreSQL: LISTEN from the first call)
         came_due = due is not None and clock.now() >= due + 0.01   # SQL time is in ms
         if current != version or came_due:
             version = current
@@ -301,25 +300,14 @@ def wait_for_commit(conn, deadline, check, next_due=None):
         now = time.monotonic()
         if now >= deadline:
             return False
-        time.sleep(min(delay, deadline - now))
-        delay = min(delay * 2, 0.5)
-
-
-def _wait_for_notice(conn, deadline, check, next_due):
-    """wait_for_commit on PostgreSQL: LISTEN, and block until a commit's NOTIFY, the
-    deadline, or the time `next_due()` names; no query is sent meanwhile."""
-    conn.changes()          # LISTEN before the first check: no commit falls between
-    while True:
-        if check():
-            return True
-        due = next_due() if next_due else None
-        now = time.monotonic()
-        if now >= deadline:
-            return False
-        wait = deadline - now
-        if due is not None:
-            wait = max(0.01, min(wait, due + 0.01 - clock.now()))
-        conn.wait_for_change(wait)
+        if conn.dialect == "postgresql":
+            wait = deadline - now
+            if due is not None:
+                wait = max(0.01, min(wait, due + 0.01 - clock.now()))
+            conn.wait_for_change(wait)
+        else:
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.5)
 
 
 def data_version(conn):

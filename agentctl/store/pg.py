@@ -281,13 +281,17 @@ class Connection:
 
     def changes(self):
         """A number that grows when another connection commits a change (it counts
-        the notifications come so far; LISTEN from the first call)."""
+        their notifications come so far; LISTEN from the first call). This
+        connection's own commits are not counted, as SQLite's data_version does not."""
         try:
             self._listen()
-            self._changes += sum(1 for _ in self.raw.notifies(timeout=0))
+            self._changes += self._others(self.raw.notifies(timeout=0))
         except psycopg.Error as e:
             raise translated(e) from e
         return self._changes
+
+    def _others(self, notices):
+        return sum(1 for n in notices if n.pid != self.raw.info.backend_pid)
 
     def wait_for_change(self, timeout):
         """Block until a change is committed or `timeout` seconds pass."""
@@ -295,7 +299,7 @@ class Connection:
             self._listen()
             # (the generator run to its end: one left suspended would hold the
             # connection's lock until it is collected)
-            came = sum(1 for _ in self.raw.notifies(timeout=max(timeout, 0), stop_after=1))
+            came = self._others(self.raw.notifies(timeout=max(timeout, 0), stop_after=1))
         except psycopg.Error as e:
             raise translated(e) from e
         self._changes += came
