@@ -357,3 +357,24 @@ def test_eight_runs_of_one_agent_at_once_make_one_turn(pg):
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 1
     assert conn.execute("SELECT count(*) FROM messages WHERE kind = 'assistant'"
                         ).fetchone()[0] == 1
+
+
+def test_a_server_that_goes_away_is_one_line_and_75(pg):
+    """A waiter whose connection the server ends (a restart, an administrator) says so
+    in one line and exits 75: try again later."""
+    fork("-n", "box")
+    waiter = subprocess.Popen([sys.executable, os.path.join(BIN, "agent-mail"), "--wait", "30",
+                               "-r", "box"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    conn = connect(pg)
+    others = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+              "AND pid != pg_backend_pid() AND backend_type = 'client backend'")
+    deadline = time.monotonic() + 10
+    while not conn.execute(others).fetchall() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({others}) AS waiting")
+    out, err = waiter.communicate(timeout=10)
+    assert (waiter.returncode, out) == (75, ""), err
+    assert err.startswith("agent-mail: ") and "the database server can't be reached" in err
+    assert err.count("\n") == 1 and "Traceback" not in err

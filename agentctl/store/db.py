@@ -95,6 +95,7 @@ def connect(path=None):
         return _connect_postgresql(path)
     if path != ":memory:":
         _create_private(path)
+    clock.skew = 0.0        # a file's clock is this host's
     try:
         # A path that is not UTF-8 (bytes the shell gave) goes to SQLite as those bytes.
         conn = sqlite3.connect(os.fsencode(path) if path != ":memory:" else path,
