@@ -133,6 +133,24 @@ def test_times_come_from_the_server_not_the_host(pg, tmp_path, monkeypatch):
     assert lease.stdout == "0\n", lease.stderr     # the slow host's clock.now() is the server's
 
 
+# the other programs' connections to the test's database
+ACTIVITY = ("SELECT pid, state_change, query FROM pg_stat_activity WHERE datname = "
+            "current_database() AND pid != pg_backend_pid() AND backend_type = 'client backend'")
+
+
+def waiting(url, command):
+    """`command` (a program waiting on agent box) started, once its connection is seen;
+    and a connection of the test's own."""
+    fork("-n", "box")
+    waiter = subprocess.Popen([sys.executable, os.path.join(BIN, command[0]), *command[1:]],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    conn = connect(url)
+    deadline = time.monotonic() + 10
+    while not conn.execute(ACTIVITY).fetchall() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return waiter, conn
+
+
 @pytest.mark.parametrize("waiter, wake, code, printed", [
     (["agent-mail", "--wait", "30", "-r", "box"], ["send", "box", "wake up"], 0, "wake up\n"),
     (["agent-wait", "--timeout", "30", "box"], ["kill", "box"], 3, "killed TERM  -\n")])
@@ -140,19 +158,11 @@ def test_a_waiter_is_woken_by_notify_and_sends_nothing_meanwhile(pg, waiter, wak
                                                                  printed):
     """A waiter LISTENs: no query while nothing happens (not even its own commits
     wake it), and the commit it waits for wakes it at once."""
-    fork("-n", "box")
-    waiter = subprocess.Popen([sys.executable, os.path.join(BIN, waiter[0]), *waiter[1:]],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    conn = connect(pg)
-    activity = ("SELECT state_change, query FROM pg_stat_activity WHERE datname = "
-                "current_database() AND pid != pg_backend_pid() AND backend_type = 'client backend'")
-    deadline = time.monotonic() + 10
-    while not conn.execute(activity).fetchall() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    waiter, conn = waiting(pg, waiter)
     time.sleep(0.5)
-    first = conn.execute(activity).fetchall()
+    first = conn.execute(ACTIVITY).fetchall()
     time.sleep(1.5)
-    assert conn.execute(activity).fetchall() == first       # no query for 1.5 s: it LISTENs
+    assert conn.execute(ACTIVITY).fetchall() == first       # no query for 1.5 s: it LISTENs
     sent = time.monotonic()
     assert agent(*wake).code == 0
     out, err = waiter.communicate(timeout=10)
@@ -362,18 +372,9 @@ def test_eight_runs_of_one_agent_at_once_make_one_turn(pg):
 def test_a_server_that_goes_away_is_one_line_and_75(pg):
     """A waiter whose connection the server ends (a restart, an administrator) says so
     in one line and exits 75: try again later."""
-    fork("-n", "box")
-    waiter = subprocess.Popen([sys.executable, os.path.join(BIN, "agent-mail"), "--wait", "30",
-                               "-r", "box"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
-    conn = connect(pg)
-    others = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-              "AND pid != pg_backend_pid() AND backend_type = 'client backend'")
-    deadline = time.monotonic() + 10
-    while not conn.execute(others).fetchall() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    waiter, conn = waiting(pg, ["agent-mail", "--wait", "30", "-r", "box"])
     time.sleep(0.3)
-    conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({others}) AS waiting")
+    conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({ACTIVITY}) AS waiting")
     out, err = waiter.communicate(timeout=10)
     assert (waiter.returncode, out) == (75, ""), err
     assert err.startswith("agent-mail: ") and "the database server can't be reached" in err
