@@ -53,7 +53,6 @@ class Server:
                   "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
                         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                         "-c max_connections=200", "start")
-        self.url_of_postgres = self.url("postgres")
         self._template()
 
     def _run(self, program, *args):

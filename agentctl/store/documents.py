@@ -5,7 +5,7 @@ from agentctl import clock
 
 ROW = ("d.id, d.name, d.version, d.owner_id, o.name AS owner_name, d.visibility, "
        "d.author_id, a.name AS author_name, d.created_at, "
-       "length(CAST(d.body AS BLOB)) AS size, d.body IS NULL AS removed")
+       "length(CAST(d.body AS BLOB)) AS size, CASE WHEN d.body IS NULL THEN 1 ELSE 0 END AS removed")
 FROM = ("FROM documents d LEFT JOIN agents o ON o.id = d.owner_id "
         "LEFT JOIN agents a ON a.id = d.author_id")
 

@@ -45,7 +45,7 @@ def _boundary(conn, agent_id, through, floor, clears_only=False):
     in (floor, through], not void."""
     return conn.execute(
         "SELECT id, kind, keep_from FROM messages WHERE agent_id = ? AND id <= ? AND id > ? "
-        "AND kind IN ('clear', 'compaction') AND (kind = 'clear' OR NOT ?) AND void = 0 "
+        "AND kind IN ('clear', 'compaction') AND (kind = 'clear' OR ? = 0) AND void = 0 "
         "ORDER BY id DESC LIMIT 1", (agent_id, through, floor, clears_only)).fetchone()
 
 

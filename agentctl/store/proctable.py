@@ -39,7 +39,7 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         FROM agents a LEFT JOIN agents p ON p.id = a.parent_id
         LEFT JOIN agents b ON b.id = a.budget_id
         {'WHERE ' + ' AND '.join(where) if where else ''}
-        ORDER BY a.created_at, a.rowid"""
+        ORDER BY a.created_at, a.id"""
     now = clock.now()
     found = []
     for row in conn.execute(sql, params):
