@@ -51,7 +51,7 @@ def transaction(conn):
 
 
 def main():
-    already = [m for m in ("agentctl.turn.runner", "agentctl.ops.turns", "agentctl.turn.tools")
+    already = [m for m in ("agentctl.turn.runner", "agentctl.ops.turns", "agentctl.turn.builtin")
                if m in sys.modules]
     assert not already, f"imported before the patch: {already}"
     db.transaction = transaction

@@ -562,3 +562,32 @@ def test_the_shell_tool_of_the_man_page_works_as_printed(toolpath, tmp_path, con
     fork("-n", "w", "--allow", "word_count", "--cwd", str(work), "-m", model, "go")
     assert agent("run", "w").code == 0
     assert results(conn, "w") == ["3\n", "error: exit status 1: stay in the working directory"]
+
+
+def test_relative_paths_are_made_absolute_at_start(tmp_path):
+    """`cd ops; agent-run --db agents.db` with the agent's --cwd above: the tool is
+    told the database's absolute path, and the file tools refuse it by its path from
+    the agent's directory (a relative path resolved again in the tool's directory
+    protected another file, and the programs a tool calls opened another database).
+    A relative AGENTCTL_MCP is the same file seen from the tool's directory."""
+    work = tmp_path / "work"
+    (work / "ops").mkdir(parents=True)
+    model = script(tmp_path, [
+        ("write_file", {"path": "ops/agents.db", "content": "clobbered"}),
+        ("write_file", {"path": "ops/mcp.json", "content": "{}"}),
+        ("where", {})])
+    make_tool(tmp_path, "where", 'echo "db=$AGENTCTL_DB mcp=$AGENTCTL_MCP"; agent-ps -q')
+    result = shell(f"cd {work}/ops && export AGENTCTL_MCP=mcp.json "
+                   f"AGENTCTL_TOOLS={tmp_path}:{ROOT}/agentctl/toolbox && "
+                   f"agent-fork --db agents.db -n w --allow '*_file' --allow where "
+                   f"--cwd {work} -m {model} go >/dev/null && agent-run --db agents.db w")
+    assert result.code == 0, result.err
+    from agentctl.store import db
+    conn = db.connect(str(work / "ops" / "agents.db"))
+    clobber, mcp, where = results(conn, "w")
+    assert clobber.endswith("the MCP configuration and the database are not for tools")
+    assert mcp.endswith("the MCP configuration and the database are not for tools")
+    me = conn.execute("SELECT id FROM agents WHERE name = 'w'").fetchone()[0]
+    assert where.split("\n")[0] == f"db={work}/ops/agents.db mcp={work}/ops/mcp.json"
+    assert me in where.split("\n")[1:]     # agent-ps in the tool read the same database
+    assert sorted(os.listdir(work)) == ["ops"]      # no database made in the tool's cwd

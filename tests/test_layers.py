@@ -19,10 +19,11 @@ LAYERS = [
     ("launch", ["agentctl.launch"]),
     ("cli", ["agentctl.cli"]),
     ("turn", ["agentctl.turn"]),
+    ("tools", ["agentctl.tools"]),
     ("ops", ["agentctl.ops", "agentctl.models"]),
     ("store", ["agentctl.store"]),
     ("base", ["agentctl.errors", "agentctl.ids", "agentctl.text", "agentctl.clock", "agentctl.env",
-              "agentctl.jsonin", "agentctl.keys", "agentctl"]),
+              "agentctl.jsonin", "agentctl.keys", "agentctl.paths", "agentctl"]),
 ]
 # Beside each other on one layer, yet never importing each other.
 APART = [("agentctl.ops", "agentctl.models")]

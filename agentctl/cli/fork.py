@@ -73,9 +73,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         raise UsageError(f"--cwd {cwd}: not a directory")
     tools = [], []
     if allow:       # the tools the grant may name, found before taking the lock
-        from agentctl.ops import programs   # (here: a fork without --allow never needs it)
-        from agentctl.turn import mcp
-        tools = list(programs.discover([])), mcp.server_names()
+        from agentctl.tools.catalog import Catalog  # (a fork without --allow never needs it)
+        tools = Catalog().names()
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)

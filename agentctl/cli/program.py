@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from agentctl import __version__
+from agentctl import __version__, paths
 from agentctl.cli.stdio import (Interrupted, OutputFault, PipeClosed, discard_output, warn,
                                 whole_writes)
 from agentctl.errors import SOFTWARE, USAGE, AgentctlError, NotFound
@@ -79,6 +79,7 @@ def run(command, argv=None):
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
     _opened.clear()
+    paths.settle()
     argv = _valid_but_paths(sys.argv[1:] if argv is None else argv)
     try:
         whole_writes()

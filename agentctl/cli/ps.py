@@ -142,19 +142,14 @@ def _grants(row, key):
 
 
 def mark_unconfined(conn, rows):
-    """Whether each agent may use a tool that can do whatever the operator's user can:
-    a program tool not confined (run, yours unless it says so) or any MCP tool."""
-    from agentctl.ops import grants, programs
-    from agentctl.turn import mcp
-    tools = programs.discover([])
-    servers = list(mcp.servers())
+    """Whether each agent may use a tool that can do whatever the operator's user can
+    (tools.catalog, imported only for -o unconfined)."""
+    from agentctl.tools.catalog import Catalog
+    catalog = Catalog(strict=True)
     for row in rows:
-        if not row["allow"]:
-            row["unconfined"] = False
-            continue
-        mine = grants.Allowance(conn, row["id"])
-        row["unconfined"] = any(mine.permits(n) for n, p in tools.items() if not p.confined) \
-            or any(mine.reaches(f"{s}__") for s in servers)
+        row["unconfined"] = bool(row["allow"]) and catalog.usable(conn, row["id"]).unconfined()
+
+
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
 LONG = DEFAULT + ["wake", "budget"]     # -f
 

@@ -154,7 +154,7 @@ def _list_tools(conn, ref, fmt):
     """The tools the agent's next turn would offer: a table, or JSON with the schemas.
     (MCP servers its grants reach are started, to list theirs, and stopped.)"""
     from agentctl.cli.output import Column, render
-    from agentctl.turn.external import Toolset
+    from agentctl.turn.toolset import Toolset
     toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
     try:
         rows = [{"id": n, "name": n, "source": source, "confined": confined,

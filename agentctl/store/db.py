@@ -13,7 +13,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 
-from agentctl import clock, env
+from agentctl import clock, env, paths
 from agentctl.errors import DatabaseFault, TempFail, UsageError
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
@@ -25,19 +25,7 @@ DEFAULT_BUSY_SECONDS = 30.0
 INTEGER_MAX = env.LARGEST        # SQLite's largest INTEGER: no id or count is beyond it
 
 
-def default_path():
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "agentctl", "agents.db")
-
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_url(path):
-    """Whether `path` names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(path, str) and path.startswith(URL_SCHEMES)
-
+is_url = paths.is_url
 
 def shown(path):
     """`path` as a message may print it: a URL without its password."""
@@ -51,7 +39,7 @@ def resolve_path(path=None):
     """--db, else $AGENTCTL_DB, else $XDG_DATA_HOME/agentctl/agents.db."""
     if path and "\0" in path:
         raise UsageError("bad database path: it holds a NUL byte")
-    return path or os.environ.get("AGENTCTL_DB") or default_path()
+    return paths.database(path)
 
 
 def busy_seconds():

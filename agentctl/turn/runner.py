@@ -14,7 +14,8 @@ from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
 from agentctl.ops import budget, ending, lease, mail, supervise, turns
 from agentctl.store import history, registry, turnlog
-from agentctl.turn import compaction, context, external, tools
+from agentctl.turn import builtin, compaction, context
+from agentctl.turn.toolset import Paused, Toolset
 
 DEFAULT_MAX_STEPS = 20
 Outcome = ending.Outcome
@@ -48,7 +49,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
-            toolset = external.Toolset(conn, registry.get(conn, agent_id), warn, prompt)
+            toolset = Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
                 return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset)
             finally:
@@ -137,7 +138,7 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset):
         return _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text)
     except lease.KillPending:
         return ending.killed(conn, agent_id, turn_id, spec)
-    except external.Paused as e:
+    except Paused as e:
         return ending.paused(conn, agent_id, turn_id, spec, e.args[0])
 
 
@@ -181,7 +182,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
             stopped = ending.stopped(conn, agent_id, turn_id, spec)
             if stopped:
                 return stopped
-        how, _ = ending.how_it_ends(conn, turn_id, tools.validate)
+        how, _ = ending.how_it_ends(conn, turn_id, builtin.validate)
         steps = turnlog.get(conn, turn_id)["steps"]
         if how or steps >= max_steps or ending.answered(conn, turn_id):
             break
@@ -210,7 +211,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
         if not reply.tool_calls:
             break
     return ending.commit(conn, agent_id, turn_id, spec,
-                         *ending.how_it_ends(conn, turn_id, tools.validate))
+                         *ending.how_it_ends(conn, turn_id, builtin.validate))
 
 
 def _measured(usage):

@@ -1,85 +1,22 @@
-"""Tools from programs (agentctl(7), TOOLS): an executable on the tool path is a tool.
-
-`PROG --describe` prints {"description", "parameters" (JSON Schema)[, "timeout",
-"confined"]}; a call runs PROG with the arguments as one JSON object on stdin, in the
-agent's working directory, in a process group of its own; stdout is the result, a
-non-zero exit a tool error with the tail of stderr. Descriptions are cached by the
-file's path, size and mtime.
+"""One call of a program tool (agentctl(7), TOOLS): PROG runs with the arguments as one
+JSON object on stdin, in the agent's working directory, in a process group of its
+own; stdout is the result, a non-zero exit a tool error with the tail of stderr. A
+timeout and a KILL kill the whole group; what a crash left is found by its
+environment (kill_run).
 """
 
 import os
-import re
 import signal
 import sys
 import time
 
-from agentctl import env, keys
+from agentctl import env, keys, paths
 
-NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolbox")
 DEFAULT_TIMEOUT = 60.0          # seconds a call may run (AGENTCTL_TOOL_TIMEOUT; per tool)
 DEFAULT_OUTPUT = 64 * 1024      # bytes of stdout the model gets (AGENTCTL_TOOL_OUTPUT)
-DESCRIBE_TIMEOUT = 10.0
 STDERR_TAIL = 2000
 RUN_MARK = "AGENTCTL_TOOL_RUN"  # in a call's environment: the id of its tool_runs row
 POLL = 0.25                     # seconds between two looks for a KILL during a call
-
-
-class Program:
-    __slots__ = ("name", "path", "description", "parameters", "timeout", "confined")
-
-    def __init__(self, name, path, described):
-        self.name, self.path = name, path
-        self.description = described["description"]
-        self.parameters = described["parameters"]
-        self.timeout = described.get("timeout")
-        self.confined = described.get("confined") is True
-
-    def spec(self):
-        return {"type": "function", "function": {
-            "name": self.name, "description": self.description, "parameters": self.parameters}}
-
-
-def tool_path():
-    """$AGENTCTL_TOOLS (directories separated by :, as PATH), else
-    $XDG_CONFIG_HOME/agentctl/tools followed by the tools shipped with agentctl."""
-    given = os.environ.get("AGENTCTL_TOOLS")
-    if given is not None:
-        return [d for d in given.split(":") if d]
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"),
-                                                               ".config")
-    return [os.path.join(config, "agentctl", "tools"), SHIPPED]
-
-
-def discover(warnings):
-    """The program tools on the tool path, by name (the first of a name wins, as on
-    PATH); what can't be a tool is skipped with a warning."""
-    found = {}
-    cache = _Cache()
-    for directory in tool_path():
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.startswith(".") or entry.name in found or not _executable(entry):
-                continue
-            if not NAME.fullmatch(entry.name):
-                warnings.append(f"tool {entry.path!r} skipped: a tool's name is 1 to 64 "
-                                "letters, digits, _ or -")
-                continue
-            described = cache.describe(entry.path, warnings)
-            if described is not None:
-                found[entry.name] = Program(entry.name, entry.path, described)
-    cache.save()
-    return found
-
-
-def _executable(entry):
-    try:
-        return entry.is_file() and os.access(entry.path, os.X_OK)
-    except OSError:
-        return False
 
 
 def command(path):
@@ -95,97 +32,13 @@ def command(path):
     return [path]
 
 
-def cache_path():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "agentctl", "tools.json")
-
-
-class _Cache:
-    """--describe's answers, by path, size and mtime, in $XDG_CACHE_HOME/agentctl."""
-
-    def __init__(self):
-        self.file = cache_path()
-        self.entries, self.dirty = None, False
-
-    def _load(self):
-        import json
-        try:
-            with open(self.file, encoding="utf-8") as f:
-                self.entries = json.load(f)
-            if not isinstance(self.entries, dict):
-                self.entries = {}
-        except (OSError, ValueError):
-            self.entries = {}
-
-    def describe(self, path, warnings):
-        if self.entries is None:
-            self._load()
-        st = os.stat(path)
-        key = f"{st.st_size}:{st.st_mtime_ns}"
-        hit = self.entries.get(path)
-        if isinstance(hit, dict) and hit.get("key") == key:
-            if hit.get("warning"):
-                warnings.append(hit["warning"])
-            return hit.get("described")
-        said = []
-        described = _describe(path, said)
-        warnings.extend(said)
-        self.entries[path] = {"key": key, "described": described,
-                              "warning": said[0] if said else None}
-        self.dirty = True
-        return described
-
-    def save(self):
-        if not self.dirty:
-            return
-        import json
-        try:
-            os.makedirs(os.path.dirname(self.file), mode=0o700, exist_ok=True)
-            temporary = f"{self.file}.{os.getpid()}"
-            with open(temporary, "w", encoding="utf-8") as f:
-                json.dump(self.entries, f)
-            os.replace(temporary, self.file)
-        except OSError:
-            pass            # a cache that can't be written costs time, not correctness
-
-
-def _describe(path, warnings):
-    """`PROG --describe`, checked; None (with a warning) when it is no tool."""
-    import subprocess
-    from agentctl import jsonin
-    name = os.path.basename(path)
-    try:
-        proc = subprocess.run(command(path) + ["--describe"], capture_output=True,
-                              timeout=DESCRIBE_TIMEOUT, stdin=subprocess.DEVNULL,
-                              env=environment(None, None))
-    except (OSError, subprocess.TimeoutExpired) as e:
-        warnings.append(f"tool {name}: --describe failed: {e}")
-        return None
-    try:
-        described = jsonin.loads(proc.stdout.decode("utf-8", "replace"))
-    except jsonin.JSONError as e:
-        described = e
-    if proc.returncode != 0 or not isinstance(described, dict) or \
-            not isinstance(described.get("description"), str) or \
-            not isinstance(described.get("parameters"), dict) or \
-            described["parameters"].get("type") != "object":
-        warnings.append(f"tool {name}: --describe must print {{\"description\": TEXT, "
-                        "\"parameters\": a JSON Schema of type object}: skipped")
-        return None
-    timeout = described.get("timeout")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(
-            timeout, bool) or not 0 < timeout <= 86400):
-        described.pop("timeout")
-    return described
-
-
 def environment(agent_id, db_path):
     """The tool's environment: the operator's, without the API keys, with the agent's
     AGENT_ID and AGENTCTL_DB, so that the programs it calls act as that agent."""
     environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
     environment.pop("AGENT_ID", None)
     environment.pop(RUN_MARK, None)
-    package = os.path.dirname(os.path.dirname(SHIPPED))      # so that shipped tools import it
+    package = os.path.dirname(paths.PACKAGE)        # so that shipped tools import it
     environment["PYTHONPATH"] = os.pathsep.join(
         p for p in (package, os.environ.get("PYTHONPATH")) if p)
     if agent_id:

@@ -14,6 +14,8 @@ import os
 import stat
 import sys
 
+from agentctl import paths
+
 
 class Refused(Exception):
     pass
@@ -50,19 +52,12 @@ def _fail(message):
 
 
 def _forbidden():
-    """What no confined tool may open or create: the tool path's directories, the MCP
-    configuration, the database and its -wal, -shm and -journal files, the cache of
-    the tools' descriptions. Known by (device, inode) where they exist, and by
-    (device, inode of their directory, name) whether they exist or not, so that a
-    missing MCP configuration can't be written into being."""
-    from agentctl.ops.programs import cache_path, tool_path
-    from agentctl.store.db import resolve_path
-    from agentctl.turn.mcp import config_path
-    paths = tool_path() + [config_path(), cache_path()]
-    database = resolve_path()
-    paths += [database] + [database + end for end in ("-wal", "-shm", "-journal")]
+    """What no confined tool may open or create (paths.forbidden_to_tools), known by
+    (device, inode) where it exists, and by (device, inode of its directory, name)
+    whether it exists or not, so that a missing MCP configuration can't be written
+    into being."""
     inodes, names = set(), set()
-    for path in paths:
+    for path in paths.forbidden_to_tools():
         path = os.path.abspath(path)
         for where, into, key in ((path, inodes, ()), (os.path.dirname(path), names,
                                                       (os.path.basename(path),))):

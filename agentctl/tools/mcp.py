@@ -9,24 +9,17 @@ by the task that entered them); the turn's calls are sent to that loop.
 
 import os
 
-from agentctl import jsonin
+from agentctl import jsonin, paths
 from agentctl.errors import UsageError
+from agentctl.tools.calls import POLL, ToolFailed
 
 START_SECONDS = 30.0
-
-
-def config_path():
-    given = os.environ.get("AGENTCTL_MCP")
-    if given:
-        return given
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "agentctl", "mcp.json")
 
 
 def servers():
     """{NAME: {"command", "args", "env"}} from the configuration, as other MCP clients
     write it ({"mcpServers": {...}}); none when there is no file."""
-    path = config_path()
+    path = paths.mcp_config()
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read(jsonin.MAX_BYTES + 1)
@@ -127,7 +120,6 @@ class Servers:
         KILL) gives the call up and is raised."""
         import concurrent.futures
         import time
-        from agentctl.ops.programs import POLL, ToolFailed
         session = self.sessions[server]
         future = self.asyncio.run_coroutine_threadsafe(session.call_tool(tool, arguments),
                                                        self.loop)

@@ -216,10 +216,10 @@ def _answer(conn, agent_id, args, call):
 
 
 def _program_names():
-    """The external tools a grant may name: the program tools, and the MCP servers."""
-    from agentctl.ops import programs       # (here: only a fork that grants needs it)
-    from agentctl.turn import mcp
-    return list(programs.discover([])), mcp.server_names()
+    """The external tools a grant may name (tools.catalog: only a fork that grants
+    needs it, so it is imported here)."""
+    from agentctl.tools.catalog import Catalog
+    return Catalog().names()
 
 
 def _send(conn, agent_id, args, call):

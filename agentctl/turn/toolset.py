@@ -1,8 +1,8 @@
-"""The tools a turn offers besides the built-in ones: program tools and MCP tools
-that the agent's grants reach (ops/grants.py), and how one of their calls runs.
+"""What one turn offers: the built-in tools (builtin.py) and the external tools its
+agent may use (tools.catalog), and how one call runs: paused for a question or an
+approval, or run.
 
-Precedence on a clash of names: built-in, then program, then MCP; each clash is
-reported. A call to the outside can't be rolled back, so it runs at most once: its
+A call to the outside can't be rolled back, so it runs at most once: its
 run is recorded as started (committed) before it runs, and its result after; a
 resumed turn that finds a run started and never ended kills what is left of it and
 gives the model "interrupted, outcome unknown" instead of running it again.
@@ -16,12 +16,13 @@ from agentctl.ids import INIT_ID
 from agentctl.ops import grants, lease, requests
 from agentctl.store import db, registry, toolruns
 from agentctl.store import requests as requests_store
-from agentctl.turn import tools
+from agentctl.turn import builtin as tools
 
-def _programs():
-    """ops.programs, imported when an agent with grants needs it (most turns don't)."""
-    from agentctl.ops import programs
-    return programs
+
+def _calls():
+    """tools.calls, imported when an agent with grants needs it (most turns don't)."""
+    from agentctl.tools import calls
+    return calls
 
 
 class Paused(Exception):
@@ -42,42 +43,26 @@ class Toolset:
         self.builtin = {s["function"]["name"]: s for s in tools.specs()}
         self.programs, self.mcp_tools, self.servers = {}, {}, None
         if agent["allow"]:          # no grant, no search of the tool path
-            self._programs()
-            self._mcp()
+            from agentctl.tools.catalog import Catalog
+            usable = Catalog(self.warnings, strict=True).usable(conn, agent["id"],
+                                                               self.builtin)
+            self.programs = usable.programs
+            self._mcp(usable)
         for line in self.warnings:
             if warn:
                 warn(line)
 
-    def _programs(self):
-        for name, program in _programs().discover(self.warnings).items():
-            if not self.allowance.permits(name):
-                continue
-            if name in self.builtin:
-                self.warnings.append(f"tool {name} ({program.path}): a built-in tool has "
-                                     "this name and wins")
-                continue
-            self.programs[name] = program
-
-    def _mcp(self):
-        from agentctl.turn import mcp
-        reachable = {name: spec for name, spec in mcp.servers().items()
-                     if self.allowance.reaches(f"{name}__")}
-        if not reachable:
+    def _mcp(self, usable):
+        if not usable.servers:
             return
+        from agentctl.tools import mcp
         self.servers = mcp.Servers()
-        for server, spec in reachable.items():
-            for tool, description, schema in self.servers.start(
-                    server, spec, self.cwd(), _programs().environment(self.agent["id"],
-                                                                     db.path_of(self.conn))):
-                name = f"{server}__{tool}"
-                if len(name) > 64:
-                    self.warnings.append(f"MCP tool {name[:40]}...: longer than 64 "
-                                         "characters: skipped")
-                elif not self.allowance.permits(name):
-                    continue
-                elif name in self.builtin or name in self.programs:
-                    self.warnings.append(f"MCP tool {name}: a {'built-in' if name in self.builtin else 'program'} tool has this name and wins")
-                else:
+        environment = _calls().environment(self.agent["id"], db.path_of(self.conn))
+        for server, spec in usable.servers.items():
+            for tool, description, schema in self.servers.start(server, spec, self.cwd(),
+                                                                environment):
+                name = usable.mcp_name(server, tool)
+                if name is not None:
                     self.mcp_tools[name] = (server, tool, description, schema)
 
     def cwd(self):
@@ -175,7 +160,7 @@ class Toolset:
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
         if left is not None:                # a run that died with its agent-run
             if left["host"] == registry.host():
-                _programs().kill_run(left["pgid"], agent_id, left["id"])
+                _calls().kill_run(left["pgid"], agent_id, left["id"])
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, left["id"], "unknown")
                 tools.record_result(conn, agent_id, turn_id, call, INTERRUPTED, started,
@@ -196,7 +181,7 @@ class Toolset:
         try:
             text = self._run(conn, agent_id, call, arguments, run_id)
             outcome = "ok"
-        except _programs().ToolFailed as e:
+        except _calls().ToolFailed as e:
             text, outcome = f"error: {e}", "error"
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
@@ -205,21 +190,21 @@ class Toolset:
 
     def _run(self, conn, agent_id, call, arguments, run_id):
         import json
-        programs = _programs()
+        calls = _calls()
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
         if name in self.programs:
             program = self.programs[name]
             try:
-                running = programs.Call(program, json.dumps(arguments), agent_id,
+                running = calls.Call(program, json.dumps(arguments), agent_id,
                                         db.path_of(conn), self.cwd(), run_id)
             except OSError as e:
-                raise programs.ToolFailed(f"can't run {program.path}: {e.strerror or e}")
+                raise calls.ToolFailed(f"can't run {program.path}: {e.strerror or e}")
             with lease.holding(conn, agent_id):
                 toolruns.set_group(conn, run_id, running.pgid)
             return running.wait(poll)
         server, tool, _, _ = self.mcp_tools[name]
-        timeout, cap = programs.settings(None)
+        timeout, cap = calls.settings(None)
         text = self.servers.call(server, tool, arguments, timeout, poll)
         cut = text.encode()[:cap]
         return text if len(cut) == len(text.encode()) else \

@@ -1,0 +1,78 @@
+"""Which external tools exist, and which of them an agent may use: the one answer
+that agent-fork and the fork tool (what a grant may name), agent-ps (who holds a tool
+that is not confined) and a turn's toolset ask.
+
+Precedence on a clash of names: built-in, then program, then MCP; each clash is a
+warning. No MCP server is started here: a server's tools are named SERVER__TOOL, so
+whether an agent reaches a server is known from its grants alone.
+"""
+
+from agentctl.ops import grants
+from agentctl.tools import mcp, programs
+
+MAX_NAME = 64       # the providers' limit on a tool's name
+
+
+class Catalog:
+    """The external tools that exist now: the program tools on the tool path and the
+    MCP servers configured. With `strict`, a configuration that can't be read is a
+    usage error (a turn says why); without, it configures no server (a fork need not
+    fail for it)."""
+
+    def __init__(self, warnings=None, strict=False):
+        self.warnings = [] if warnings is None else warnings
+        self.programs = programs.discover(self.warnings)
+        if strict:
+            self.servers = mcp.servers()
+        else:
+            self.servers = {name: None for name in mcp.server_names()}
+
+    def names(self):
+        """What a grant may name: (program tool names, MCP server names)."""
+        return list(self.programs), list(self.servers)
+
+    def usable(self, conn, agent_id, taken=()):
+        """What the agent may use of it; `taken` are names that win over these (the
+        built-in tools)."""
+        return Usable(self, grants.Allowance(conn, agent_id), taken)
+
+
+class Usable:
+    """An agent's share of a catalog: the program tools its grants permit, and the
+    MCP servers whose tools they could reach."""
+
+    def __init__(self, catalog, allowance, taken):
+        self.allowance, self.warnings, self.taken = allowance, catalog.warnings, set(taken)
+        self.programs = {}
+        for name, program in catalog.programs.items():
+            if not allowance.permits(name):
+                continue
+            if name in self.taken:
+                self.warnings.append(f"tool {name} ({program.path}): a built-in tool has "
+                                     "this name and wins")
+                continue
+            self.programs[name] = program
+        self.servers = {name: spec for name, spec in catalog.servers.items()
+                        if allowance.reaches(f"{name}__")}
+
+    def mcp_name(self, server, tool):
+        """The name an MCP server's tool is offered under, or None (with a warning
+        where the tool is lost to a clash or a long name)."""
+        name = f"{server}__{tool}"
+        if len(name) > MAX_NAME:
+            self.warnings.append(f"MCP tool {name[:40]}...: longer than {MAX_NAME} "
+                                 "characters: skipped")
+        elif not self.allowance.permits(name):
+            return None
+        elif name in self.taken or name in self.programs:
+            self.warnings.append(f"MCP tool {name}: a "
+                                 f"{'built-in' if name in self.taken else 'program'} "
+                                 "tool has this name and wins")
+        else:
+            return name
+        return None
+
+    def unconfined(self):
+        """Whether the agent may use a tool that can do whatever the operator's user
+        can: a program tool not confined, or any MCP tool."""
+        return any(not p.confined for p in self.programs.values()) or bool(self.servers)

@@ -1,0 +1,140 @@
+"""Tools from programs (agentctl(7), TOOLS): an executable on the tool path is a tool.
+
+`PROG --describe` prints {"description", "parameters" (JSON Schema)[, "timeout",
+"confined"]}; descriptions are cached by the file's path, size and mtime. How a call
+runs is calls.py.
+"""
+
+import os
+import re
+
+from agentctl import paths
+from agentctl.tools.calls import command, environment
+
+NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+DESCRIBE_TIMEOUT = 10.0
+
+
+class Program:
+    __slots__ = ("name", "path", "description", "parameters", "timeout", "confined")
+
+    def __init__(self, name, path, described):
+        self.name, self.path = name, path
+        self.description = described["description"]
+        self.parameters = described["parameters"]
+        self.timeout = described.get("timeout")
+        self.confined = described.get("confined") is True
+
+    def spec(self):
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+def discover(warnings):
+    """The program tools on the tool path, by name (the first of a name wins, as on
+    PATH); what can't be a tool is skipped with a warning."""
+    found = {}
+    cache = _Cache()
+    for directory in paths.tool_path():
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in found or not _executable(entry):
+                continue
+            if not NAME.fullmatch(entry.name):
+                warnings.append(f"tool {entry.path!r} skipped: a tool's name is 1 to 64 "
+                                "letters, digits, _ or -")
+                continue
+            described = cache.describe(entry.path, warnings)
+            if described is not None:
+                found[entry.name] = Program(entry.name, entry.path, described)
+    cache.save()
+    return found
+
+
+def _executable(entry):
+    try:
+        return entry.is_file() and os.access(entry.path, os.X_OK)
+    except OSError:
+        return False
+
+
+class _Cache:
+    """--describe's answers, by path, size and mtime, in $XDG_CACHE_HOME/agentctl."""
+
+    def __init__(self):
+        self.file = paths.describe_cache()
+        self.entries, self.dirty = None, False
+
+    def _load(self):
+        import json
+        try:
+            with open(self.file, encoding="utf-8") as f:
+                self.entries = json.load(f)
+            if not isinstance(self.entries, dict):
+                self.entries = {}
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def describe(self, path, warnings):
+        if self.entries is None:
+            self._load()
+        st = os.stat(path)
+        key = f"{st.st_size}:{st.st_mtime_ns}"
+        hit = self.entries.get(path)
+        if isinstance(hit, dict) and hit.get("key") == key:
+            if hit.get("warning"):
+                warnings.append(hit["warning"])
+            return hit.get("described")
+        said = []
+        described = _describe(path, said)
+        warnings.extend(said)
+        self.entries[path] = {"key": key, "described": described,
+                              "warning": said[0] if said else None}
+        self.dirty = True
+        return described
+
+    def save(self):
+        if not self.dirty:
+            return
+        import json
+        try:
+            os.makedirs(os.path.dirname(self.file), mode=0o700, exist_ok=True)
+            temporary = f"{self.file}.{os.getpid()}"
+            with open(temporary, "w", encoding="utf-8") as f:
+                json.dump(self.entries, f)
+            os.replace(temporary, self.file)
+        except OSError:
+            pass            # a cache that can't be written costs time, not correctness
+
+
+def _describe(path, warnings):
+    """`PROG --describe`, checked; None (with a warning) when it is no tool."""
+    import subprocess
+    from agentctl import jsonin
+    name = os.path.basename(path)
+    try:
+        proc = subprocess.run(command(path) + ["--describe"], capture_output=True,
+                              timeout=DESCRIBE_TIMEOUT, stdin=subprocess.DEVNULL,
+                              env=environment(None, None))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        warnings.append(f"tool {name}: --describe failed: {e}")
+        return None
+    try:
+        described = jsonin.loads(proc.stdout.decode("utf-8", "replace"))
+    except jsonin.JSONError as e:
+        described = e
+    if proc.returncode != 0 or not isinstance(described, dict) or \
+            not isinstance(described.get("description"), str) or \
+            not isinstance(described.get("parameters"), dict) or \
+            described["parameters"].get("type") != "object":
+        warnings.append(f"tool {name}: --describe must print {{\"description\": TEXT, "
+                        "\"parameters\": a JSON Schema of type object}: skipped")
+        return None
+    timeout = described.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(
+            timeout, bool) or not 0 < timeout <= 86400):
+        described.pop("timeout")
+    return described
