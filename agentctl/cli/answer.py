@@ -10,8 +10,8 @@ from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body
 from agentctl.errors import UsageError
 from agentctl.ids import short
-from agentctl.ops import requests
-from agentctl.store import requests as requests_store
+from agentctl.ops import asks
+from agentctl.store import asks as asks_store
 from agentctl.store.db import transaction
 
 
@@ -37,7 +37,7 @@ def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, re
         if approve or deny or text is not None:
             raise UsageError("missing REQ")
         conn = connect(db_path)
-        rows = [item(r) for r in requests_store.pending(conn)]
+        rows = [item(r) for r in asks_store.pending(conn)]
         if check:
             click.echo(len(rows))
             return 0 if rows else 1
@@ -59,7 +59,7 @@ def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, re
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)
-        row = requests.decide(conn, req, me["id"] if me else None, how, body)
+        row = asks.decide(conn, req, me["id"] if me else None, how, body)
     click.echo(f"{row['id']} {row['decision']}")
     return 0
 
@@ -68,14 +68,14 @@ def _complete_requests(ctx, word):
     """Shell completion: the ids of the requests that wait."""
     try:
         conn = connect(ctx.params.get("db_path"))
-        return [r["id"] for r in requests_store.pending(conn) if r["id"].startswith(word)]
+        return [r["id"] for r in asks_store.pending(conn) if r["id"].startswith(word)]
     except Exception:
         return []
 
 
 def item(row):
     what = row["question"] if row["kind"] == "question" else \
-        requests.shown_call(row["tool"], row["arguments"])
+        asks.shown_call(row["tool"], row["arguments"])
     return {"id": row["id"], "agent": row["agent_id"], "name": row["agent_name"],
             "kind": row["kind"], "age": int(clock.now() - row["created_at"]),
             "deadline": row["deadline"], "what": what}

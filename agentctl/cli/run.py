@@ -12,7 +12,7 @@ from agentctl import clock, keys
 from agentctl.errors import UsageError
 from agentctl.ops import budget, deadlines, turns
 from agentctl.store import registry
-from agentctl.store import requests as requests_store
+from agentctl.store import asks as asks_store
 from agentctl.turn import runner
 
 
@@ -92,7 +92,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
                           f"({budget.words(budget.account(conn, me))})")
     if outcome.status == "paused":
         me = registry.get(conn, outcome.agent_id)
-        asked = requests_store.pending(conn, me["id"])
+        asked = asks_store.pending(conn, me["id"])
         if asked:
             warn("agent-run", f"{registry.label(me)}: paused: request {asked[0]['id']} "
                               "waits for an answer (agent-answer)")
@@ -114,7 +114,7 @@ def _terminals():
 
 def _prompt(row, who):
     """Ask the operator at the terminal: (how, text), or None (end of input: pause)."""
-    from agentctl.ops.requests import shown_call
+    from agentctl.ops.asks import shown_call
     if row["kind"] == "question":
         sys.stderr.write(for_terminal(f"agent-run: {who} asks: {row['question']}\n",
                                       sys.stderr) + "answer> ")
@@ -137,17 +137,17 @@ def _prompt(row, who):
 def _answer_waiting(conn, ref, prompt):
     """A paused agent of the operator's: ask its requests here, then run it."""
     from agentctl.ids import INIT_ID
-    from agentctl.ops import requests
+    from agentctl.ops import asks
     from agentctl.store.db import transaction
     agent = registry.resolve(conn, ref)
     if agent["status"] != "P" or agent["parent_id"] != INIT_ID:
         return
-    for row in requests_store.pending(conn, agent["id"]):
+    for row in asks_store.pending(conn, agent["id"]):
         decided = prompt(row)
         if decided is None:
             return
         with transaction(conn):
-            requests.decide(conn, row["id"], None, *decided)
+            asks.decide(conn, row["id"], None, *decided)
 
 
 def _list_tools(conn, ref, fmt):

@@ -5,9 +5,9 @@ deadline (agent-run, agent-run --all, agent-wait, agent-kill) carries it out, so
 (store.registry.overdue)."""
 
 from agentctl import clock
-from agentctl.ops import lifecycle, requests, signals, turns
+from agentctl.ops import asks, lifecycle, signals, turns
 from agentctl.store import registry
-from agentctl.store import requests as requests_store
+from agentctl.store import asks as asks_store
 from agentctl.store.db import transaction
 
 
@@ -26,7 +26,7 @@ def carry_out(conn, now=None):
         for agent in registry.zombies_due(conn, now, default):
             lifecycle.collect(conn, agent["id"], by="deadline")
             done += 1
-        done += requests.expire(conn, now)
+        done += asks.expire(conn, now)
         for agent in registry.idle_since(conn, now):
             if not turns.has_pending_input(conn, agent, now):
                 lifecycle.exit(conn, agent, code=0,
@@ -45,5 +45,5 @@ def next_due(conn):
     """The earliest deadline still to come, or None: when a waiting program must
     look again though nothing was committed."""
     due = [d for d in (registry.next_deadline(conn, registry.reap_after({"reap_after": None})),
-                       requests_store.next_deadline(conn)) if d is not None]
+                       asks_store.next_deadline(conn)) if d is not None]
     return min(due) if due else None

@@ -3,7 +3,7 @@ with the signal that waited for it; and what the turn's record says of it."""
 
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
-from agentctl.store import events, history, registry, requests, turnlog
+from agentctl.store import asks, events, history, registry, turnlog
 from agentctl.ops.turns import void
 
 
@@ -106,7 +106,7 @@ def paused(conn, agent_id, turn_id, spec, request_id):
     """A request was opened: the turn stays open and the agent waits, P, holding no
     lease. Decided meanwhile (another shell was quick): it is runnable at once."""
     with holding(conn, agent_id):
-        decided = requests.get(conn, request_id)["decision"] is not None
+        decided = asks.get(conn, request_id)["decision"] is not None
         registry.release(conn, agent_id, "S" if decided else "P")
         agent = registry.get(conn, agent_id)
         if agent["pending_signal"]:         # what came while the call was being asked

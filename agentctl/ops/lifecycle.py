@@ -6,7 +6,7 @@ import time
 from agentctl import clock, env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
-from agentctl.ops import budget, mail, requests
+from agentctl.ops import asks, budget, mail
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction, wait_for_commit
 
@@ -123,7 +123,7 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     turn (HUP) is recorded. `dying` holds the ids exiting together (a
     cascade): they don't count as live parents or heirs."""
     history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
-    requests.end_all(conn, agent["id"], "cancelled", "the agent exited")
+    asks.end_all(conn, agent["id"], "cancelled", "the agent exited")
     parent = registry.get(conn, agent["parent_id"])
     collector = parent if registry.is_live(parent) and parent["id"] not in dying else None
     status = "Z" if collector is not None else "X"

@@ -9,7 +9,7 @@ between steps. A HUP waits for the turn in progress, running or open
 from agentctl import clock
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import lifecycle, requests, turns
+from agentctl.ops import asks, lifecycle, turns
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction
 
@@ -84,7 +84,7 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
     if agent["status"] == "P" and sig == "TERM" and not now:
         # A paused agent's requests are denied; it ends its turn (the model sees the
         # denial) and exits at its end, as a running agent does on TERM.
-        requests.end_all(conn, agent["id"], "denied", "the agent was sent TERM")
+        asks.end_all(conn, agent["id"], "denied", "the agent was sent TERM")
         registry.change_status(conn, agent["id"], "P", "S")
         registry.update(conn, agent["id"], pending_signal="TERM")
         return
@@ -115,7 +115,7 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
         if old in ("S", "P") and registry.change_status(conn, agent["id"], old, "T"):
             events.record(conn, agent["id"], "status", actor=actor, old=old, new="T")
     elif sig == "CONT":
-        new = "P" if requests.waiting(conn, agent["id"]) else "S"   # back to its request
+        new = "P" if asks.waiting(conn, agent["id"]) else "S"   # back to its request
         if registry.change_status(conn, agent["id"], "T", new):
             events.record(conn, agent["id"], "status", actor=actor, old="T", new=new)
         if agent["pending_signal"] == "STOP":

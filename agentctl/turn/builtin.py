@@ -13,7 +13,7 @@ import time
 from agentctl import clock, jsonin
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
-from agentctl.ops import docs, lease, lifecycle, mail, requests, signals
+from agentctl.ops import asks, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import quoted, valid_json
@@ -211,7 +211,7 @@ def _answer(conn, agent_id, args, call):
         how, text = "answer", args["answer"]
     else:
         raise ToolError("give answer (to a question) or approve true or false (a tool call)")
-    row = requests.decide(conn, args["request"], agent_id, how, text)
+    row = asks.decide(conn, args["request"], agent_id, how, text)
     return f"request {row['id']} {row['decision']}"
 
 

@@ -13,9 +13,9 @@ import time
 from agentctl import jsonin
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
-from agentctl.ops import grants, lease, requests
+from agentctl.ops import asks, grants, lease
 from agentctl.store import db, registry, toolruns
-from agentctl.store import requests as requests_store
+from agentctl.store import asks as asks_store
 from agentctl.turn import builtin as tools
 
 
@@ -101,14 +101,14 @@ class Toolset:
         error the model sees."""
         name = call["tool_name"]
         if name == "ask" or self.allowance.needs_approval(name):
-            row = requests_store.of_call(conn, turn_id, call["tool_call_id"])
+            row = asks_store.of_call(conn, turn_id, call["tool_call_id"])
             if row is None:
                 row = self._ask(conn, agent_id, turn_id, call)
                 if row is None:
                     return None         # a bad question: an error result, recorded
             if row["decision"] is None:
                 raise Paused(row["id"])
-            text = requests.result(row)
+            text = asks.result(row)
             if text is not None:        # answered, denied, expired
                 with lease.holding(conn, agent_id):
                     tools.record_result(conn, agent_id, turn_id, call, text, time.monotonic(),
@@ -139,7 +139,7 @@ class Toolset:
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             agent = registry.get(conn, agent_id)
-            row = requests.open_request(conn, agent, turn_id, call,
+            row = asks.open_request(conn, agent, turn_id, call,
                                         "question" if name == "ask" else "approval",
                                         question=question,
                                         seconds=self.allowance.ask_seconds(name))
@@ -149,10 +149,10 @@ class Toolset:
                 how, text = decided
                 with lease.holding(conn, agent_id):
                     try:
-                        requests.decide(conn, row["id"], None, how, text)
+                        asks.decide(conn, row["id"], None, how, text)
                     except Refused:
                         pass        # decided meanwhile, from another shell: that one wins
-                row = requests_store.get(conn, row["id"])
+                row = asks_store.get(conn, row["id"])
         return row
 
     def _external(self, conn, agent_id, turn_id, call):

@@ -10,7 +10,7 @@ from agentctl import clock, env
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID, new_id
 from agentctl.ops import mail
-from agentctl.store import events, registry, requests
+from agentctl.store import asks as asks_store, events, registry
 
 DECISIONS = {"answer": "answered", "approve": "approved", "deny": "denied"}
 
@@ -40,7 +40,7 @@ def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
     deadline = clock.now() + seconds if seconds else None
     tool = call["tool_name"] if kind == "approval" else None
     arguments = call["content"] if kind == "approval" else None
-    requests.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,
+    asks_store.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,
                     question=question, tool=tool, arguments=arguments, deadline=deadline)
     events.record(conn, agent["id"], "ask", request=request_id, type=kind, tool=tool)
     parent = registry.get(conn, agent["parent_id"])
@@ -53,14 +53,14 @@ def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
                     f"{shown_call(tool, arguments)} (request {request_id}).\nDecide with the "
                     f"answer tool: request {request_id}, approve true or false, a reason.")
         mail.deliver(conn, agent["id"], parent, body, kind="request")
-    return requests.get(conn, request_id)
+    return asks_store.get(conn, request_id)
 
 
 def decide(conn, ref, by, how, text=None):
     """Decide a request: how is answer (text), approve, or deny (text: the reason).
     `by` is the deciding agent's id (an ancestor of the asker), None for the operator.
     The first decision wins; a later one is refused."""
-    row = requests.resolve(conn, ref)
+    row = asks_store.resolve(conn, ref)
     if row["decision"] is not None:
         raise Refused(_already(conn, row))
     if row["kind"] == "question" and how != "answer":
@@ -72,10 +72,10 @@ def decide(conn, ref, by, how, text=None):
     if by is not None and by not in registry.ancestors(conn, row["agent_id"]):
         raise Refused(f"request {row['id']}: only the operator or an ancestor of "
                       f"{registry.label(registry.get(conn, row['agent_id']))} may decide it")
-    if not requests.decide(conn, row["id"], DECISIONS[how], text, by):
-        raise Refused(_already(conn, requests.get(conn, row["id"])))
+    if not asks_store.decide(conn, row["id"], DECISIONS[how], text, by):
+        raise Refused(_already(conn, asks_store.get(conn, row["id"])))
     _decided(conn, row, DECISIONS[how], by)
-    return requests.get(conn, row["id"])
+    return asks_store.get(conn, row["id"])
 
 
 def _already(conn, done):
@@ -94,23 +94,23 @@ def _decided(conn, row, decision, by):
 
 def expire(conn, now):
     """Deny the requests past their deadline ("no answer in time"); how many."""
-    rows = requests.due(conn, now)
+    rows = asks_store.due(conn, now)
     for row in rows:
-        if requests.decide(conn, row["id"], "expired", "no answer in time", None):
+        if asks_store.decide(conn, row["id"], "expired", "no answer in time", None):
             _decided(conn, row, "expired", None)
     return len(rows)
 
 
 def end_all(conn, agent_id, decision, why):
     """Decide every pending request of an agent (TERM denies them, KILL cancels them)."""
-    for row in requests.pending(conn, agent_id):
-        if requests.decide(conn, row["id"], decision, why, None):
+    for row in asks_store.pending(conn, agent_id):
+        if asks_store.decide(conn, row["id"], decision, why, None):
             events.record(conn, agent_id, "answer", request=row["id"], decision=decision)
 
 
 def waiting(conn, agent_id):
     """Whether the agent waits for a decision."""
-    return bool(requests.pending(conn, agent_id))
+    return bool(asks_store.pending(conn, agent_id))
 
 
 def result(row):
