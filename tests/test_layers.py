@@ -1,6 +1,7 @@
 """The layering of ARCHITECTURE.md, enforced: every import between agentctl's own
 modules (at the top of a file or inside a function) points down, the import
-graph has no cycle, and only the storage layer writes SQL."""
+graph has no cycle, only the storage layer writes SQL, models/ knows nothing of
+the database, click is the CLI's alone, and no module grows past MAX_LINES."""
 
 import ast
 import os
@@ -27,6 +28,9 @@ LAYERS = [
 ]
 # Beside each other on one layer, yet never importing each other.
 APART = [("agentctl.ops", "agentctl.models")]
+# Never imported by the first, whatever the layers allow: a model provider knows
+# nothing of the database.
+NEVER = [("agentctl.models", "agentctl.store")]
 
 
 def layer_of(module):
@@ -98,8 +102,14 @@ def violations(modules):
                              f"{LAYERS[theirs[0]][0]}, a layer above it")
             elif any({mine[1], theirs[1]} == set(pair) for pair in APART):
                 found.append(f"{module} -> {target}: {mine[1]} and {theirs[1]} are kept apart")
+            elif any(_within(module, a) and _within(target, b) for a, b in NEVER):
+                found.append(f"{module} -> {target}: {mine[1]} never imports {theirs[1]}")
     found += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(edges)]
     return found
+
+
+def _within(module, prefix):
+    return module == prefix or module.startswith(prefix + ".")
 
 
 def cycles(edges):
@@ -136,6 +146,8 @@ def test_every_import_points_down_and_none_goes_round():
      "agentctl.models.http -> agentctl.ops.mail: agentctl.models and agentctl.ops are kept apart"),
     ("agentctl.ops.mail", "from agentctl.ops import budget",
      "import cycle: agentctl.ops.mail -> agentctl.ops.budget -> agentctl.ops.mail"),
+    ("agentctl.models.http", "def f():\n    from agentctl.store import db",
+     "agentctl.models.http -> agentctl.store.db: agentctl.models never imports agentctl.store"),
 ])
 def test_the_check_catches_an_upward_import_and_a_cycle(module, source, expected):
     """The check itself can fail: each of these, added to today's tree, is found."""
@@ -165,3 +177,50 @@ def test_the_sql_check_catches_a_statement_outside_the_store(line):
     modules = dict(sources())
     modules["agentctl.ops.mail"] += line + "\n"
     assert sql_outside_the_store(modules) == [f"agentctl.ops.mail: {line.strip()}"]
+
+
+# click is the CLI layer's. launch.py, which starts a program, only looks for it, to
+# say in one line that the checkout is not set up rather than fail with a traceback.
+CLICK_EXCEPTIONS = {"agentctl.launch"}
+
+
+def click_outside_the_cli(modules):
+    found = []
+    for module, src in sorted(modules.items()):
+        if module.startswith("agentctl.cli") or module in CLICK_EXCEPTIONS:
+            continue
+        for node in ast.walk(ast.parse(src)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "click" or n.startswith("click.") for n in names):
+                found.append(f"{module}: imports click")
+    return found
+
+
+def test_click_is_imported_only_by_the_cli():
+    assert click_outside_the_cli(dict(sources())) == []
+
+
+def test_the_click_check_catches_an_import_outside_the_cli():
+    modules = dict(sources())
+    modules["agentctl.ops.mail"] += "\ndef f():\n    import click\n"
+    assert click_outside_the_cli(modules) == ["agentctl.ops.mail: imports click"]
+
+
+# A module is read whole: past this, split it by what it holds (ARCHITECTURE.md).
+MAX_LINES = 400
+
+
+def long_modules(modules):
+    return [f"{module}: {len(src.splitlines())} lines" for module, src in sorted(modules.items())
+            if len(src.splitlines()) > MAX_LINES]
+
+
+def test_no_module_is_over_max_lines():
+    assert long_modules(dict(sources())) == []
+
+
+def test_the_length_check_catches_a_long_module():
+    modules = dict(sources())
+    modules["agentctl.ops.mail"] += "\n" * MAX_LINES
+    assert [m.split(":")[0] for m in long_modules(modules)] == ["agentctl.ops.mail"]
