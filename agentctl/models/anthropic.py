@@ -12,7 +12,7 @@ from .. import env, jsonin
 from ..errors import AgentctlError
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
-                   make_usage, mapping, mappings, said, string, with_tool_ids)
+                   make_usage, mapping, mappings, said, stop_reason, string, with_tool_ids)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -137,13 +137,6 @@ def tool_use_block(call):
 
 # -- the reply -----------------------------------------------------------------------------------
 
-def stop_reason(raw, tool_calls):
-    raw = string(raw)
-    if not raw:
-        return "tool_calls" if tool_calls else "stop"
-    return STOP_REASONS.get(raw, raw)
-
-
 def input_tokens(usage):
     # Cached prompt tokens are counted apart by the API; the model read them all the same.
     if not is_count(usage.get("input_tokens")):
@@ -164,7 +157,7 @@ def parse_message(body, messages):
              for b in blocks if b.get("type") == "tool_use"]
     usage = mapping(body.get("usage"))
     usage = make_usage(messages, text, calls, input_tokens(usage), usage.get("output_tokens"))
-    return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls))
+    return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls, STOP_REASONS))
 
 
 class StreamState:
@@ -226,7 +219,7 @@ class StreamState:
                  for b in blocks if b["type"] == "tool_use"]
         usage = make_usage(messages, text, calls, input_tokens(self.usage),
                            self.usage.get("output_tokens"))
-        return Reply(text, calls, usage, stop_reason(self.stop, calls))
+        return Reply(text, calls, usage, stop_reason(self.stop, calls, STOP_REASONS))
 
 
 def new_block(kind, text=""):

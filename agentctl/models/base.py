@@ -193,3 +193,12 @@ def index(value, default):
 
 def default_stop(tool_calls):
     return "tool_calls" if tool_calls else "stop"
+
+
+def stop_reason(raw, tool_calls, names):
+    """Why the model stopped, in agentctl's words: a provider's `raw` reason through
+    its `names` (a reason it doesn't map is kept as it is), else from the reply."""
+    raw = string(raw)
+    if not raw:
+        return default_stop(tool_calls)
+    return names.get(raw, raw)

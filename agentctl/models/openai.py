@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from .. import env
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, index, load_json, make_usage, mapping, mappings,
-                   said, string, with_tool_ids)
+                  said, stop_reason, string, with_tool_ids)
 
 OPENAI_HOST = "api.openai.com"
 DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
@@ -85,13 +85,6 @@ def fresh_call_id():
     return "call_" + secrets.token_hex(12)
 
 
-def stop_reason(raw, tool_calls):
-    raw = string(raw)
-    if not raw:
-        return "tool_calls" if tool_calls else "stop"
-    return STOP_REASONS.get(raw, raw)
-
-
 def usage_counts(usage):
     usage = usage if isinstance(usage, dict) else {}
     return usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -112,7 +105,7 @@ def parse_completion(body, messages):
                               string(function.get("name")),
                               arguments_text(function.get("arguments"))))
     usage = make_usage(messages, text, calls, *usage_counts(body.get("usage")))
-    return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls))
+    return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls, STOP_REASONS))
 
 
 class StreamState:
@@ -168,7 +161,7 @@ class StreamState:
         calls = [ToolCall(c["id"] or fresh_call_id(), c["name"], c["arguments"])
                  for _, c in sorted(self.calls.items())]
         usage = make_usage(messages, text, calls, *usage_counts(self.usage))
-        return Reply(text, calls, usage, stop_reason(self.finish, calls))
+        return Reply(text, calls, usage, stop_reason(self.finish, calls, STOP_REASONS))
 
 
 def read_stream(events, messages, on_text):
