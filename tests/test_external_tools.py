@@ -591,3 +591,32 @@ def test_relative_paths_are_made_absolute_at_start(tmp_path):
     assert where.split("\n")[0] == f"db={work}/ops/agents.db mcp={work}/ops/mcp.json"
     assert me in where.split("\n")[1:]     # agent-ps in the tool read the same database
     assert sorted(os.listdir(work)) == ["ops"]      # no database made in the tool's cwd
+
+
+def test_a_tool_that_prints_a_key_stores_it_redacted(toolpath, tmp_path, home):
+    """A tool reads agent-run's environment in /proc and prints what it finds: the
+    result is stored, and replayed, with the keys redacted, as replies are."""
+    from .conftest import stored
+    make_tool(toolpath, "snoop", "tr '\\0' '\\n' < /proc/$PPID/environ | grep _API_KEY=")
+    model = script(tmp_path, [("snoop", {})])
+    fork("-n", "w", "--allow", "snoop", "-m", model, "go")
+    secret = "sk-live-0123456789abcdef"
+    result = shell("agent-run w", env={"OPENAI_API_KEY": secret})
+    assert result.code == 0, result.err
+    replay = shell("agent-replay w")
+    assert "OPENAI_API_KEY=***" in replay.out
+    assert secret not in replay.out and secret.encode() not in stored(home)
+
+
+def test_turns_of_run_all_cant_be_shadowed_by_the_current_directory(tmp_path, home):
+    """agent-run --all started each turn with python -c, which puts the current
+    directory first on the import path: an agentctl/ folder there ran instead."""
+    trap = tmp_path / "trap"
+    (trap / "agentctl").mkdir(parents=True)
+    (trap / "agentctl" / "__init__.py").write_text(
+        f"open({str(tmp_path / 'pwned')!r}, 'w').close()\n")
+    fork("-n", "w", "-m", "echo", "hello")
+    result = shell(f"cd {trap} && agent-run --all")
+    assert result.code == 0, result.err
+    assert not (tmp_path / "pwned").exists()
+    assert agent("replay", "w").out.rstrip().endswith("hello")

@@ -195,7 +195,10 @@ def _all(db_path, jobs, model, max_steps, as_json):
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (top, os.environ.get("PYTHONPATH")) if p))
-    base = [sys.executable, "-c", "import sys; from agentctl.cli.run import main; sys.exit(main())"]
+    # -P: the current directory is not put first on the import path (an agentctl/
+    # folder there would be run instead of the package)
+    base = [sys.executable, "-P", "-c",
+            "import sys; from agentctl.cli.run import main; sys.exit(main())"]
     extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
         + ["--max-steps", str(max_steps), "--json"]
 

@@ -10,7 +10,7 @@ one transaction, so a crash leaves either both or neither.
 
 import time
 
-from agentctl import clock, jsonin
+from agentctl import clock, jsonin, keys
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
 from agentctl.ops import asks, docs, lease, lifecycle, mail, signals
@@ -172,8 +172,10 @@ def record_error(conn, agent_id, turn_id, call, text, started):
 
 
 def record_result(conn, agent_id, turn_id, call, text, started, outcome):
-    """The call's result, and its event (not its output), in the caller's transaction."""
-    history.append(conn, agent_id, "tool_result", text, tool_name=call["tool_name"],
+    """The call's result, and its event (not its output), in the caller's transaction.
+    Keys are redacted as in replies: a tool may print what it found (agent-run's
+    environment in /proc, a file that holds one)."""
+    history.append(conn, agent_id, "tool_result", keys.redact(text), tool_name=call["tool_name"],
                    tool_call_id=call["tool_call_id"], turn_id=turn_id)
     events.record(conn, agent_id, "tool", turn=turn_id, tool=call["tool_name"],
                   call=call["tool_call_id"], outcome=outcome,
