@@ -95,10 +95,16 @@ def describe_cache():
 
 
 def forbidden_to_tools():
-    """What no confined tool may open or create: the tool path's directories, the MCP
+    """What no confined tool may open or create: the tool path's directories and the
+    programs in them (a hard link to one elsewhere is the same file), the MCP
     configuration, the cache of the descriptions, the database and its -wal, -shm
     and -journal files."""
     found = tool_path() + [mcp_config(), describe_cache()]
+    for directory in tool_path():
+        try:
+            found += [entry.path for entry in os.scandir(directory)]
+        except OSError:
+            pass
     db = database()
     if not is_url(db):
         found += [db] + [db + end for end in ("-wal", "-shm", "-journal")]

@@ -620,3 +620,32 @@ def test_turns_of_run_all_cant_be_shadowed_by_the_current_directory(tmp_path, ho
     assert result.code == 0, result.err
     assert not (tmp_path / "pwned").exists()
     assert agent("replay", "w").out.rstrip().endswith("hello")
+
+
+def test_list_dir_writes_a_name_on_one_line(tmp_path):
+    """A name with a newline forged a second entry ("secret.txt<TAB>0"): names are
+    written as ls -b writes them."""
+    (tmp_path / "a\nsecret.txt\t0").write_text("")
+    (tmp_path / "back\\slash").write_text("x")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "agentctl", "toolbox", "list_dir")],
+                          input="{}", capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "a\\nsecret.txt\\t0\t0\nback\\\\slash\t1\n"
+
+
+def test_a_hard_link_to_a_program_on_the_tool_path_cant_be_written(toolpath, tmp_path, conn,
+                                                                   monkeypatch):
+    """A hard link in the working directory to a tool program is that program: a
+    confined write_file through it rewrote the tool the next turn would run."""
+    work = tmp_path / "work"
+    work.mkdir()
+    victim = make_tool(toolpath, "victim", "echo honest")
+    os.link(victim, work / "innocent")
+    monkeypatch.setenv("AGENTCTL_TOOLS", f"{toolpath}:{os.path.join(ROOT, 'agentctl', 'toolbox')}")
+    model = script(tmp_path, [("write_file", {"path": "innocent", "content": "echo evil"})])
+    fork("-n", "w", "--allow", "write_file", "--cwd", str(work), "-m", model, "go")
+    assert agent("run", "w").code == 0
+    assert results(conn, "w")[0].endswith("the MCP configuration and the database are not "
+                                          "for tools")
+    assert "echo honest" in victim.read_text()
