@@ -649,3 +649,34 @@ def test_a_hard_link_to_a_program_on_the_tool_path_cant_be_written(toolpath, tmp
     assert results(conn, "w")[0].endswith("the MCP configuration and the database are not "
                                           "for tools")
     assert "echo honest" in victim.read_text()
+
+
+def test_a_pattern_reaches_mcp_tools_only_when_it_names_the_server(mcp_config, tmp_path):
+    """*_add matched notes__add, and *_file the tools of any file server configured
+    later: only a pattern that names the server (or *) reaches its tools."""
+    def offered(who):
+        listed = agent("run", "--list-tools", "--format", "json", who)
+        assert listed.code == 0, listed.err
+        return sorted(t["name"] for t in json.loads(listed.out) if "__" in t["name"])
+    fork("-n", "glob", "--allow", "*_add")
+    fork("-n", "named", "--allow", "notes__a*")
+    fork("-n", "all", "--allow", "*")
+    assert offered("glob") == []
+    assert offered("named") == ["notes__add"]
+    assert "notes__add" in offered("all")
+    unconfined = [json.loads(line) for line in agent(
+        "ps", "-o", "name,unconfined", "--format", "jsonl").lines]
+    assert unconfined[1:] == [{"name": "glob", "unconfined": False},
+                              {"name": "named", "unconfined": True},
+                              {"name": "all", "unconfined": True}]
+
+
+def test_a_grant_that_matches_no_tool_is_taken_with_a_warning(toolpath):
+    make_tool(toolpath, "read_file", "cat")
+    made = agent("fork", "-n", "w", "--allow", "read_fle", "--allow", "read_*",
+                 "--ask", "writ_file:1h")
+    assert made.code == 0
+    assert made.err == ("agent-fork: read_fle: matches no tool that exists now (a grant may "
+                        "name tools installed later)\n"
+                        "agent-fork: writ_file:1h: matches no tool that exists now (a grant "
+                        "may name tools installed later)\n")

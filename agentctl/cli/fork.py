@@ -6,7 +6,7 @@ import click
 
 from agentctl.cli.options import Count, Duration, complete_agents, complete_words
 from agentctl.cli.program import actor, connect, program, run
-from agentctl.cli.stdio import read_body
+from agentctl.cli.stdio import read_body, warn
 from agentctl.errors import UsageError
 from agentctl import modelspec
 from agentctl.ids import INIT_ID, ROLES
@@ -72,7 +72,7 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd}: not a directory")
     tools = [], []
-    if allow:       # the tools the grant may name, found before taking the lock
+    if allow or ask:    # the tools the grant may name, found before taking the lock
         from agentctl.tools.catalog import Catalog  # (a fork without --allow never needs it)
         tools = Catalog().names()
     conn = connect(db_path)
@@ -87,6 +87,10 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                idle_exit=idle_exit, max_children=max_children,
                                allow=list(allow), ask=list(ask), cwd=cwd,
                                tool_names=lambda: tools)
+    from agentctl.ops.grants import unmatched   # (only with grants, as the catalog)
+    for pattern in unmatched(list(allow) + list(ask), *tools) if allow or ask else ():
+        warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "
+                           "tools installed later)")
     click.echo(child)
 
 

@@ -3,7 +3,12 @@ its calls need approval. Patterns are shell globs over tool names (read_file,
 *_file, github__*, *). A tool is offered only if it matches the patterns of the
 agent and of every ancestor along forked_from (init holds none and limits
 nothing), so grants only narrow down the tree; a fork that asks for a tool its
-parent can't use is refused."""
+parent can't use is refused.
+
+A pattern reaches an MCP server's tools (SERVER__TOOL) only when it names the
+server (its text before the first wildcard starts with SERVER__), or is `*`, which
+grants everything: `*_file` means program tools only, whatever servers are
+configured later."""
 
 import fnmatch
 import re
@@ -54,18 +59,21 @@ class Allowance:
         self.allow = [patterns(a["allow"]) for a in line]
         self.ask = [_split(p) for a in line for p in patterns(a["ask"])]
 
-    def permits(self, name):
+    def permits(self, name, server=None):
         """Whether an external tool may be offered: every pattern list of the
-        lineage matches it (the operator is limited by nothing)."""
-        return self.operator or all(matches(name, pats) for pats in self.allow)
+        lineage matches it (the operator is limited by nothing); the tool of an MCP
+        `server` only by patterns that name that server."""
+        if server is None:
+            return self.operator or all(matches(name, pats) for pats in self.allow)
+        return self.operator or all(
+            any(names_server(p, server) and fnmatch.fnmatchcase(name, p) for p in pats)
+            for pats in self.allow)
 
-    def reaches(self, prefix):
-        """Whether some tool named PREFIX... could be offered (every pattern list of
-        the lineage has a pattern that could match such a name)."""
-        def could(p):
-            literal = _literal(p)
-            return literal.startswith(prefix) or prefix.startswith(literal)
-        return self.operator or all(any(could(p) for p in pats) for pats in self.allow)
+    def reaches(self, server):
+        """Whether some tool of MCP server `server` could be offered (every pattern
+        list of the lineage has a pattern that names it)."""
+        return self.operator or all(any(names_server(p, server) for p in pats)
+                                    for pats in self.allow)
 
     def needs_approval(self, name):
         return any(fnmatch.fnmatchcase(name, glob) for glob, _ in self.ask)
@@ -79,6 +87,20 @@ def _literal(pattern):
     return re.split(r"[*?\[]", pattern, 1)[0]
 
 
+def names_server(pattern, server):
+    """Whether `pattern` may reach the tools of MCP server `server`."""
+    return pattern == "*" or _literal(pattern).startswith(f"{server}__")
+
+
+def unmatched(given, programs, servers):
+    """The patterns of `given` that match no external tool that exists now: no program
+    tool, and no configured MCP server they name (tools may be installed later, so
+    this is a warning, not an error)."""
+    return [p for p in given
+            if not any(fnmatch.fnmatchcase(n, p.partition(":")[0]) for n in programs)
+            and not any(names_server(p.partition(":")[0], s) for s in servers)]
+
+
 def check_fork(conn, parent, allow, existing, servers=()):
     """Refuse a child's --allow that matches an existing program tool its parent
     can't use, or that names an MCP server (SERVER__...) none of whose tools its parent
@@ -89,7 +111,7 @@ def check_fork(conn, parent, allow, existing, servers=()):
     mine = Allowance(conn, parent["id"])
     for pattern in patterns(allow):
         for server in servers:
-            if _literal(pattern).startswith(f"{server}__") and not mine.reaches(f"{server}__"):
+            if _literal(pattern).startswith(f"{server}__") and not mine.reaches(server):
                 raise Refused(f"--allow {pattern}: {registry.label(parent)} can't use the "
                               f"tools of MCP server {server}, so it can't grant them")
         denied = [name for name in existing

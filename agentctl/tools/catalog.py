@@ -53,7 +53,7 @@ class Usable:
                 continue
             self.programs[name] = program
         self.servers = {name: spec for name, spec in catalog.servers.items()
-                        if allowance.reaches(f"{name}__")}
+                        if allowance.reaches(name)}
 
     def mcp_name(self, server, tool):
         """The name an MCP server's tool is offered under, or None (with a warning
@@ -62,7 +62,7 @@ class Usable:
         if len(name) > MAX_NAME:
             self.warnings.append(f"MCP tool {name[:40]}...: longer than {MAX_NAME} "
                                  "characters: skipped")
-        elif not self.allowance.permits(name):
+        elif not self.allowance.permits(name, server):
             return None
         elif name in self.taken or name in self.programs:
             self.warnings.append(f"MCP tool {name}: a "
