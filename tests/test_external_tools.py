@@ -680,3 +680,26 @@ def test_a_grant_that_matches_no_tool_is_taken_with_a_warning(toolpath):
                         "name tools installed later)\n"
                         "agent-fork: writ_file:1h: matches no tool that exists now (a grant "
                         "may name tools installed later)\n")
+
+
+def shipped(name, arguments, cwd, *flags):
+    """A shipped tool run by hand, as its convention says: arguments on stdin."""
+    return subprocess.run([os.path.join(ROOT, "agentctl", "toolbox", name), *flags],
+                          input=json.dumps(arguments), capture_output=True, text=True,
+                          cwd=cwd, env={"PATH": os.environ["PATH"]})
+
+
+def test_read_file_reads_limit_bytes_and_says_where_to_go_on(tmp_path):
+    (tmp_path / "f.txt").write_text("abcdefghijklmnop")
+    first = shipped("read_file", {"path": "f.txt", "limit": 10}, tmp_path)
+    assert first.stdout == "abcdefghij\n[cut at 10 bytes: read on with offset 10]"
+    rest = shipped("read_file", {"path": "f.txt", "offset": 10, "limit": 10}, tmp_path)
+    assert rest.stdout == "klmnop"
+
+
+@pytest.mark.parametrize("name", ["read_file", "write_file", "list_dir", "run", "fetch_url"])
+def test_a_shipped_tool_describes_itself_when_run_by_hand(name, tmp_path):
+    """Outside agentctl's environment (no PYTHONPATH) --describe printed a traceback."""
+    described = shipped(name, {}, tmp_path, "--describe")
+    assert described.returncode == 0 and described.stderr == ""
+    assert json.loads(described.stdout)["parameters"]["type"] == "object"
