@@ -34,3 +34,16 @@ def valid_json(value):
     if isinstance(value, dict):
         return {valid(k): valid_json(v) for k, v in value.items()}
     return value
+
+
+def first_line(text, width):
+    """The first line of `text` for a table cell: at most `width` characters, cut
+    at a space (a word cut in two reads as another word) and ended with "...";
+    a single word longer than the cell is cut where the cell ends."""
+    line = (text or "").strip().split("\n", 1)[0].rstrip()
+    if len(line) <= width:
+        return line
+    cut = line[:width - 3]
+    if " " in cut:
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "..."

@@ -703,3 +703,10 @@ def test_a_shipped_tool_describes_itself_when_run_by_hand(name, tmp_path):
     described = shipped(name, {}, tmp_path, "--describe")
     assert described.returncode == 0 and described.stderr == ""
     assert json.loads(described.stdout)["parameters"]["type"] == "object"
+
+
+def test_list_tools_cuts_a_description_between_words():
+    fork("-n", "w", "--allow", "read_file")
+    listed = agent("run", "--list-tools", "w")
+    line = next(line for line in listed.lines if line.startswith("read_file"))
+    assert line.rstrip().endswith("(paths are relative...")

@@ -13,6 +13,7 @@ from agentctl.ids import short
 from agentctl.ops import asks
 from agentctl.store import asks as asks_store
 from agentctl.store.db import transaction
+from agentctl.text import first_line
 
 
 @program("agent-answer")
@@ -89,7 +90,7 @@ COLUMNS = [
     Column("age", "AGE", human=lambda r: age(r["age"])),
     Column("deadline", "DEADLINE", human=lambda r: until(r["deadline"]) if r["deadline"]
            else "-"),
-    Column("what", "REQUEST", human=lambda r: r["what"].replace("\n", " ")[:80]),
+    Column("what", "REQUEST", human=lambda r: first_line(r["what"].replace("\n", " "), 80)),
 ]
 DEFAULT = ["id", "name", "kind", "age", "what"]
 

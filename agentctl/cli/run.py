@@ -154,6 +154,7 @@ def _list_tools(conn, ref, fmt):
     """The tools the agent's next turn would offer: a table, or JSON with the schemas.
     (MCP servers its grants reach are started, to list theirs, and stopped.)"""
     from agentctl.cli.output import Column, render
+    from agentctl.text import first_line
     from agentctl.turn.toolset import Toolset
     toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
     try:
@@ -162,10 +163,10 @@ def _list_tools(conn, ref, fmt):
                 for n, source, confined, description, schema in toolset.listing()]
     finally:
         toolset.close()
-    first_line = lambda r: (r["description"] or "").strip().split("\n")[0][:70]  # noqa: E731
     columns = [Column("name", "NAME"), Column("source", "SOURCE"),
                Column("confined", "CONFINED", human=lambda r: "yes" if r["confined"] else "NO"),
-               Column("description", "DESCRIPTION", human=first_line)]
+               Column("description", "DESCRIPTION",
+                      human=lambda r: first_line(r["description"], 70))]
     if fmt in ("json", "jsonl"):
         columns.append(Column("parameters", "PARAMETERS"))
     render(rows, columns, fmt="table" if fmt == "text" else fmt)
