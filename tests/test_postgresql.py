@@ -380,14 +380,3 @@ def test_a_server_that_goes_away_is_one_line_and_75(pg):
     assert err.startswith("agent-mail: ") and "the database server can't be reached" in err
     assert err.count("\n") == 1 and "Traceback" not in err
 
-
-def test_every_rewrite_meets_the_sql_it_was_written_for():
-    """pg.REWRITES names SQLite spellings of the storage layer: one that no longer
-    appears there (its SQL was changed) is said here, not at run time."""
-    from agentctl.store import pg
-    store = os.path.join(ROOT, "agentctl", "store")
-    sources = "".join(open(os.path.join(store, name), encoding="utf-8").read()
-                      for name in os.listdir(store)
-                      if name.endswith(".py") and name != "pg.py")
-    missing = [old for old, _ in pg.REWRITES if old not in sources]
-    assert not missing

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from agentctl import clock, env
 from agentctl.errors import DatabaseFault, TempFail, UsageError
+from agentctl.store.dialect import SQLite
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
 SCHEMA_VERSION = 10
@@ -61,10 +62,12 @@ def busy_seconds():
 
 
 class Connection(sqlite3.Connection):
-    """A connection that remembers the path it was opened with."""
+    """A connection that remembers the path it was opened with. `sql` names the
+    SQL that is SQLite's own (store/dialect.py)."""
 
     path = None
     dialect = "sqlite"
+    sql = SQLite
 
 
 def _create_private(path):
