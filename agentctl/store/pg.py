@@ -145,13 +145,15 @@ class Cursor:
     def execute(self, sql, params=()):
         conn = self.connection
         control = conn.CONTROL.get(sql.strip().upper())
+        query, returning = (sql, False) if control else translate(sql)
+        if conn.tracer is not None:
+            conn.tracer(query, params)
         if control is not None:
             try:
                 getattr(conn, control)()
             except psycopg.Error as e:
                 raise translated(e) from e
             return self
-        query, returning = translate(sql)
         with self._alone(query):
             cur = conn.raw.cursor(row_factory=_rows if self.row_factory else tuple_row)
             cur.execute(query + " RETURNING id" if returning else query,
@@ -166,9 +168,12 @@ class Cursor:
 
     def executemany(self, sql, seq):
         query, _ = translate(sql)
+        seq = [[_param(p) for p in params] for params in seq]
+        if self.connection.tracer is not None:
+            self.connection.tracer(query, seq)
         with self._alone(query):
             cur = self.connection.raw.cursor()
-            cur.executemany(query, [[_param(p) for p in params] for params in seq])
+            cur.executemany(query, seq)
             self.rowcount = cur.rowcount
         return self
 
@@ -203,10 +208,13 @@ class Cursor:
 
 class Connection:
     """A PostgreSQL connection that the storage layer uses as it uses sqlite3's: `sql`
-    names PostgreSQL's spellings where SQLite's differ (store/dialect.py)."""
+    names PostgreSQL's spellings where SQLite's differ (store/dialect.py); every
+    statement goes through one call, Cursor.execute(many), and `tracer`, when set,
+    is called with each as it is sent (translated) and its parameters."""
 
     dialect = "postgresql"
     sql = PostgreSQL
+    tracer = None
     CONTROL = {"BEGIN IMMEDIATE": "begin_write", "BEGIN": "begin_read",
                "COMMIT": "commit", "ROLLBACK": "rollback"}
 
