@@ -1,9 +1,12 @@
 """PostgreSQL itself (agentctl(5), BACKENDS): what only that backend has, on a real
 server the fixture starts. (The rest of the suite runs on it too: make test's
-second pass, pytest --backend postgresql.)"""
+second pass, pytest --backend postgresql.) And what needs no server: no SQL of
+SQLite's own outside its places, the two schemas as written alike."""
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -380,3 +383,275 @@ def test_a_server_that_goes_away_is_one_line_and_75(pg):
     assert err.startswith("agent-mail: ") and "the database server can't be reached" in err
     assert err.count("\n") == 1 and "Traceback" not in err
 
+
+
+# -- SQL that is SQLite's own -----------------------------------------------------------------
+# Where SQLite's SQL and PostgreSQL's differ, the storage layer writes the difference by
+# name (store/dialect.py). These tests find SQLite's own spellings anywhere else, in the
+# store's source and in the statements the programs run, without a PostgreSQL server.
+
+# (a spelling, what it is): SQLite reads each as agentctl means it, PostgreSQL does not
+SQLITE_ONLY = [(re.compile(pattern, re.I), what) for pattern, what in [
+    (r"\bjulianday\s*\(|\b(strftime|datetime|unixepoch)\s*\(|\bdate\s*\(\s*'now'",
+     "SQLite's time functions (sql.now)"),
+    (r"\bGLOB\b", "GLOB (sql.glob)"),
+    (r"\bAS\s+BLOB\b", "a cast to BLOB (sql.octet_length)"),
+    (r"\bLIKE\b", "LIKE, which ignores ASCII case on SQLite only (sql.ilike)"),
+    (r"\bWITH\s+RECURSIVE\s+\w+\s*\([^)]*\)\s*AS\s*\(\s*SELECT\s+\?",
+     "a recursive CTE's first row of an untyped parameter (sql.text_param)"),
+    (r"\bINSERT\s+OR\s+\w+|\bREPLACE\s+INTO\b", "INSERT OR ... / REPLACE INTO"),
+    (r"\b(ifnull|iif|group_concat|instr|printf|total|typeof|zeroblob|randomblob|"
+     r"last_insert_rowid|changes|total_changes|json_extract|json_each)\s*\(",
+     "a function of SQLite's own"),
+    (r"\bPRAGMA\b", "PRAGMA"),
+    (r"\b(rowid|_rowid_)\b", "rowid"),
+    (r"\bsqlite_\w+", "SQLite's own tables"),
+    (r"\bAUTOINCREMENT\b", "AUTOINCREMENT"),
+    (r"\bCOLLATE\s+(NOCASE|RTRIM|BINARY)\b", "a collation of SQLite's own"),
+    (r"\bLIMIT\s+[^\s,()]+\s*,", "LIMIT offset, count"),
+    (r"==", "== (PostgreSQL: =)"),
+    (r"\bBEGIN\s+(DEFERRED|EXCLUSIVE|TRANSACTION)\b", "a BEGIN of SQLite's own"),
+]]
+_SCALAR = re.compile(r"\b(max|min)\s*\(", re.I)
+
+
+def sqlite_only(text):
+    """What in a statement's text (or a part of one) is SQLite's own SQL."""
+    found = [what for pattern, what in SQLITE_ONLY if pattern.search(text)]
+    for match in _SCALAR.finditer(text):     # max(a, b): greatest(a, b) on PostgreSQL
+        depth, quoted = 1, False
+        for c in text[match.end():]:
+            if c == "'":
+                quoted = not quoted
+            elif quoted:
+                continue
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif c == "," and depth == 1:
+                found.append(f"{match.group(1)}() of two values (sql.greatest)")
+                break
+    return found
+
+
+# Where SQLite's own SQL belongs, by module and the functions or classes in it ("": all):
+# SQLite's dialect, the SQLite migrations, agent-db check (it reads SQLite files only),
+# and what db.py does to a SQLite file alone.
+SQLITE_PLACES = {
+    "agentctl.store.dialect": ("SQLite",),
+    "agentctl.store.migrations": ("",),
+    "agentctl.store.check": ("",),
+    "agentctl.store.db": ("connect", "_migrate", "_use_wal", "quick_check", "data_version",
+                          "path_of"),
+}
+
+
+def sqlite_s_place(module, scope):
+    return any(place == "" or scope == place or scope.startswith(place + ".")
+               for place in SQLITE_PLACES.get(module, ()))
+
+
+def store_sources():
+    store = os.path.join(ROOT, "agentctl", "store")
+    return {f"agentctl.store.{name[:-3]}": open(os.path.join(store, name), encoding="utf-8").read()
+            for name in sorted(os.listdir(store)) if name.endswith(".py")}
+
+
+def literals(source):
+    """(scope, line, text) of each string in `source` but docstrings (an f-string's text
+    with {} for its values); scope: the function or class it stands in, qualified."""
+    found, docstrings = [], set()
+
+    def visit(node, scope):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant):
+            docstrings.add(id(body[0].value))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scope = f"{scope}.{node.name}" if scope else node.name
+        if isinstance(node, ast.JoinedStr):
+            found.append((scope, node.lineno, "".join(
+                v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)))
+            for value in node.values:       # the expressions inside, strings of their own
+                if isinstance(value, ast.FormattedValue):
+                    visit(value.value, scope)
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                id(node) not in docstrings:
+            found.append((scope, node.lineno, node.value))
+        for child in ast.iter_child_nodes(node):
+            visit(child, scope)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def sqlite_sql_in(modules):
+    """SQLite's own SQL in the modules' strings, outside the places it belongs."""
+    return [f"{module}:{line} ({scope or 'module'}): {what}: {text.strip()[:80]}"
+            for module, source in modules.items()
+            for scope, line, text in literals(source)
+            if not sqlite_s_place(module, scope)
+            for what in sqlite_only(text)]
+
+
+def test_the_store_writes_sqlite_s_own_sql_only_in_sqlite_s_places():
+    """Every string of the storage layer is SQL both backends read alike, but in
+    SQLite's dialect and the code only a SQLite file reaches (no server needed)."""
+    assert sqlite_sql_in(store_sources()) == []
+
+
+@pytest.mark.parametrize("module, planted, expected", [
+    ("registry", "def f(conn):\n    return conn.execute(\"SELECT id FROM agents WHERE "
+                 "created_at < julianday('now')\")", "SQLite's time functions (sql.now)"),
+    ("documents", "def f(conn, p):\n    return conn.execute(f\"SELECT {_row(conn)} FROM documents "
+                  "WHERE name GLOB ?\", (p,))", "GLOB (sql.glob)"),
+    ("documents", "SIZE = 'length(CAST(body AS BLOB))'", "a cast to BLOB (sql.octet_length)"),
+    ("registry", "def f(conn):\n    return conn.execute(\"SELECT id FROM agents WHERE \"\n"
+                 "        \"max(created_at, coalesce(wake_at, 0)) > ?\", (1,))",
+     "max() of two values (sql.greatest)"),
+    ("registry", "Q = '''WITH RECURSIVE up(id, n) AS (\n    SELECT ?, 0 UNION ALL SELECT 1)'''",
+     "a recursive CTE's first row of an untyped parameter (sql.text_param)"),
+    ("turnlog", "Q = \"SELECT 1 FROM messages WHERE content NOT LIKE 'error:%'\"",
+     "LIKE, which ignores ASCII case on SQLite only (sql.ilike)"),
+    ("mailbox", "Q = 'INSERT OR IGNORE INTO mail (id) VALUES (?)'",
+     "INSERT OR ... / REPLACE INTO"),
+    ("copy", "def f(conn):\n    conn.execute('PRAGMA defer_foreign_keys = ON')", "PRAGMA"),
+    ("events", "Q = 'SELECT rowid FROM events'", "rowid"),
+    ("events", "Q = 'SELECT ifnull(detail, kind) FROM events'", "a function of SQLite's own"),
+    ("db", "def changed(conn):\n    return conn.execute('PRAGMA data_version')", "PRAGMA"),
+    ("dialect", "PostgreSQL.now = \"((julianday('now') - 2440587.5) * 86400.0)\"",
+     "SQLite's time functions (sql.now)"),
+])
+def test_the_check_catches_sqlite_s_own_sql_planted_in_the_store(module, planted, expected):
+    """The check itself can fail: each of these, added to today's store, is found (in
+    db.py, outside the functions a SQLite file alone reaches; in dialect.py, outside
+    SQLite's dialect)."""
+    modules = store_sources()
+    modules[f"agentctl.store.{module}"] += "\n\n" + planted + "\n"
+    found = sqlite_sql_in(modules)
+    assert len(found) == 1 and f": {expected}: " in found[0], found
+
+
+def test_both_dialects_name_the_same_differences_and_postgresql_s_are_its_own():
+    from agentctl.store import dialect
+
+    def members(cls):
+        return {name for name in vars(cls) if not name.startswith("_")}
+
+    assert members(dialect.SQLite) == members(dialect.PostgreSQL)
+    pg = dialect.PostgreSQL
+    spelled = [pg.now, pg.ilike, pg.text_param, pg.octet_length("d.body"),
+               pg.greatest("a", "b"), pg.glob("d.name", "x*")[0]]
+    assert [sqlite_only(text) for text in spelled] == [[]] * len(spelled)
+
+
+def spellings(cls):
+    """{name: member} of a dialect's spellings of SQL."""
+    return {name: value for name, value in vars(cls).items()
+            if isinstance(value, (str, staticmethod)) and name[0] != "_" and name != "name"}
+
+
+def marked(cls):
+    """A dialect that writes cls's spellings between comments that name them
+    (/*now*/.../**/): a statement's text says which parts are the dialect's."""
+    members = {}
+    for name, value in spellings(cls).items():
+        if isinstance(value, str):
+            members[name] = f"/*{name}*/{value}/**/"
+        else:
+            def spelled(*args, spell=value.__func__, name=name):
+                text = spell(*args)
+                if isinstance(text, tuple):     # (condition, parameter)
+                    return (f"/*{name}*/{text[0]}/**/", *text[1:])
+                return f"/*{name}*/{text}/**/"
+            members[name] = staticmethod(spelled)
+    return type(f"Marked{cls.__name__}", (cls,), members)
+
+
+_MARKED = re.compile(r"/\*(\w+)\*/.*?/\*\*/", re.S)
+
+
+def _place():
+    """(module, function) of the storage layer's code that runs the statement being
+    traced (the first frame in agentctl.store outside db.py's execute), or (None, '')."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("agentctl.store.") and not (
+                module == "agentctl.store.db" and frame.f_code.co_name in ("execute",
+                                                                         "executemany")):
+            return module, frame.f_code.co_qualname
+        frame = frame.f_back
+    return None, ""
+
+
+@pytest.fixture
+def traced(monkeypatch, tmp_path):
+    """Every statement the programs run in this process on a SQLite file, their
+    dialect's spellings marked: {"sql": [(place, text)], "spelled": {names}}."""
+    from agentctl.store import db, dialect
+    seen = {"sql": [], "spelled": set()}
+
+    def trace(sql, params):
+        seen["sql"].append((_place(), sql))
+        seen["spelled"] |= set(_MARKED.findall(sql))
+
+    monkeypatch.setenv("AGENTCTL_DB", str(tmp_path / "traced.db"))
+    monkeypatch.setattr(db.Connection, "sql", marked(dialect.SQLite))
+    monkeypatch.setattr(db.Connection, "tracer", staticmethod(trace))
+    return seen
+
+
+def sqlite_sql_run(statements):
+    """SQLite's own SQL in the statements run, outside the dialect's spellings and the
+    places it belongs."""
+    return [f"{module}.{scope}: {what}: {' '.join(sql.split())[:100]}"
+            for (module, scope), sql in statements
+            if module is None or not sqlite_s_place(module, scope)
+            for what in sqlite_only(_MARKED.sub(" ", sql))]
+
+
+def test_the_programs_run_no_sql_of_sqlite_s_own_outside_its_places(traced, tmp_path):
+    """The statements the programs run (traced on a SQLite file), the dialect's
+    spellings taken out, are SQL both backends read alike: mail deferred and due,
+    a turn that ends, grants along a lineage, documents by a pattern, an idle agent,
+    agent-db copy. Each spelling of the dialect is met on the way."""
+    from agentctl.store import dialect
+    fork("-n", "a", "-m", "echo", "--idle-exit", "1h", "hello")
+    fork("-p", "a", "-n", "b", "-m", "echo", "--allow", "agent-*", "hi")
+    assert agent("run", "a").code == 0
+    assert agent("send", "a", "more").code == 0
+    assert agent("send", "--in", "1h", "a", "later").code == 0
+    assert agent("mail", "-c", "a").out == "1\n"
+    assert agent("ps", "-a").code == 0
+    assert agent("doc", "put", "notes/one", "text").code == 0
+    assert "notes/one" in agent("doc", "ls", "notes/*").out
+    assert agent("db", "copy", str(tmp_path / "traced.db"), str(tmp_path / "copy.db")).code == 0
+    assert sqlite_sql_run(traced["sql"]) == []
+    assert traced["spelled"] == set(spellings(dialect.SQLite))
+
+
+@pytest.mark.parametrize("statement, expected", [
+    ("SELECT count(*) FROM mail WHERE deliver_at < julianday('now')",
+     "SQLite's time functions (sql.now)"),
+    ("SELECT max(created_at, 0) FROM agents", "max() of two values (sql.greatest)"),
+    ("SELECT rowid FROM mail", "rowid"),
+])
+def test_the_trace_catches_sqlite_s_own_sql_run_by_the_store(traced, monkeypatch,
+                                                            statement, expected):
+    """The check of the statements run can fail: one of SQLite's own, run by a store
+    function (mailbox.count_unread, replaced), is found."""
+    from agentctl.store import mailbox
+    planted = {**vars(mailbox), "statement": statement, "count": mailbox.count_unread}
+    exec("def count_unread(conn, recipient_id, **kwargs):\n"
+         "    conn.execute(statement)\n"
+         "    return count(conn, recipient_id, **kwargs)\n", planted)   # (in mailbox's name)
+    monkeypatch.setattr(mailbox, "count_unread", planted["count_unread"])
+    fork("-n", "a")
+    assert agent("mail", "-c", "a").out == "0\n"
+    found = sqlite_sql_run(traced["sql"])
+    assert found == [f"agentctl.store.mailbox.count_unread: {expected}: {statement}"]
