@@ -1,9 +1,12 @@
 """PostgreSQL itself (agentctl(5), BACKENDS): what only that backend has, on a real
 server the fixture starts. (The rest of the suite runs on it too: make test's
-second pass, pytest --backend postgresql.)"""
+second pass, pytest --backend postgresql.) And what needs no server: no SQL of
+SQLite's own outside its places, the two schemas as written alike."""
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -91,21 +94,296 @@ def test_a_newer_schema_is_refused(pg):
         in result.err
 
 
-def test_the_schema_is_sqlite_s_column_for_column(pg, tmp_path):
-    """The two schemas agree: every table and column of one is in the other, and
-    PostgreSQL's migrations end at the version SQLite's do."""
-    assert pgschema.newest() == SCHEMA_VERSION
-    lite = connect(str(tmp_path / "lite.db"))
-    tables = [r[0] for r in lite.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+# -- the two schemas --------------------------------------------------------------------------
+# Each schema read into one form: {part: {key: value}}, PostgreSQL's types in SQLite's
+# words. Read from a SQLite file the migrations made, from pgschema.py's statements as
+# written (no server needed), and from a server's catalogs.
+
+# SQLite's type of a column, and PostgreSQL's for it (pgschema.py says why: 64-bit
+# integers, times as double precision, text compared byte by byte)
+TYPES = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": 'text collate "c"'}
+_PG_TYPES = {pg: lite for lite, pg in TYPES.items()}
+PARTS = ("columns", "primary keys", "unique", "indexes", "references", "sequenced")
+
+
+def _schema():
+    return {part: {} for part in PARTS}
+
+
+def _pg_type(words):
+    words = " ".join(words.lower().split())
+    return _PG_TYPES.get(words, f"(PostgreSQL's {words})")
+
+
+def _default(text):
+    """A default as written, without PostgreSQL's cast ('S'::text: 'S')."""
+    return None if text is None else re.sub(r"::[a-z ]+$", "", text.strip())
+
+
+def _columns(text):
+    return tuple(c.strip().strip('"') for c in text.split(","))
+
+
+def _words(text):
+    return " ".join(text.split())
+
+
+def sqlite_schema(conn):
+    """The schema of a SQLite file (a primary key's column counted NOT NULL, as it is
+    on PostgreSQL: agentctl writes no NULL id)."""
+    schema = _schema()
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                          "AND name NOT LIKE '%sqlite%'")]
-    expected = {t: {r[1] for r in lite.execute(f"PRAGMA table_info({t})")} for t in tables}
-    conn = connect(pg)
-    actual = {}
-    for table, column in conn.execute(
-            "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name != 'agentctl_schema'"):
-        actual.setdefault(table, set()).add(column)
-    assert actual == expected
+    for table in tables:
+        info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+        key = tuple(r["name"] for r in sorted(info, key=lambda r: r["pk"]) if r["pk"])
+        for r in info:
+            schema["columns"][table, r["name"]] = (
+                r["type"].upper(), bool(r["notnull"] or r["pk"]), _default(r["dflt_value"]))
+        schema["primary keys"][table] = key
+        if len(key) == 1 and schema["columns"][table, key[0]][0] == "INTEGER":
+            schema["sequenced"][table] = key[0]      # INTEGER PRIMARY KEY: the rowid
+        for r in conn.execute(f"PRAGMA foreign_key_list({table})"):
+            schema["references"][table, r["from"]] = (r["table"], r["to"])
+        for index in conn.execute(f"PRAGMA index_list({table})").fetchall():
+            columns = tuple(r["name"] for r in conn.execute(f"PRAGMA index_info({index['name']})"))
+            if index["origin"] == "u":
+                schema["unique"][table, columns] = True
+            elif index["origin"] == "c":
+                sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?",
+                                   (index["name"],)).fetchone()[0]
+                where = re.search(r"\bWHERE\b(.*)$", sql, re.S)
+                schema["indexes"][index["name"]] = (table, columns, bool(index["unique"]),
+                                                    where and _words(where.group(1)))
+    return schema
+
+
+_CONSTRAINTS = {"NOT", "NULL", "DEFAULT", "REFERENCES", "PRIMARY", "GENERATED", "UNIQUE",
+                "CHECK"}
+
+
+def _ddl_column(schema, table, item):
+    name, *rest = item.split()
+    assert name.upper() not in _CONSTRAINTS | {"CONSTRAINT", "FOREIGN", "EXCLUDE"}, \
+        f"pgschema: a constraint this test can't read yet: {item}"
+    n = next((i for i, w in enumerate(rest) if w.upper() in _CONSTRAINTS), len(rest))
+    type_, constraints = " ".join(rest[:n]), " ".join(rest[n:])
+    default = re.search(r"(?<!BY )\bDEFAULT ('(?:[^']|'')*'|\S+)", constraints)
+    key = "PRIMARY KEY" in constraints
+    schema["columns"][table, name] = (_pg_type(type_), "NOT NULL" in constraints or key,
+                                      default and _default(default.group(1)))
+    if key:
+        schema["primary keys"][table] = (name,)
+    if "GENERATED BY DEFAULT AS IDENTITY" in constraints:
+        schema["sequenced"][table] = name
+    reference = re.search(r"\bREFERENCES (\w+)\s*\((\w+)\)", constraints)
+    if reference:
+        schema["references"][table, name] = reference.groups()
+
+
+def _split(body):
+    """A CREATE TABLE's items: split at the commas outside parentheses."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(body):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            items.append(body[start:i].strip())
+            start = i + 1
+    return items + [body[start:].strip()]
+
+
+def ddl_schema(statements):
+    """The schema pgschema's statements make (each statement one this reader knows)."""
+    schema = _schema()
+    for statement in statements:
+        text = _words(statement)
+        if not text:
+            continue
+        if m := re.fullmatch(r"CREATE TABLE (\w+) \((.*)\)", text):
+            table, body = m.groups()
+            for item in _split(body):
+                if u := re.fullmatch(r"UNIQUE \((.*)\)", item):
+                    schema["unique"][table, _columns(u.group(1))] = True
+                elif k := re.fullmatch(r"PRIMARY KEY \((.*)\)", item):
+                    schema["primary keys"][table] = _columns(k.group(1))
+                else:
+                    _ddl_column(schema, table, item)
+            schema["primary keys"].setdefault(table, ())
+        elif m := re.fullmatch(r"CREATE (UNIQUE )?INDEX (\w+) ON (\w+) ?\(([^)]*)\)"
+                               r"(?: WHERE (.*))?", text):
+            unique, name, table, columns, where = m.groups()
+            schema["indexes"][name] = (table, _columns(columns), bool(unique), where)
+        elif m := re.fullmatch(r"ALTER TABLE (\w+) ADD COLUMN (.*)", text):
+            _ddl_column(schema, *m.groups())
+        else:
+            raise AssertionError(f"pgschema: a statement this test can't read yet: {text[:60]}")
+    return without_agentctl_schema(schema)
+
+
+def server_schema(conn):
+    """The schema of a PostgreSQL database, from its catalogs."""
+    schema = _schema()
+    for table, name, type_, collation, nullable, default, identity in conn.execute(
+            "SELECT table_name, column_name, data_type, collation_name, is_nullable, "
+            "column_default, is_identity FROM information_schema.columns "
+            "WHERE table_schema = current_schema()"):
+        type_ += f' collate "{collation.lower()}"' if collation else ""
+        schema["columns"][table, name] = (_pg_type(type_), nullable == "NO", _default(default))
+        schema["primary keys"].setdefault(table, ())
+        if identity == "YES":
+            schema["sequenced"][table] = name
+    for table, definition in conn.execute(
+            "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE connamespace = current_schema()::regnamespace"):
+        if k := re.fullmatch(r"PRIMARY KEY \((.*)\)", definition):
+            schema["primary keys"][table] = _columns(k.group(1))
+        elif u := re.fullmatch(r"UNIQUE \((.*)\)", definition):
+            schema["unique"][table, _columns(u.group(1))] = True
+        elif f := re.fullmatch(r"FOREIGN KEY \((\w+)\) REFERENCES (\w+)\((\w+)\)", definition):
+            schema["references"][table, f.group(1)] = (f.group(2), f.group(3))
+        else:
+            raise AssertionError(f"a constraint this test can't read yet: {definition}")
+    for name, table, definition in conn.execute(
+            "SELECT indexname, tablename, indexdef FROM pg_indexes "
+            "WHERE schemaname = current_schema() AND indexname NOT IN "
+            "(SELECT conname FROM pg_constraint WHERE contype IN ('p', 'u'))"):
+        m = re.fullmatch(r"CREATE (UNIQUE )?INDEX \S+ ON \S+ USING btree \((.*?)\)"
+                         r"(?: WHERE (.*))?", definition)
+        assert m, definition
+        schema["indexes"][name] = (table, _columns(m.group(2)), bool(m.group(1)), m.group(3))
+    return without_agentctl_schema(schema)
+
+
+def without_agentctl_schema(schema):
+    """The schema without PostgreSQL's table of its version (SQLite's: user_version)."""
+    return {part: {k: v for k, v in entries.items()
+                   if (k[0] if isinstance(k, tuple) else k) != "agentctl_schema"
+                   and not (part == "indexes" and v[0] == "agentctl_schema")}
+            for part, entries in schema.items()}
+
+
+def partial_only(schema):
+    """The schema with each index's condition as whether it has one (a server writes
+    a condition in words of its own)."""
+    return dict(schema, indexes={n: (*v[:3], v[3] is not None)
+                                 for n, v in schema["indexes"].items()})
+
+
+def differences(sqlite, postgresql):
+    """Where the two schemas differ, a line each."""
+    return [f"{part} {key}: SQLite {sqlite[part].get(key, 'none')}, "
+            f"PostgreSQL {postgresql[part].get(key, 'none')}"
+            for part in PARTS
+            for key in sorted(set(sqlite[part]) | set(postgresql[part]), key=repr)
+            if sqlite[part].get(key) != postgresql[part].get(key)]
+
+
+def pgschema_statements(baseline=None):
+    return (baseline or pgschema.BASELINE).split(";") + \
+        [s for _, statements in pgschema.MIGRATIONS for s in statements]
+
+
+@pytest.fixture(scope="module")
+def lite(tmp_path_factory):
+    """The schema of a SQLite file the migrations made."""
+    conn = connect(str(tmp_path_factory.mktemp("lite") / "lite.db"))
+    try:
+        return sqlite_schema(conn)
+    finally:
+        conn.close()
+
+
+def test_the_schemas_as_written_agree_type_for_type_and_index_for_index(lite):
+    """pgschema.py's statements (read without a server) make SQLite's schema: each
+    column with its type (TYPES), NOT NULL and default, the primary keys, the ids the
+    database hands out, the unique constraints, the references, each index (name,
+    table, columns, unique, condition); PostgreSQL's migrations end at SQLite's version."""
+    assert pgschema.newest() == SCHEMA_VERSION
+    assert set(lite["sequenced"]) == set(pgschema.SEQUENCED)
+    assert {type_ for type_, _, _ in lite["columns"].values()} <= set(TYPES)
+    assert differences(lite, ddl_schema(pgschema_statements())) == []
+
+
+_T = pgschema._TEXT      # (as pgschema.BASELINE spells it)
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("deliver_at   DOUBLE PRECISION", "deliver_at   BIGINT",
+     "columns ('mail', 'deliver_at'): SQLite ('REAL', False, None), PostgreSQL ('INTEGER', "),
+    (f"kind         {_T} NOT NULL DEFAULT 'mail'", "kind         TEXT NOT NULL DEFAULT 'mail'",
+     "columns ('mail', 'kind'): SQLite ('TEXT', True, \"'mail'\"), PostgreSQL (\"(PostgreSQL's "
+     "text)\""),
+    (f"body         {_T} NOT NULL,", f"body         {_T},",
+     "columns ('mail', 'body'): SQLite ('TEXT', True, None), PostgreSQL ('TEXT', False, None)"),
+    (f"status        {_T} NOT NULL DEFAULT 'S'", f"status        {_T} NOT NULL DEFAULT 'R'",
+     "columns ('agents', 'status'): SQLite ('TEXT', True, \"'S'\"), PostgreSQL ('TEXT', True, "
+     "\"'R'\")"),
+    ("CREATE INDEX mail_deferred ON mail(deliver_at) WHERE deliver_at IS NOT NULL AND read_at "
+     "IS NULL;\n", "", "indexes mail_deferred: SQLite ('mail', ('deliver_at',), False, "),
+    ("CREATE UNIQUE INDEX agents_name_taken", "CREATE INDEX agents_name_taken",
+     "indexes agents_name_taken: SQLite ('agents', ('name',), True, \"status != 'X'\"), "
+     "PostgreSQL ('agents', ('name',), False, "),
+    ("turns_agent ON turns(agent_id, id)", "turns_agent ON turns(id, agent_id)",
+     "indexes turns_agent: SQLite ('turns', ('agent_id', 'id'), False, None), PostgreSQL "
+     "('turns', ('id', 'agent_id'), False, None)"),
+    ("turns_open ON turns(agent_id) WHERE status = 'running'",
+     "turns_open ON turns(agent_id) WHERE status = 'done'",
+     "indexes turns_open: SQLite ('turns', ('agent_id',), False, \"status = 'running'\"), "
+     "PostgreSQL ('turns', ('agent_id',), False, \"status = 'done'\")"),
+    ("created_at DOUBLE PRECISION NOT NULL,\n    UNIQUE (name, version)\n",
+     "created_at DOUBLE PRECISION NOT NULL\n",
+     "unique ('documents', ('name', 'version')): SQLite True, PostgreSQL none"),
+    (f"turn_id       BIGINT NOT NULL REFERENCES turns(id),\n    tool_call_id  {_T} NOT NULL,\n"
+     "    tool ", f"turn_id       BIGINT NOT NULL,\n    tool_call_id  {_T} NOT NULL,\n    tool ",
+     "references ('tool_runs', 'turn_id'): SQLite ('turns', 'id'), PostgreSQL none"),
+    (f"CREATE TABLE messages (\n    id           {pgschema._ID}",
+     "CREATE TABLE messages (\n    id           BIGINT PRIMARY KEY",
+     "sequenced messages: SQLite id, PostgreSQL none"),
+])
+def test_the_comparison_as_written_finds_each_difference(lite, old, new, expected):
+    """The comparison itself can fail: each change to pgschema's statements (a type, a
+    collation, NOT NULL, a default, an index gone, not unique, its columns, its
+    condition, a unique constraint, a reference, an id no longer handed out) is found,
+    and nothing else."""
+    assert old in pgschema.BASELINE, old
+    found = differences(lite, ddl_schema(pgschema_statements(
+        pgschema.BASELINE.replace(old, new, 1))))
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_the_schema_on_the_server_is_sqlite_s(pg, lite):
+    """What the server made of pgschema's statements is SQLite's schema too (an
+    index's condition compared as whether it has one: the server rewrites it)."""
+    assert differences(partial_only(lite), partial_only(server_schema(connect(pg)))) == []
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("ALTER TABLE mail ALTER COLUMN deliver_at TYPE bigint",
+     "columns ('mail', 'deliver_at'): SQLite ('REAL', False, None), PostgreSQL ('INTEGER', "),
+    ('ALTER TABLE mail ALTER COLUMN body TYPE text COLLATE "default"',
+     "columns ('mail', 'body'): SQLite ('TEXT', True, None), PostgreSQL (\"(PostgreSQL's"),
+    ("ALTER TABLE mail ALTER COLUMN body DROP NOT NULL",
+     "columns ('mail', 'body'): SQLite ('TEXT', True, None), PostgreSQL ('TEXT', False, None)"),
+    ("ALTER TABLE agents ALTER COLUMN status SET DEFAULT 'R'",
+     "columns ('agents', 'status'): SQLite ('TEXT', True, \"'S'\"), PostgreSQL ('TEXT', True, "
+     "\"'R'\")"),
+    ("DROP INDEX mail_deferred", "indexes mail_deferred: SQLite ('mail', ('deliver_at',), False, "
+                                 "True), PostgreSQL none"),
+    ("DROP INDEX agents_name_taken; CREATE INDEX agents_name_taken ON agents(name) "
+     "WHERE status != 'X'", "indexes agents_name_taken: SQLite ('agents', ('name',), True, True)"),
+    ("ALTER TABLE documents DROP CONSTRAINT documents_name_version_key",
+     "unique ('documents', ('name', 'version')): SQLite True, PostgreSQL none"),
+    ("ALTER TABLE tool_runs DROP CONSTRAINT tool_runs_turn_id_fkey",
+     "references ('tool_runs', 'turn_id'): SQLite ('turns', 'id'), PostgreSQL none"),
+    ("ALTER TABLE messages ALTER COLUMN id DROP IDENTITY",
+     "sequenced messages: SQLite id, PostgreSQL none"),
+])
+def test_the_comparison_on_the_server_finds_each_difference(pg, lite, change, expected):
+    """The comparison with the server can fail: each change of the database's schema
+    is found, and nothing else."""
+    postgresql_server().sql(change, database=pg.rsplit("/", 1)[1])
+    found = differences(partial_only(lite), partial_only(server_schema(connect(pg))))
+    assert len(found) == 1 and found[0].startswith(expected), found
 
 
 def test_times_come_from_the_server_not_the_host(pg, tmp_path, monkeypatch):
@@ -381,13 +659,274 @@ def test_a_server_that_goes_away_is_one_line_and_75(pg):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_every_rewrite_meets_the_sql_it_was_written_for():
-    """pg.REWRITES names SQLite spellings of the storage layer: one that no longer
-    appears there (its SQL was changed) is said here, not at run time."""
-    from agentctl.store import pg
+
+# -- SQL that is SQLite's own -----------------------------------------------------------------
+# Where SQLite's SQL and PostgreSQL's differ, the storage layer writes the difference by
+# name (store/dialect.py). These tests find SQLite's own spellings anywhere else, in the
+# store's source and in the statements the programs run, without a PostgreSQL server.
+
+# (a spelling, what it is): SQLite reads each as agentctl means it, PostgreSQL does not
+SQLITE_ONLY = [(re.compile(pattern, re.I), what) for pattern, what in [
+    (r"\bjulianday\s*\(|\b(strftime|datetime|unixepoch)\s*\(|\bdate\s*\(\s*'now'",
+     "SQLite's time functions (sql.now)"),
+    (r"\bGLOB\b", "GLOB (sql.glob)"),
+    (r"\bAS\s+BLOB\b", "a cast to BLOB (sql.octet_length)"),
+    (r"\bLIKE\b", "LIKE, which ignores ASCII case on SQLite only (sql.ilike)"),
+    (r"\bWITH\s+RECURSIVE\s+\w+\s*\([^)]*\)\s*AS\s*\(\s*SELECT\s+\?",
+     "a recursive CTE's first row of an untyped parameter (sql.text_param)"),
+    (r"\bINSERT\s+OR\s+\w+|\bREPLACE\s+INTO\b", "INSERT OR ... / REPLACE INTO"),
+    (r"\b(ifnull|iif|group_concat|instr|printf|total|typeof|zeroblob|randomblob|"
+     r"last_insert_rowid|changes|total_changes|json_extract|json_each)\s*\(",
+     "a function of SQLite's own"),
+    (r"\bPRAGMA\b", "PRAGMA"),
+    (r"\b(rowid|_rowid_)\b", "rowid"),
+    (r"\bsqlite_\w+", "SQLite's own tables"),
+    (r"\bAUTOINCREMENT\b", "AUTOINCREMENT"),
+    (r"\bCOLLATE\s+(NOCASE|RTRIM|BINARY)\b", "a collation of SQLite's own"),
+    (r"\bLIMIT\s+[^\s,()]+\s*,", "LIMIT offset, count"),
+    (r"==", "== (PostgreSQL: =)"),
+    (r"\bBEGIN\s+(DEFERRED|EXCLUSIVE|TRANSACTION)\b", "a BEGIN of SQLite's own"),
+]]
+_SCALAR = re.compile(r"\b(max|min)\s*\(", re.I)
+
+
+def sqlite_only(text):
+    """What in a statement's text (or a part of one) is SQLite's own SQL."""
+    found = [what for pattern, what in SQLITE_ONLY if pattern.search(text)]
+    for match in _SCALAR.finditer(text):     # max(a, b): greatest(a, b) on PostgreSQL
+        depth, quoted = 1, False
+        for c in text[match.end():]:
+            if c == "'":
+                quoted = not quoted
+            elif quoted:
+                continue
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif c == "," and depth == 1:
+                found.append(f"{match.group(1)}() of two values (sql.greatest)")
+                break
+    return found
+
+
+# Where SQLite's own SQL belongs, by module and the functions or classes in it ("": all):
+# SQLite's dialect, the SQLite migrations, agent-db check (it reads SQLite files only),
+# and what db.py does to a SQLite file alone.
+SQLITE_PLACES = {
+    "agentctl.store.dialect": ("SQLite",),
+    "agentctl.store.migrations": ("",),
+    "agentctl.store.check": ("",),
+    "agentctl.store.db": ("connect", "_migrate", "_use_wal", "quick_check", "data_version",
+                          "path_of"),
+}
+
+
+def sqlite_s_place(module, scope):
+    return any(place == "" or scope == place or scope.startswith(place + ".")
+               for place in SQLITE_PLACES.get(module, ()))
+
+
+def store_sources():
     store = os.path.join(ROOT, "agentctl", "store")
-    sources = "".join(open(os.path.join(store, name), encoding="utf-8").read()
-                      for name in os.listdir(store)
-                      if name.endswith(".py") and name != "pg.py")
-    missing = [old for old, _ in pg.REWRITES if old not in sources]
-    assert not missing
+    return {f"agentctl.store.{name[:-3]}": open(os.path.join(store, name), encoding="utf-8").read()
+            for name in sorted(os.listdir(store)) if name.endswith(".py")}
+
+
+def literals(source):
+    """(scope, line, text) of each string in `source` but docstrings (an f-string's text
+    with {} for its values); scope: the function or class it stands in, qualified."""
+    found, docstrings = [], set()
+
+    def visit(node, scope):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant):
+            docstrings.add(id(body[0].value))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scope = f"{scope}.{node.name}" if scope else node.name
+        if isinstance(node, ast.JoinedStr):
+            found.append((scope, node.lineno, "".join(
+                v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)))
+            for value in node.values:       # the expressions inside, strings of their own
+                if isinstance(value, ast.FormattedValue):
+                    visit(value.value, scope)
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                id(node) not in docstrings:
+            found.append((scope, node.lineno, node.value))
+        for child in ast.iter_child_nodes(node):
+            visit(child, scope)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def sqlite_sql_in(modules):
+    """SQLite's own SQL in the modules' strings, outside the places it belongs."""
+    return [f"{module}:{line} ({scope or 'module'}): {what}: {text.strip()[:80]}"
+            for module, source in modules.items()
+            for scope, line, text in literals(source)
+            if not sqlite_s_place(module, scope)
+            for what in sqlite_only(text)]
+
+
+def test_the_store_writes_sqlite_s_own_sql_only_in_sqlite_s_places():
+    """Every string of the storage layer is SQL both backends read alike, but in
+    SQLite's dialect and the code only a SQLite file reaches (no server needed)."""
+    assert sqlite_sql_in(store_sources()) == []
+
+
+@pytest.mark.parametrize("module, planted, expected", [
+    ("registry", "def f(conn):\n    return conn.execute(\"SELECT id FROM agents WHERE "
+                 "created_at < julianday('now')\")", "SQLite's time functions (sql.now)"),
+    ("documents", "def f(conn, p):\n    return conn.execute(f\"SELECT {_row(conn)} FROM documents "
+                  "WHERE name GLOB ?\", (p,))", "GLOB (sql.glob)"),
+    ("documents", "SIZE = 'length(CAST(body AS BLOB))'", "a cast to BLOB (sql.octet_length)"),
+    ("registry", "def f(conn):\n    return conn.execute(\"SELECT id FROM agents WHERE \"\n"
+                 "        \"max(created_at, coalesce(wake_at, 0)) > ?\", (1,))",
+     "max() of two values (sql.greatest)"),
+    ("registry", "Q = '''WITH RECURSIVE up(id, n) AS (\n    SELECT ?, 0 UNION ALL SELECT 1)'''",
+     "a recursive CTE's first row of an untyped parameter (sql.text_param)"),
+    ("turnlog", "Q = \"SELECT 1 FROM messages WHERE content NOT LIKE 'error:%'\"",
+     "LIKE, which ignores ASCII case on SQLite only (sql.ilike)"),
+    ("mailbox", "Q = 'INSERT OR IGNORE INTO mail (id) VALUES (?)'",
+     "INSERT OR ... / REPLACE INTO"),
+    ("copy", "def f(conn):\n    conn.execute('PRAGMA defer_foreign_keys = ON')", "PRAGMA"),
+    ("events", "Q = 'SELECT rowid FROM events'", "rowid"),
+    ("events", "Q = 'SELECT ifnull(detail, kind) FROM events'", "a function of SQLite's own"),
+    ("db", "def changed(conn):\n    return conn.execute('PRAGMA data_version')", "PRAGMA"),
+    ("dialect", "PostgreSQL.now = \"((julianday('now') - 2440587.5) * 86400.0)\"",
+     "SQLite's time functions (sql.now)"),
+])
+def test_the_check_catches_sqlite_s_own_sql_planted_in_the_store(module, planted, expected):
+    """The check itself can fail: each of these, added to today's store, is found (in
+    db.py, outside the functions a SQLite file alone reaches; in dialect.py, outside
+    SQLite's dialect)."""
+    modules = store_sources()
+    modules[f"agentctl.store.{module}"] += "\n\n" + planted + "\n"
+    found = sqlite_sql_in(modules)
+    assert len(found) == 1 and f": {expected}: " in found[0], found
+
+
+def test_both_dialects_name_the_same_differences_and_postgresql_s_are_its_own():
+    from agentctl.store import dialect
+
+    def members(cls):
+        return {name for name in vars(cls) if not name.startswith("_")}
+
+    assert members(dialect.SQLite) == members(dialect.PostgreSQL)
+    pg = dialect.PostgreSQL
+    spelled = [pg.now, pg.ilike, pg.text_param, pg.octet_length("d.body"),
+               pg.greatest("a", "b"), pg.glob("d.name", "x*")[0]]
+    assert [sqlite_only(text) for text in spelled] == [[]] * len(spelled)
+
+
+def spellings(cls):
+    """{name: member} of a dialect's spellings of SQL."""
+    return {name: value for name, value in vars(cls).items()
+            if isinstance(value, (str, staticmethod)) and name[0] != "_" and name != "name"}
+
+
+def marked(cls):
+    """A dialect that writes cls's spellings between comments that name them
+    (/*now*/.../**/): a statement's text says which parts are the dialect's."""
+    members = {}
+    for name, value in spellings(cls).items():
+        if isinstance(value, str):
+            members[name] = f"/*{name}*/{value}/**/"
+        else:
+            def spelled(*args, spell=value.__func__, name=name):
+                text = spell(*args)
+                if isinstance(text, tuple):     # (condition, parameter)
+                    return (f"/*{name}*/{text[0]}/**/", *text[1:])
+                return f"/*{name}*/{text}/**/"
+            members[name] = staticmethod(spelled)
+    return type(f"Marked{cls.__name__}", (cls,), members)
+
+
+_MARKED = re.compile(r"/\*(\w+)\*/.*?/\*\*/", re.S)
+
+
+def _place():
+    """(module, function) of the storage layer's code that runs the statement being
+    traced (the first frame in agentctl.store outside db.py's execute), or (None, '')."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("agentctl.store.") and not (
+                module == "agentctl.store.db" and frame.f_code.co_name in ("execute",
+                                                                         "executemany")):
+            return module, frame.f_code.co_qualname
+        frame = frame.f_back
+    return None, ""
+
+
+@pytest.fixture
+def traced(monkeypatch, tmp_path):
+    """Every statement the programs run in this process on a SQLite file, their
+    dialect's spellings marked: {"sql": [(place, text)], "spelled": {names}}."""
+    from agentctl.store import db, dialect
+    seen = {"sql": [], "spelled": set()}
+
+    def trace(sql, params):
+        seen["sql"].append((_place(), sql))
+        seen["spelled"] |= set(_MARKED.findall(sql))
+
+    monkeypatch.setenv("AGENTCTL_DB", str(tmp_path / "traced.db"))
+    monkeypatch.setattr(db.Connection, "sql", marked(dialect.SQLite))
+    monkeypatch.setattr(db.Connection, "tracer", staticmethod(trace))
+    return seen
+
+
+def sqlite_sql_run(statements):
+    """SQLite's own SQL in the statements run, outside the dialect's spellings and the
+    places it belongs."""
+    return [f"{module}.{scope}: {what}: {' '.join(sql.split())[:100]}"
+            for (module, scope), sql in statements
+            if module is None or not sqlite_s_place(module, scope)
+            for what in sqlite_only(_MARKED.sub(" ", sql))]
+
+
+def test_the_programs_run_no_sql_of_sqlite_s_own_outside_its_places(traced, tmp_path):
+    """The statements the programs run (traced on a SQLite file), the dialect's
+    spellings taken out, are SQL both backends read alike: mail deferred and due,
+    a turn that ends, grants along a lineage, documents by a pattern, an idle agent,
+    agent-db copy. Each spelling of the dialect is met on the way."""
+    from agentctl.store import dialect
+    fork("-n", "a", "-m", "echo", "--idle-exit", "1h", "hello")
+    fork("-p", "a", "-n", "b", "-m", "echo", "--allow", "agent-*", "hi")
+    assert agent("run", "a").code == 0
+    assert agent("send", "a", "more").code == 0
+    assert agent("send", "--in", "1h", "a", "later").code == 0
+    assert agent("mail", "-c", "a").out == "1\n"
+    assert agent("ps", "-a").code == 0
+    assert agent("doc", "put", "notes/one", "text").code == 0
+    assert "notes/one" in agent("doc", "ls", "notes/*").out
+    assert agent("db", "copy", str(tmp_path / "traced.db"), str(tmp_path / "copy.db")).code == 0
+    assert sqlite_sql_run(traced["sql"]) == []
+    assert traced["spelled"] == set(spellings(dialect.SQLite))
+
+
+@pytest.mark.parametrize("statement, expected", [
+    ("SELECT count(*) FROM mail WHERE deliver_at < julianday('now')",
+     "SQLite's time functions (sql.now)"),
+    ("SELECT max(created_at, 0) FROM agents", "max() of two values (sql.greatest)"),
+    ("SELECT rowid FROM mail", "rowid"),
+])
+def test_the_trace_catches_sqlite_s_own_sql_run_by_the_store(traced, monkeypatch,
+                                                            statement, expected):
+    """The check of the statements run can fail: one of SQLite's own, run by a store
+    function (mailbox.count_unread, replaced), is found."""
+    from agentctl.store import mailbox
+    planted = {**vars(mailbox), "statement": statement, "count": mailbox.count_unread}
+    exec("def count_unread(conn, recipient_id, **kwargs):\n"
+         "    conn.execute(statement)\n"
+         "    return count(conn, recipient_id, **kwargs)\n", planted)   # (in mailbox's name)
+    monkeypatch.setattr(mailbox, "count_unread", planted["count_unread"])
+    fork("-n", "a")
+    assert agent("mail", "-c", "a").out == "0\n"
+    found = sqlite_sql_run(traced["sql"])
+    assert found == [f"agentctl.store.mailbox.count_unread: {expected}: {statement}"]

@@ -32,8 +32,8 @@ def copy(source, target, shown_target):
                          "copy into a new, empty database")
     counts = {}
     with snapshot(source), transaction(target):
-        if target.dialect == "sqlite":
-            target.execute("PRAGMA defer_foreign_keys = ON")
+        if target.sql.defer_foreign_keys:
+            target.execute(target.sql.defer_foreign_keys)
         target.execute("DELETE FROM agents WHERE id = ?", (INIT_ID,))   # the source's instead
         for table in TABLES:
             columns = None

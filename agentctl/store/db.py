@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from agentctl import clock, env, paths
 from agentctl.errors import DatabaseFault, TempFail, UsageError
+from agentctl.store.dialect import SQLite
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
 SCHEMA_VERSION = 10
@@ -48,11 +49,40 @@ def busy_seconds():
     return env.number("AGENTCTL_BUSY_TIMEOUT", DEFAULT_BUSY_SECONDS)
 
 
+class Cursor(sqlite3.Cursor):
+    """sqlite3's cursor, whose every statement passes its connection's tracer."""
+
+    def execute(self, sql, params=()):
+        if self.connection.tracer is not None:
+            self.connection.tracer(sql, params)
+        return super().execute(sql, params)
+
+    def executemany(self, sql, seq):
+        if self.connection.tracer is not None:
+            seq = list(seq)
+            self.connection.tracer(sql, seq)
+        return super().executemany(sql, seq)
+
+
 class Connection(sqlite3.Connection):
-    """A connection that remembers the path it was opened with."""
+    """A connection that remembers the path it was opened with. `sql` names the
+    SQL that is SQLite's own (store/dialect.py). Every statement goes through one
+    call, Cursor.execute(many), as on PostgreSQL's connection (pg.py): `tracer`,
+    when set, is called with each statement and its parameters."""
 
     path = None
     dialect = "sqlite"
+    sql = SQLite
+    tracer = None
+
+    def cursor(self, factory=Cursor):
+        return super().cursor(factory)
+
+    def execute(self, sql, params=()):
+        return self.cursor().execute(sql, params)
+
+    def executemany(self, sql, seq):
+        return self.cursor().executemany(sql, seq)
 
 
 def _create_private(path):

@@ -5,8 +5,6 @@ how a turn takes its mail, are ops/mail.py's."""
 from agentctl import clock
 from agentctl.store.db import INTEGER_MAX
 
-# The current Unix time in SQL: conditions on deliver_at need no parameter.
-NOW_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
 COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
            "r.name AS recipient_name, m.kind, m.body, m.created_at, m.read_at, m.read_turn, "
            "m.deliver_at")
@@ -16,22 +14,22 @@ def _exited(alias):
     return f"(SELECT x.exited_at FROM agents x WHERE x.id = {alias}.recipient_id)"
 
 
-def visible(alias="mail"):
+def visible(conn, alias="mail"):
     """The one condition that puts mail in its mailbox: mail deferred by
     agent-send --at is invisible to its recipient (not counted, listed, taken
     by a turn or pending input) until its time, then it is ordinary mail.
     An agent that has exited receives nothing: mail whose time comes after
-    its exit is never delivered."""
-    return (f"({alias}.deliver_at IS NULL OR {alias}.deliver_at <= {NOW_SQL} AND "
+    its exit is never delivered. (The time is the database's: conn.sql.now.)"""
+    return (f"({alias}.deliver_at IS NULL OR {alias}.deliver_at <= {conn.sql.now} AND "
             f"{alias}.deliver_at <= coalesce({_exited(alias)}, {alias}.deliver_at))")
 
 
-def unread(alias="mail"):
-    return f"{alias}.read_at IS NULL AND {visible(alias)}"
+def unread(conn, alias="mail"):
+    return f"{alias}.read_at IS NULL AND {visible(conn, alias)}"
 
 
-def deferred(alias="mail"):
-    return (f"{alias}.read_at IS NULL AND {alias}.deliver_at > {NOW_SQL} "
+def deferred(conn, alias="mail"):
+    return (f"{alias}.read_at IS NULL AND {alias}.deliver_at > {conn.sql.now} "
             f"AND {_exited(alias)} IS NULL")
 
 
@@ -44,10 +42,10 @@ def insert(conn, sender_id, recipient_id, body, kind="mail", deliver_at=None):
 
 def insert_many(conn, items):
     """Insert (sender_id, recipient_id, body, deliver_at) mails in one
-    statement (SQLite: the caller holds the write transaction, so their ids are
-    consecutive); returns their ids."""
+    statement where the caller's write transaction gives them consecutive ids
+    (conn.sql.consecutive_ids), else one by one; returns their ids."""
     now = clock.now()
-    if conn.dialect != "sqlite":     # a sequence's numbers may have gaps: each is read
+    if not conn.sql.consecutive_ids:
         return [conn.execute("INSERT INTO mail (sender_id, recipient_id, kind, body, "
                              "created_at, deliver_at) VALUES (?, ?, 'mail', ?, ?, ?)",
                              (s, r, b, now, at)).lastrowid for s, r, b, at in items]
@@ -62,7 +60,7 @@ def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
            unread_only=True, waiting=False):
     """Mail of a mailbox, oldest first. `sender` True filters on `sender_id`
     (None meaning the operator). `waiting`: the deferred mail instead."""
-    where, params = [deferred("m") if waiting else visible("m")], []
+    where, params = [deferred(conn, "m") if waiting else visible(conn, "m")], []
     if recipient_id is not None:
         where.append("m.recipient_id = ?")
         params.append(recipient_id)
@@ -81,7 +79,7 @@ def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
 
 
 def count_unread(conn, recipient_id, *, sender=False, sender_id=None):
-    sql = f"SELECT count(*) FROM mail WHERE recipient_id = ? AND {unread()}"
+    sql = f"SELECT count(*) FROM mail WHERE recipient_id = ? AND {unread(conn)}"
     params = [recipient_id]
     if sender:
         sql += " AND sender_id IS ?"
@@ -90,14 +88,14 @@ def count_unread(conn, recipient_id, *, sender=False, sender_id=None):
 
 
 def has_unread(conn, recipient_id):
-    return conn.execute(f"SELECT 1 FROM mail WHERE recipient_id = ? AND {unread()} LIMIT 1",
+    return conn.execute(f"SELECT 1 FROM mail WHERE recipient_id = ? AND {unread(conn)} LIMIT 1",
                         (recipient_id,)).fetchone() is not None
 
 
 def next_deferred(conn, recipient_id):
     """When the recipient's earliest deferred mail comes due, or None."""
     return conn.execute(f"SELECT min(deliver_at) FROM mail WHERE recipient_id = ? AND "
-                        f"{deferred()}", (recipient_id,)).fetchone()[0]
+                        f"{deferred(conn)}", (recipient_id,)).fetchone()[0]
 
 
 def mark_read(conn, ids, turn=None):

@@ -1,12 +1,13 @@
 """PostgreSQL (agentctl(5), BACKENDS): a database named by a postgresql:// URL.
 
 Imported only for such a URL (psycopg is an optional extra). The connection it
-returns is used by the rest of the storage layer as SQLite's is: the same SQL
-text, the same transactions, rows read by name or position. What differs is
-kept here:
+returns is used by the rest of the storage layer as SQLite's is: the same
+statements, the same transactions, rows read by name or position. What differs
+is kept here:
 
-- SQL: `?` placeholders, `IS ?`, and the few SQLite spellings the storage
-  layer uses (translate(), once per statement text).
+- SQL: `?` placeholders and `IS ?` (translate(), once per statement text); where
+  the two backends' SQL differs, a module writes conn.sql's spelling
+  (store/dialect.py), so that no statement's text is rewritten.
 - Writers take turns, as on SQLite: a write transaction holds one advisory
   lock until it ends (BEGIN IMMEDIATE's write lock), so every rule the
   programs check inside a transaction holds across hosts as it does across
@@ -35,6 +36,7 @@ from agentctl import clock
 from agentctl.errors import DatabaseFault
 from agentctl.ids import INIT_ID
 from agentctl.store import pgschema
+from agentctl.store.dialect import PostgreSQL
 
 CHANNEL = "agentctl"
 WRITE_LOCK = int.from_bytes(b"agentctl", "big") >> 1     # the one writer's advisory lock
@@ -43,18 +45,6 @@ WRITE_LOCK = int.from_bytes(b"agentctl", "big") >> 1     # the one writer's advi
 _SEQUENCED = re.compile(r"\s*INSERT INTO (%s)\b" % "|".join(pgschema.SEQUENCED))
 _WRITES = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.I)
 _QUOTED = re.compile(r"('(?:[^']|'')*')")
-
-# SQLite's spellings in the storage layer, and PostgreSQL's for them (a test finds
-# each in the storage layer's SQL).
-REWRITES = (
-    ("((julianday('now') - 2440587.5) * 86400.0)",             # mailbox.NOW_SQL
-     "extract(epoch from clock_timestamp())"),
-    ("length(CAST(d.body AS BLOB))", "octet_length(d.body)"),
-    ("max(created_at, ", "greatest(created_at, "),
-    ("SELECT ?, 0", 'SELECT CAST(? AS TEXT) COLLATE "C", 0'),     # (a recursive CTE's column)
-    ("NOT LIKE 'error:%'", "NOT ILIKE 'error:%'"),      # SQLite's LIKE ignores ASCII case
-    ("GLOB ?", "~ ?"),          # the pattern is given as a regular expression (documents)
-)
 
 
 class Error(sqlite3.OperationalError):
@@ -91,9 +81,11 @@ def translated(exc):
 
 @lru_cache(maxsize=1024)
 def translate(sql):
-    """SQLite's SQL as PostgreSQL's: (text, whether it returns the new row's id)."""
-    for old, new in REWRITES:
-        sql = sql.replace(old, new)
+    """The storage layer's statement in psycopg's parameter style: (text, whether it
+    returns the new row's id). Only what any statement needs: `?` as %s and `IS ?` as
+    IS NOT DISTINCT FROM (outside quotes), a literal % doubled, RETURNING id for a
+    table whose ids a sequence hands out. What is SQLite's own the statement no longer
+    holds: it was written with conn.sql's PostgreSQL spellings (store/dialect.py)."""
     parts = _QUOTED.split(sql)
     for i in range(0, len(parts), 2):       # outside quotes only
         part = parts[i].replace("%", "%%")
@@ -153,13 +145,15 @@ class Cursor:
     def execute(self, sql, params=()):
         conn = self.connection
         control = conn.CONTROL.get(sql.strip().upper())
+        query, returning = (sql, False) if control else translate(sql)
+        if conn.tracer is not None:
+            conn.tracer(query, params)
         if control is not None:
             try:
                 getattr(conn, control)()
             except psycopg.Error as e:
                 raise translated(e) from e
             return self
-        query, returning = translate(sql)
         with self._alone(query):
             cur = conn.raw.cursor(row_factory=_rows if self.row_factory else tuple_row)
             cur.execute(query + " RETURNING id" if returning else query,
@@ -174,9 +168,12 @@ class Cursor:
 
     def executemany(self, sql, seq):
         query, _ = translate(sql)
+        seq = [[_param(p) for p in params] for params in seq]
+        if self.connection.tracer is not None:
+            self.connection.tracer(query, seq)
         with self._alone(query):
             cur = self.connection.raw.cursor()
-            cur.executemany(query, [[_param(p) for p in params] for params in seq])
+            cur.executemany(query, seq)
             self.rowcount = cur.rowcount
         return self
 
@@ -210,9 +207,14 @@ class Cursor:
 
 
 class Connection:
-    """A PostgreSQL connection that the storage layer uses as it uses sqlite3's."""
+    """A PostgreSQL connection that the storage layer uses as it uses sqlite3's: `sql`
+    names PostgreSQL's spellings where SQLite's differ (store/dialect.py); every
+    statement goes through one call, Cursor.execute(many), and `tracer`, when set,
+    is called with each as it is sent (translated) and its parameters."""
 
     dialect = "postgresql"
+    sql = PostgreSQL
+    tracer = None
     CONTROL = {"BEGIN IMMEDIATE": "begin_write", "BEGIN": "begin_read",
                "COMMIT": "commit", "ROLLBACK": "rollback"}
 

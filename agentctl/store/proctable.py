@@ -32,10 +32,10 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
                a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
                a.restarts, a.retry_at, a.failures, a.last_failure, a.allow, a.ask, a.cwd,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
-                  AND {deferred()}) AS mail_at,
+                  AND {deferred(conn)}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,
                (SELECT count(*) FROM mail WHERE mail.recipient_id = a.id
-                  AND {unread()}) AS mail
+                  AND {unread(conn)}) AS mail
         FROM agents a LEFT JOIN agents p ON p.id = a.parent_id
         LEFT JOIN agents b ON b.id = a.budget_id
         {'WHERE ' + ' AND '.join(where) if where else ''}

@@ -163,11 +163,11 @@ def next_deadline(conn, default_reap):
 
 def idle_since(conn, now):
     """Sleeping agents with an --idle-exit whose last input or turn is that long ago."""
+    last = conn.sql.greatest("created_at", "coalesce((SELECT max(coalesce(t.ended_at, "
+                             "t.started_at)) FROM turns t WHERE t.agent_id = a.id), 0)")
     return conn.execute(
         f"SELECT {AGENT_COLUMNS} FROM agents a WHERE idle_exit IS NOT NULL AND status = 'S' "
-        "AND wake_at IS NULL AND max(created_at, coalesce((SELECT max(coalesce(t.ended_at, "
-        "t.started_at)) FROM turns t WHERE t.agent_id = a.id), 0)) + idle_exit <= ?",
-        (now,)).fetchall()
+        f"AND wake_at IS NULL AND {last} + idle_exit <= ?", (now,)).fetchall()
 
 
 # -- finding agents ----------------------------------------------------------------------
@@ -280,7 +280,7 @@ def lineage(conn, agent_id):
     first, init included."""
     return conn.execute(
         f"""WITH RECURSIVE up(id, n) AS (
-              SELECT ?, 0
+              SELECT {conn.sql.text_param}, 0
               UNION ALL SELECT a.forked_from, up.n + 1 FROM agents a JOIN up ON a.id = up.id
               WHERE a.forked_from IS NOT NULL)
             SELECT {', '.join('a.' + c.strip() for c in AGENT_COLUMNS.split(','))}

@@ -67,7 +67,8 @@ def successful_calls(conn, turn_id, names):
         "SELECT r.tool_name, c.content FROM messages r JOIN messages c ON c.turn_id = r.turn_id "
         "AND c.kind = 'tool_call' AND c.tool_call_id = r.tool_call_id "
         f"WHERE r.turn_id = ? AND r.kind = 'tool_result' AND r.tool_name IN "
-        f"({','.join('?' * len(names))}) AND r.content NOT LIKE 'error:%' ORDER BY r.id",
+        f"({','.join('?' * len(names))}) AND r.content NOT {conn.sql.ilike} 'error:%' "
+        "ORDER BY r.id",
         (turn_id, *names)).fetchall()
 
 
