@@ -125,8 +125,7 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
     asks.end_all(conn, agent["id"], "cancelled", "the agent exited")
     parent = registry.get(conn, agent["parent_id"])
-    collector = parent if registry.is_live(parent) and parent["id"] not in dying else None
-    status = "Z" if collector is not None else "X"
+    status = becomes(parent, dying)
     registry.update(conn, agent["id"], status=status, exited_at=clock.now(), exit_code=code,
                     exit_signal=signal, result=result, wake_at=None, kill_at=None)
     how_ = f"killed by {signal}" if signal else f"exited {code}"
@@ -139,9 +138,15 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
             registry.update(conn, orphan, parent_id=heir["id"])
             events.record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor,
                           old=agent["id"], new=heir["id"])
-    if collector is not None:
-        mail.notify_exit(conn, registry.get(conn, agent["id"]), collector)
+    if status == "Z":
+        mail.notify_exit(conn, registry.get(conn, agent["id"]), parent)
     return status
+
+
+def becomes(parent, dying=()):
+    """What an agent that exits becomes: a zombie (Z) while its lifecycle parent
+    lives to collect it, else dead (X). A parent in `dying` collects nothing."""
+    return "Z" if registry.is_live(parent) and parent["id"] not in dying else "X"
 
 
 def how(agent):
