@@ -165,3 +165,29 @@ def test_the_sql_check_catches_a_statement_outside_the_store(line):
     modules = dict(sources())
     modules["agentctl.ops.mail"] += line + "\n"
     assert sql_outside_the_store(modules) == [f"agentctl.ops.mail: {line.strip()}"]
+
+
+# What only a layer above the store may do: probe a process, read a setting from the
+# environment. The one exception, with its reason:
+STORE_SETTINGS = {"agentctl.store.db": "the busy timeout: how a database is opened"}
+BEYOND_ROWS = re.compile(r"\bos\.(kill|getpid|getenv|environ)\b"
+                         r"|\benv\.(number|duration|durations)\(|\bimport socket\b")
+
+
+def store_beyond_rows(modules):
+    return [f"{module}: {line.strip()}" for module, src in modules.items()
+            if module.startswith("agentctl.store") and module not in STORE_SETTINGS
+            for line in src.splitlines() if BEYOND_ROWS.search(line)]
+
+
+def test_the_store_only_reads_and_writes_rows():
+    assert store_beyond_rows(dict(sources())) == []
+
+
+@pytest.mark.parametrize("line", ["        os.kill(int(pid), 0)",
+                                  '    return env.duration("AGENTCTL_REAP_AFTER", 86400.0)',
+                                  '    given = os.environ.get("AGENTCTL_HOST", "")'])
+def test_the_rows_check_catches_a_probe_and_a_setting(line):
+    modules = dict(sources())
+    modules["agentctl.store.registry"] += line + "\n"
+    assert store_beyond_rows(modules) == [f"agentctl.store.registry: {line.strip()}"]

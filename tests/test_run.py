@@ -636,4 +636,4 @@ def test_agentctl_host_names_the_lease_holder(conn, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HOST", "box-7")
     held = lease.claim(conn, "b")
     assert held["lease_owner"] == f"box-7:{os.getpid()}"
-    assert registry.lease_is_live(held)         # this process, on "this host"
+    assert lease.held(held)                     # this process, on "this host"

@@ -44,6 +44,29 @@ def max_depth():
     return int(env.number("AGENTCTL_MAX_DEPTH", DEFAULT_MAX_DEPTH, minimum=1, whole=True))
 
 
+DEFAULT_REAP_AFTER = 86400.0
+
+
+def reap_after(agent):
+    """Seconds after its exit when a zombie nobody collected is reaped: its
+    --reap-after, else $AGENTCTL_REAP_AFTER, else a day."""
+    if agent["reap_after"] is not None:
+        return agent["reap_after"]
+    return env.duration("AGENTCTL_REAP_AFTER", DEFAULT_REAP_AFTER)
+
+
+def overdue(agent, now=None):
+    """What a deadline that has passed makes of the agent, before a writing program
+    carries it out (ops.deadlines): 'KILL' (its grace period ended), 'reap' (a
+    zombie nobody collected in time), or None."""
+    now = clock.now() if now is None else now
+    if registry.is_live(agent) and agent["kill_at"] is not None and agent["kill_at"] <= now:
+        return "KILL"
+    if agent["status"] == "Z" and agent["exited_at"] + reap_after(agent) <= now:
+        return "reap"
+    return None
+
+
 def check_limits(conn, parent):
     """Refused (exit 3; a tool error for a model) when a fork of `parent` would go
     beyond its --max-children or the tree's depth limit."""

@@ -2,7 +2,7 @@
 reader sees it before the next writing program carries out what is due."""
 
 from agentctl import clock
-from agentctl.ops import lifecycle, signals
+from agentctl.ops import lease, lifecycle, signals
 from agentctl.store import proctable, registry
 
 
@@ -33,8 +33,8 @@ def seen(row, now):
     that has passed makes of it. A grace period's end is the exit its KILL makes
     (signals.apply: lifecycle.exit, zombie or dead, 128 + 9)."""
     item = dict(row)
-    item["status"] = registry.effective_status(row, now)    # an R whose agent-run died is not R
-    due = registry.overdue(item, now)   # what the next writing program will carry out
+    item["status"] = lease.effective_status(row, now)   # an R whose agent-run died is not R
+    due = lifecycle.overdue(item, now)  # what the next writing program will carry out
     if due == "KILL":
         parent = {"id": row["parent_id"], "status": row["parent_status"]}
         item.update(status=lifecycle.becomes(parent), exit_code=signals.exit_code("KILL"),

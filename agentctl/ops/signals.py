@@ -9,7 +9,7 @@ between steps. A HUP waits for the turn in progress, running or open
 from agentctl import clock
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, lifecycle, turns
+from agentctl.ops import asks, lease, lifecycle, turns
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction
 
@@ -88,7 +88,7 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
         registry.change_status(conn, agent["id"], "P", "S")
         registry.update(conn, agent["id"], pending_signal="TERM")
         return
-    in_turn = agent["status"] == "R" and registry.lease_is_live(agent) and not now
+    in_turn = agent["status"] == "R" and lease.held(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):
         # No runner to honour it (none, stopped, or crashed): a turn left
         # open is ended here and never replayed.
