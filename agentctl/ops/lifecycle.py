@@ -134,8 +134,8 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         cwd=cwd if cwd is not None else parent["cwd"])
     if prompt is not None:
         history.append(conn, child, "user", prompt)
-    events.record(conn, child, "fork", f"{parent['id']} {point}", actor, parent=parent["id"],
-                  at=point, role=role, model=model if model is not None else parent["model"])
+    events.record(conn, child, "fork", actor, parent=parent["id"], at=point, role=role,
+                  model=model if model is not None else parent["model"])
     return child
 
 
@@ -151,16 +151,14 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     status = becomes(parent, dying)
     registry.update(conn, agent["id"], status=status, exited_at=clock.now(), exit_code=code,
                     exit_signal=signal, result=result, wake_at=None, kill_at=None)
-    how_ = f"killed by {signal}" if signal else f"exited {code}"
-    events.record(conn, agent["id"], "exit", how_, actor, code=code, signal=signal, status=status)
+    events.record(conn, agent["id"], "exit", actor, code=code, signal=signal, status=status)
     budget.give_back(conn, registry.get(conn, agent["id"]))
     orphans = [o for o in registry.children(conn, agent["id"]) if o not in dying]
     if orphans:
         heir = registry.nearest_live_ancestor(conn, agent, dying)
         for orphan in orphans:
             registry.update(conn, orphan, parent_id=heir["id"])
-            events.record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor,
-                          old=agent["id"], new=heir["id"])
+            events.record(conn, orphan, "reparent", actor, old=agent["id"], new=heir["id"])
     if status == "Z":
         mail.notify_exit(conn, registry.get(conn, agent["id"]), parent)
     return status
@@ -190,7 +188,7 @@ def collect(conn, agent_id, actor=None, by="wait"):
     """Reap within the caller's transaction; `by` is wait (a waiter collected it) or
     deadline (nobody did, within --reap-after)."""
     if registry.change_status(conn, agent_id, "Z", "X"):
-        events.record(conn, agent_id, "reap", None, actor, by=by)
+        events.record(conn, agent_id, "reap", actor, by=by)
 
 
 def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, until=None,

@@ -80,7 +80,7 @@ def exit_code(sig):
 
 
 def _deliver(conn, agent, sig, actor, dying, now=False):
-    events.record(conn, agent["id"], "signal", sig, actor, signal=sig)
+    events.record(conn, agent["id"], "signal", actor, signal=sig)
     if agent["status"] == "P" and sig == "TERM" and not now:
         # A paused agent's requests are denied; it ends its turn (the model sees the
         # denial) and exits at its end, as a running agent does on TERM.
