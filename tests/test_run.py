@@ -34,8 +34,10 @@ def once_requested(fakeapi, action, count=1):
 def signal(ref, sig):
     from agentctl.store import db
     from agentctl.ops import signals
+    from agentctl.store.db import transaction
     conn = db.connect()
-    signals.send(conn, registry.resolve(conn, ref), sig)
+    with transaction(conn):
+        signals.apply(conn, registry.resolve(conn, ref), sig)
     conn.close()
 
 

@@ -12,8 +12,9 @@ from agentctl.store.db import transaction
 
 
 def carry_out(conn, now=None):
-    """Apply every deadline that has passed, in one transaction; how many agents it
-    changed."""
+    """Apply every deadline that has passed, in a transaction of its own (every
+    writing program's first step, and the tick of a waiting loop: it looks
+    without the write lock first); how many agents it changed."""
     now = clock.now() if now is None else now
     if not _any_due(conn, now):
         return 0            # the common case, read without taking the write lock

@@ -75,8 +75,8 @@ def effective_status(agent, now=None):
 
 
 def claim(conn, ref):
-    """Take the agent for one turn: status R and a lease. Exit 75 when another
-    run holds it; 3 when it is stopped or has exited."""
+    """Take the agent for one turn, in a transaction of its own: status R and a
+    lease. Exit 75 when another run holds it; 3 when it is stopped or has exited."""
     with transaction(conn):
         agent = registry.resolve(conn, ref)
         if agent["id"] == INIT_ID:

@@ -177,16 +177,10 @@ def how(agent):
     return "exited" if agent["exit_code"] == 0 else "failed"
 
 
-def reap(conn, agent_id, actor=None, by="wait"):
-    """Collect a zombie: its exit status and result stay in the table."""
-    with transaction(conn):
-        collect(conn, agent_id, actor, by)
-    return registry.get(conn, agent_id)
-
-
 def collect(conn, agent_id, actor=None, by="wait"):
-    """Reap within the caller's transaction; `by` is wait (a waiter collected it) or
-    deadline (nobody did, within --reap-after)."""
+    """Reap a zombie (Z -> X), in the caller's transaction: its exit status and
+    result stay in the table. `by` is wait (a waiter collected it) or deadline
+    (nobody did, within --reap-after)."""
     if registry.change_status(conn, agent_id, "Z", "X"):
         events.record(conn, agent_id, "reap", actor, by=by)
 
@@ -197,7 +191,8 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, 
     and return (their rows in exit order, ids still running). `until()` true
     ends the wait early (the waiter was killed); `tick()` runs before each look
     (deadlines to carry out), `next_due()` says when to look though nothing was
-    committed."""
+    committed. A waiting loop opens its own transactions: each reap is committed
+    as it is found."""
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []
@@ -208,8 +203,10 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, 
         for agent_id in list(pending):
             if registry.has_exited(registry.get(conn, agent_id)):
                 pending.remove(agent_id)
-                collected.append(reap(conn, agent_id, actor) if reap_them
-                                 else registry.get(conn, agent_id))
+                if reap_them:
+                    with transaction(conn):
+                        collect(conn, agent_id, actor)
+                collected.append(registry.get(conn, agent_id))
         return not pending or (any_one and collected) or (until is not None and until())
 
     wait_for_commit(conn, deadline, sweep, next_due=next_due)

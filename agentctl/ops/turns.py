@@ -34,7 +34,8 @@ def start(conn, agent, model_name):
     """Resume the agent's open turn, or open one with ALL pending input: the
     unanswered prompt, every unread mail (one inbox message), a due timer.
     Returns the turn row; NotFound when there is nothing to do, Refused when
-    a new turn would start with the agent's account exhausted."""
+    a new turn would start with the agent's account exhausted. A step of the
+    run: its own transactions (lease.holding)."""
     # Under the claim: a cascade may have ended the agent since it was claimed.
     if agent["budget_id"] is not None:
         with holding(conn, agent["id"]):    # committed before refusing: the notice stays
