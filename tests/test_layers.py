@@ -224,3 +224,111 @@ def test_the_length_check_catches_a_long_module():
     modules = dict(sources())
     modules["agentctl.ops.mail"] += "\n" * MAX_LINES
     assert [m.split(":")[0] for m in long_modules(modules)] == ["agentctl.ops.mail"]
+
+
+# What only a layer above the store may do: probe a process, read a setting from the
+# environment. The one exception, with its reason:
+STORE_SETTINGS = {"agentctl.store.db": "the busy timeout: how a database is opened"}
+BEYOND_ROWS = re.compile(r"\bos\.(kill|getpid|getenv|environ)\b"
+                         r"|\benv\.(number|duration|durations)\(|\bimport socket\b")
+
+
+def store_beyond_rows(modules):
+    return [f"{module}: {line.strip()}" for module, src in modules.items()
+            if module.startswith("agentctl.store") and module not in STORE_SETTINGS
+            for line in src.splitlines() if BEYOND_ROWS.search(line)]
+
+
+def test_the_store_only_reads_and_writes_rows():
+    assert store_beyond_rows(dict(sources())) == []
+
+
+@pytest.mark.parametrize("line", ["        os.kill(int(pid), 0)",
+                                  '    return env.duration("AGENTCTL_REAP_AFTER", 86400.0)',
+                                  '    given = os.environ.get("AGENTCTL_HOST", "")'])
+def test_the_rows_check_catches_a_probe_and_a_setting(line):
+    modules = dict(sources())
+    modules["agentctl.store.registry"] += line + "\n"
+    assert store_beyond_rows(modules) == [f"agentctl.store.registry: {line.strip()}"]
+
+
+# Who opens a transaction (ARCHITECTURE.md, Invariants): a program (cli/) or the turn
+# (turn/). Below them a function runs in its caller's and opens none, but these, each
+# its own transaction for the reason given:
+RUN_STEP = "a step of a run: a transaction of the run that holds the agent (lease.holding)"
+OWN_TRANSACTION = {
+    "agentctl.store.db._migrate": "opening a database migrates it, one migrator at a time",
+    "agentctl.store.copy.copy": "agent-db copy writes DST in one transaction",
+    "agentctl.ops.lease.claim": "the claim: the transaction that starts a run",
+    "agentctl.ops.lease.holding": "the run's transaction itself, its claim checked inside it",
+    "agentctl.ops.lease.heartbeat": "a thread with a connection of its own: a commit a beat",
+    "agentctl.ops.lifecycle.wait": "a waiting loop: each reap is committed as it is found",
+    "agentctl.ops.deadlines.carry_out": "every writing program's first step, and the tick of a "
+                                        "waiting loop: it looks without the write lock first",
+    "agentctl.ops.turns.start": RUN_STEP,
+    "agentctl.ops.ending.release": RUN_STEP,
+    "agentctl.ops.ending.commit": RUN_STEP,
+    "agentctl.ops.ending.killed": RUN_STEP,
+    "agentctl.ops.ending.paused": RUN_STEP,
+    "agentctl.ops.ending.stopped": RUN_STEP,
+}
+OPENERS = ("transaction", "holding")       # store.db.transaction, ops.lease.holding
+BELOW_THE_TURN = ("agentctl.tools", "agentctl.ops", "agentctl.models", "agentctl.store")
+
+
+def transactions_opened(modules):
+    """{'module.function': [what it calls]} for each function below the turn that opens
+    a transaction (a function nested in another counts as the outer one)."""
+    found = {}
+    for module, src in modules.items():
+        if not module.startswith(BELOW_THE_TURN):
+            continue
+        for top in ast.parse(src).body:
+            name = f"{module}.{getattr(top, 'name', '')}".rstrip(".")
+            for node in ast.walk(top):
+                if isinstance(node, ast.Call):
+                    called = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                    if called in OPENERS:
+                        found.setdefault(name, []).append(f"{called}()")
+    return found
+
+
+def transaction_violations(modules):
+    opened = transactions_opened(modules)
+    return [f"{name}: opens a transaction ({', '.join(sorted(set(calls)))})"
+            for name, calls in sorted(opened.items()) if name not in OWN_TRANSACTION] + \
+        [f"{name}: listed as its own transaction, and opens none"
+         for name in sorted(set(OWN_TRANSACTION) - set(opened))]
+
+
+def test_only_a_program_or_the_turn_opens_a_transaction():
+    assert transaction_violations(dict(sources())) == []
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    ("agentctl.ops.lifecycle",
+     "def reap(conn, agent_id):\n    with transaction(conn):\n        collect(conn, agent_id)",
+     "agentctl.ops.lifecycle.reap: opens a transaction (transaction())"),
+    ("agentctl.ops.signals",
+     "def send(conn, target, sig):\n    with db.transaction(conn):\n        apply(conn, target, sig)",
+     "agentctl.ops.signals.send: opens a transaction (transaction())"),
+    ("agentctl.ops.budget",
+     "def charge_now(conn, agent_id):\n    def later():\n        with holding(conn, agent_id):\n"
+     "            pass\n    return later",
+     "agentctl.ops.budget.charge_now: opens a transaction (holding())"),
+    ("agentctl.store.registry",
+     "def claim_now(conn):\n    with transaction(conn):\n        pass",
+     "agentctl.store.registry.claim_now: opens a transaction (transaction())"),
+])
+def test_the_transaction_check_catches_one_opened_below_the_turn(module, source, expected):
+    modules = dict(sources())
+    modules[module] += "\n\n" + source + "\n"
+    assert transaction_violations(modules) == [expected]
+
+
+def test_the_transaction_check_catches_an_exception_that_opens_none():
+    modules = dict(sources())
+    modules["agentctl.ops.lifecycle"] = modules["agentctl.ops.lifecycle"].replace(
+        "with transaction(conn):", "if True:")
+    assert transaction_violations(modules) == [
+        "agentctl.ops.lifecycle.wait: listed as its own transaction, and opens none"]

@@ -2,6 +2,7 @@
 listed, filtered and followed."""
 
 import json
+import re
 import signal
 import sqlite3
 import threading
@@ -9,7 +10,9 @@ import time
 
 import pytest
 
-from agentctl.store import db
+from agentctl.ids import INIT_ID
+from agentctl.store import db, events
+from agentctl.store.db import transaction
 
 from .conftest import agent, fork, shell, started
 
@@ -276,3 +279,50 @@ def test_a_follower_over_a_run_of_200_agents_sees_every_event_once(tmp_path, hom
     assert seen == [r[0] for r in conn.execute(
         "SELECT id FROM events WHERE id > ? ORDER BY id", (min(seen) - 1,))]
     assert set(wanted) <= set(seen) and len(seen) == len(set(seen))
+
+
+# -- each kind's payload, declared where events are stored ----------------------------
+
+def newest_event(conn):
+    return conn.execute("SELECT detail, data FROM events ORDER BY id DESC LIMIT 1").fetchone()
+
+
+@pytest.mark.parametrize("kind, data, detail", [
+    ("fork", {"parent": INIT_ID, "at": 0, "role": "agent", "model": "echo"}, f"{INIT_ID} 0"),
+    ("signal", {"signal": "HUP"}, "HUP"),
+    ("exit", {"code": 0, "status": "Z"}, "exited 0"),
+    ("exit", {"code": 137, "signal": "KILL", "status": "X"}, "killed by KILL"),
+    ("reparent", {"old": "B" * 22, "new": INIT_ID}, f"{'B' * 22} {INIT_ID}"),
+    ("budget", {"spent": 120, "budget": 100}, "exhausted 120 100"),
+    ("reap", {"by": "wait"}, None),
+    ("mail", {"to": INIT_ID, "mail": 7, "at": 1.5}, None),
+    ("mail", {"count": 3, "first": 1, "last": 3}, None),
+])
+def test_each_kind_writes_its_released_detail_and_its_fields_read_back(conn, kind, data, detail):
+    """The detail text agentctl(5) documents is made of the declared fields; an event
+    from before the event log, which has only that text, reads back what it holds."""
+    with transaction(conn):
+        events.record(conn, INIT_ID, kind, **data)
+    written, payload = newest_event(conn)
+    assert written == detail
+    assert events.fields(kind, written, payload) == data
+    held = {k: v for k, v in data.items() if detail and f"{v}" in detail.split()}
+    assert events.fields(kind, written, None) == held
+
+
+@pytest.mark.parametrize("kind, data, message", [
+    ("frok", {"parent": INIT_ID}, "event 'frok': no such kind"),
+    ("exit", {"code": 0, "status": "Z", "why": "done"}, "event exit: its data is "
+                                                         "'code signal? status', not code "),
+    ("exit", {"status": "Z"}, "event exit: its data is 'code signal? status', not status"),
+    ("mail", {"to": INIT_ID, "mail": 1, "count": 1}, "event mail: its data is"),
+    ("status", {"old": "S", "new": None}, "event status: its data is 'old new turn?', not old"),
+    ("signal", {"signal": ["TERM"]}, "event signal: signal must be a number or a text, not list"),
+])
+def test_record_refuses_data_its_kind_does_not_declare(conn, kind, data, message):
+    """A field misspelt, missing or of two shapes at once is a bug: nothing is written."""
+    before = newest_event(conn)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        with transaction(conn):
+            events.record(conn, INIT_ID, kind, **data)
+    assert newest_event(conn) == before

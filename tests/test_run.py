@@ -34,8 +34,10 @@ def once_requested(fakeapi, action, count=1):
 def signal(ref, sig):
     from agentctl.store import db
     from agentctl.ops import signals
+    from agentctl.store.db import transaction
     conn = db.connect()
-    signals.send(conn, registry.resolve(conn, ref), sig)
+    with transaction(conn):
+        signals.apply(conn, registry.resolve(conn, ref), sig)
     conn.close()
 
 
@@ -636,4 +638,4 @@ def test_agentctl_host_names_the_lease_holder(conn, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HOST", "box-7")
     held = lease.claim(conn, "b")
     assert held["lease_owner"] == f"box-7:{os.getpid()}"
-    assert registry.lease_is_live(held)         # this process, on "this host"
+    assert lease.held(held)                     # this process, on "this host"

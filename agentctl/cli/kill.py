@@ -7,9 +7,10 @@ from agentctl.cli.options import Seconds, complete_agents, complete_words
 from agentctl.cli.output import pick, render
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import stdin_words, warn
-from agentctl.errors import AgentctlError, UsageError
+from agentctl.errors import AgentctlError, Refused, UsageError
 from agentctl.ops import deadlines, lifecycle, signals
 from agentctl.store import registry
+from agentctl.store.db import transaction
 
 
 @program("agent-kill")
@@ -36,8 +37,13 @@ def cli(db_path, sig, cascade, grace, wait, agents):
     for ref in targets:
         try:
             target = registry.resolve(conn, ref)
-            signals.send(conn, target, sig, cascade=cascade, actor=me["id"] if me else None,
-                         grace=grace)
+            with transaction(conn):
+                count, refusal = signals.apply(conn, registry.get(conn, target["id"]), sig,
+                                               cascade=cascade, actor=me["id"] if me else None,
+                                               grace=grace)
+            if refusal:
+                raise Refused(refusal + (f" (its descendants were signalled: {count})"
+                                         if cascade else ""))
             signalled.append(target["id"])
         except AgentctlError as e:
             warn("agent-kill", str(e))

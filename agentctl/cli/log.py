@@ -83,6 +83,7 @@ def cli(db_path, tree, kinds, since, after, last, follow, prune_before, fmt, col
         return 0
     seen = max(newest, after or 0)
     grows = agents is not None and tree
+    decode = _decoder()
     version = None      # (a commit may have come since the snapshot)
     try:
         while not reader_gone(POLL_SECONDS):
@@ -95,8 +96,8 @@ def cli(db_path, tree, kinds, since, after, last, follow, prune_before, fmt, col
                 continue
             seen = batch[-1][0]
             if grows:           # a descendant forked while we follow is followed too
-                agents |= {r[1] for r in batch if r[2] == "fork"       # (agent, kind, detail)
-                           and (r[3] or "").split(" ")[0] in agents}
+                agents |= {r[1] for r in batch if r[2] == "fork"   # (agent, kind, detail, data)
+                           and _fields(r, decode).get("parent") in agents}
             print_events([r for r in batch if agents is None or r[1] in agents],
                          shown, names, header=False, **options)
     except KeyboardInterrupt:
@@ -170,10 +171,16 @@ def _lines(rows, names):
         if stamp is None:
             stamp = stamps[second] = local(second)
         event = {"kind": kind, "detail": detail, "actor": actor}
-        text = summary(event, decode(data) if data else {}, names)
+        text = summary(event, events.fields(kind, detail, decode(data) if data else None),
+                       names)
         out.append(f"{stamp}  {name or short(agent_id):<12}  {kind:<10}  {text}".rstrip()
                    + "\n")
     return "".join(out)
+
+
+def _fields(row, decode):
+    """An event's fields by name (store.events.fields) from its row."""
+    return events.fields(row[2], row[3], decode(row[6]) if row[6] else None)
 
 
 def _decoder():
@@ -196,15 +203,17 @@ def item(row, names):
     data = _decoder()(data) if data else None
     event = {"id": seq, "seq": seq, "time": created, "agent": agent_id, "name": name,
              "kind": kind, "actor": actor, "detail": detail, "data": data}
-    event["summary"] = summary(event, data or {}, names)
+    event["summary"] = summary(event, events.fields(kind, detail, data), names)
     return event
 
 
 def summary(e, d, names):
+    """The line of the text format: event `e` (its kind and actor) with `d`, its fields
+    by name (store.events.fields)."""
     kind = e["kind"]
     turn = f" (turn {d['turn']})" if d.get("turn") else ""
     if kind == "fork":
-        parent = d.get("parent") or (e["detail"] or "").split(" ")[0]
+        parent = d.get("parent")
         about = ", ".join(x for x in (d.get("role"), d.get("model") and f"model {d['model']}")
                           if x)
         return f"forked from {names(parent)}" + (f" ({about})" if about else "")
@@ -232,15 +241,14 @@ def summary(e, d, names):
         return f"read {d.get('count')} mail (id{'s' if d.get('count') != 1 else ''} {ids}){turn}"
     if kind == "signal":
         by = f" from {names(e['actor'])}" if e["actor"] else ""
-        return f"{e['detail']}{by}"
+        return f"{d.get('signal')}{by}"
     if kind == "status":
         return f"{d.get('old')} -> {d.get('new')}{turn}"
     if kind == "exit":
-        return f"{e['detail']}" + (f" (became {d['status']})" if d.get("status") else "")
+        how = f"killed by {d['signal']}" if d.get("signal") else f"exited {d.get('code')}"
+        return how + (f" (became {d['status']})" if d.get("status") else "")
     if kind == "reparent":
         old, new = d.get("old"), d.get("new")
-        if old is None and e["detail"]:
-            old, new = e["detail"].split(" ")[:2]
         return f"parent {names(old)} exited: now a child of {names(new)}"
     if kind == "reap":
         return "collected by a waiter" if d.get("by", "wait") == "wait" else \
@@ -252,8 +260,8 @@ def summary(e, d, names):
     if kind == "wake":
         return f"woken by its timer{turn}"
     if kind == "budget":
-        return f"budget exhausted: {e['detail'].split(' ', 1)[-1].replace(' ', ' of ')}" \
-            if e["detail"] else "budget exhausted"
+        return f"budget exhausted: {d['spent']} of {d['budget']}" if "budget" in d \
+            else "budget exhausted"
     if kind == "ask":
         what = f"for approval to run {d['tool']}" if d.get("tool") else "a question"
         return f"asked {what}: request {d.get('request')}"

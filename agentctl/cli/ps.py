@@ -8,7 +8,8 @@ from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import connect, program, run
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES, short
-from agentctl.store import proctable, registry
+from agentctl.ops import proctable
+from agentctl.store import registry
 
 
 @program("agent-ps")

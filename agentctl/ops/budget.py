@@ -59,10 +59,9 @@ def charge(conn, agent_id, tokens):
 
 
 def notify(conn, acc, agent_id):
-    """Record the exhaustion (an event whose detail holds the budget it
-    reached) and mail the owner's lifecycle parent, unless that is init."""
-    events.record(conn, acc["id"], "budget", f"exhausted {acc['spent']} {acc['budget']}",
-                  agent_id, spent=acc["spent"], budget=acc["budget"])
+    """Record the exhaustion (an event that holds the budget it reached) and mail
+    the owner's lifecycle parent, unless that is init."""
+    events.record(conn, acc["id"], "budget", agent_id, spent=acc["spent"], budget=acc["budget"])
     parent = registry.nearest_live_ancestor(conn, registry.get(conn, acc["id"]))
     if parent["id"] == INIT_ID:     # (the owner may have exited)
         return
@@ -75,8 +74,8 @@ def notify(conn, acc, agent_id):
 
 def notified(conn, acc):
     """Whether the exhaustion at the account's current budget was told."""
-    detail = events.latest_detail(conn, acc["id"], "budget")
-    return detail is not None and detail.split()[-1] == str(acc["budget"])
+    told = events.latest(conn, acc["id"], "budget")
+    return told is not None and told.get("budget") == acc["budget"]
 
 
 def refusal(conn, agent):

@@ -1,5 +1,6 @@
 """How a turn ends (agentctl(7), TURNS): committed, killed, stopped, or given back
-with the signal that waited for it; and what the turn's record says of it."""
+with the signal that waited for it; and what the turn's record says of it. Each
+ending is a step of the run: a transaction of its own (lease.holding)."""
 
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding

@@ -1,6 +1,8 @@
 """The lease that makes one agent-run the only runner of an agent (agentctl(7),
-TURNS): claiming, the checked transaction of the run that holds the claim,
-the heartbeat that keeps it, and giving it back."""
+TURNS): who holds it (this host and process) and whether it still holds (the
+holder's process probed), so the effective status; claiming, the checked
+transaction of the run that holds the claim, the heartbeat that keeps it, and
+giving it back."""
 
 import os
 from contextlib import contextmanager
@@ -8,6 +10,7 @@ from contextlib import contextmanager
 from agentctl import clock, env
 from agentctl.errors import NotFound, Refused, TempFail, UsageError
 from agentctl.ids import INIT_ID
+from agentctl.ops import lifecycle
 from agentctl.store import registry
 from agentctl.store.db import connect, path_of, transaction
 
@@ -27,14 +30,58 @@ def lease_seconds():
     return seconds
 
 
+def host():
+    """This host's name, as a lease names it: $AGENTCTL_HOST when set (containers
+    often share a host name), else the system's (socket is imported only here: most
+    programs never need it)."""
+    given = os.environ.get("AGENTCTL_HOST", "").strip()
+    if given:
+        if ":" in given or not given.isprintable():
+            raise UsageError(f"AGENTCTL_HOST must be a host name (no colon), not {given!r}")
+        return given
+    import socket
+    return socket.gethostname()
+
+
+def owner_token():
+    """How a lease names its holder: host and process."""
+    return f"{host()}:{os.getpid()}"
+
+
+def held(agent, now=None):
+    """Whether the agent's lease holds: it has not expired and, when its owner ran
+    on this host, that process still exists (a crash frees it at once)."""
+    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or clock.now()):
+        return False
+    holder, _, pid = agent["lease_owner"].rpartition(":")
+    if holder == host() and pid.isascii() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+    return True
+
+
+def effective_status(agent, now=None):
+    """The status as a reader should see it: an R whose agent-run died is idle
+    (S), or stopped (T) when a STOP was waiting for that run. (A deadline that
+    has passed, which the next writing program carries out, is
+    lifecycle.overdue().)"""
+    if agent["status"] == "R" and not held(agent, now):
+        return "T" if agent["pending_signal"] == "STOP" else "S"
+    return agent["status"]
+
+
 def claim(conn, ref):
-    """Take the agent for one turn: status R and a lease. Exit 75 when another
-    run holds it; 3 when it is stopped or has exited."""
+    """Take the agent for one turn, in a transaction of its own: status R and a
+    lease. Exit 75 when another run holds it; 3 when it is stopped or has exited."""
     with transaction(conn):
         agent = registry.resolve(conn, ref)
         if agent["id"] == INIT_ID:
             raise Refused("init doesn't run turns")
-        if agent["status"] == "R" and registry.lease_is_live(agent):
+        if agent["status"] == "R" and held(agent):
             raise TempFail(f"{registry.label(agent)}: claimed by another agent-run "
                            f"({agent['lease_owner']})")
         if agent["status"] == "T":
@@ -44,7 +91,7 @@ def claim(conn, ref):
                            "(agent-answer lists it)")
         if registry.has_exited(agent):
             raise Refused(f"{registry.label(agent)}: has exited")
-        registry.claim(conn, agent["id"], clock.now() + lease_seconds())
+        registry.claim(conn, agent["id"], owner_token(), clock.now() + lease_seconds())
         return registry.get(conn, agent["id"])
 
 
@@ -66,7 +113,7 @@ def holding(conn, agent_id):
     beside those of the run that took the agent over: LostClaim instead."""
     with transaction(conn):
         row = registry.get(conn, agent_id)
-        if row["lease_owner"] != registry.owner_token():
+        if row["lease_owner"] != owner_token():
             if registry.has_exited(row) and row["exit_signal"]:
                 raise KilledMidTurn(f"{registry.label(row)}: killed by {row['exit_signal']} "
                                     "while this run held it; it wrote nothing more")
@@ -85,12 +132,12 @@ def check_not_killed(conn, agent_id):
     (agent-kill --grace) has ended; inside the run's transaction, so that nothing
     starts after the KILL is recorded."""
     row = registry.get(conn, agent_id)
-    if row["pending_signal"] == "KILL" or registry.overdue(row) == "KILL":
+    if row["pending_signal"] == "KILL" or lifecycle.overdue(row) == "KILL":
         raise KillPending()
 
 
 def renew(conn, agent_id):
-    registry.renew(conn, agent_id, clock.now() + lease_seconds())
+    registry.renew(conn, agent_id, owner_token(), clock.now() + lease_seconds())
 
 
 @contextmanager

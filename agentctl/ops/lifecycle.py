@@ -44,6 +44,29 @@ def max_depth():
     return int(env.number("AGENTCTL_MAX_DEPTH", DEFAULT_MAX_DEPTH, minimum=1, whole=True))
 
 
+DEFAULT_REAP_AFTER = 86400.0
+
+
+def reap_after(agent):
+    """Seconds after its exit when a zombie nobody collected is reaped: its
+    --reap-after, else $AGENTCTL_REAP_AFTER, else a day."""
+    if agent["reap_after"] is not None:
+        return agent["reap_after"]
+    return env.duration("AGENTCTL_REAP_AFTER", DEFAULT_REAP_AFTER)
+
+
+def overdue(agent, now=None):
+    """What a deadline that has passed makes of the agent, before a writing program
+    carries it out (ops.deadlines): 'KILL' (its grace period ended), 'reap' (a
+    zombie nobody collected in time), or None."""
+    now = clock.now() if now is None else now
+    if registry.is_live(agent) and agent["kill_at"] is not None and agent["kill_at"] <= now:
+        return "KILL"
+    if agent["status"] == "Z" and agent["exited_at"] + reap_after(agent) <= now:
+        return "reap"
+    return None
+
+
 def check_limits(conn, parent):
     """Refused (exit 3; a tool error for a model) when a fork of `parent` would go
     beyond its --max-children or the tree's depth limit."""
@@ -111,8 +134,8 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
         cwd=cwd if cwd is not None else parent["cwd"])
     if prompt is not None:
         history.append(conn, child, "user", prompt)
-    events.record(conn, child, "fork", f"{parent['id']} {point}", actor, parent=parent["id"],
-                  at=point, role=role, model=model if model is not None else parent["model"])
+    events.record(conn, child, "fork", actor, parent=parent["id"], at=point, role=role,
+                  model=model if model is not None else parent["model"])
     return child
 
 
@@ -125,23 +148,26 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
     asks.end_all(conn, agent["id"], "cancelled", "the agent exited")
     parent = registry.get(conn, agent["parent_id"])
-    collector = parent if registry.is_live(parent) and parent["id"] not in dying else None
-    status = "Z" if collector is not None else "X"
+    status = becomes(parent, dying)
     registry.update(conn, agent["id"], status=status, exited_at=clock.now(), exit_code=code,
                     exit_signal=signal, result=result, wake_at=None, kill_at=None)
-    how_ = f"killed by {signal}" if signal else f"exited {code}"
-    events.record(conn, agent["id"], "exit", how_, actor, code=code, signal=signal, status=status)
+    events.record(conn, agent["id"], "exit", actor, code=code, signal=signal, status=status)
     budget.give_back(conn, registry.get(conn, agent["id"]))
     orphans = [o for o in registry.children(conn, agent["id"]) if o not in dying]
     if orphans:
         heir = registry.nearest_live_ancestor(conn, agent, dying)
         for orphan in orphans:
             registry.update(conn, orphan, parent_id=heir["id"])
-            events.record(conn, orphan, "reparent", f"{agent['id']} {heir['id']}", actor,
-                          old=agent["id"], new=heir["id"])
-    if collector is not None:
-        mail.notify_exit(conn, registry.get(conn, agent["id"]), collector)
+            events.record(conn, orphan, "reparent", actor, old=agent["id"], new=heir["id"])
+    if status == "Z":
+        mail.notify_exit(conn, registry.get(conn, agent["id"]), parent)
     return status
+
+
+def becomes(parent, dying=()):
+    """What an agent that exits becomes: a zombie (Z) while its lifecycle parent
+    lives to collect it, else dead (X). A parent in `dying` collects nothing."""
+    return "Z" if registry.is_live(parent) and parent["id"] not in dying else "X"
 
 
 def how(agent):
@@ -151,18 +177,12 @@ def how(agent):
     return "exited" if agent["exit_code"] == 0 else "failed"
 
 
-def reap(conn, agent_id, actor=None, by="wait"):
-    """Collect a zombie: its exit status and result stay in the table."""
-    with transaction(conn):
-        collect(conn, agent_id, actor, by)
-    return registry.get(conn, agent_id)
-
-
 def collect(conn, agent_id, actor=None, by="wait"):
-    """Reap within the caller's transaction; `by` is wait (a waiter collected it) or
-    deadline (nobody did, within --reap-after)."""
+    """Reap a zombie (Z -> X), in the caller's transaction: its exit status and
+    result stay in the table. `by` is wait (a waiter collected it) or deadline
+    (nobody did, within --reap-after)."""
     if registry.change_status(conn, agent_id, "Z", "X"):
-        events.record(conn, agent_id, "reap", None, actor, by=by)
+        events.record(conn, agent_id, "reap", actor, by=by)
 
 
 def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, until=None,
@@ -171,7 +191,8 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, 
     and return (their rows in exit order, ids still running). `until()` true
     ends the wait early (the waiter was killed); `tick()` runs before each look
     (deadlines to carry out), `next_due()` says when to look though nothing was
-    committed."""
+    committed. A waiting loop opens its own transactions: each reap is committed
+    as it is found."""
     deadline = time.monotonic() + (timeout if timeout is not None else 10 ** 9)
     pending = list(dict.fromkeys(ids))
     collected = []
@@ -182,8 +203,10 @@ def wait(conn, ids, *, timeout=None, any_one=False, actor=None, reap_them=True, 
         for agent_id in list(pending):
             if registry.has_exited(registry.get(conn, agent_id)):
                 pending.remove(agent_id)
-                collected.append(reap(conn, agent_id, actor) if reap_them
-                                 else registry.get(conn, agent_id))
+                if reap_them:
+                    with transaction(conn):
+                        collect(conn, agent_id, actor)
+                collected.append(registry.get(conn, agent_id))
         return not pending or (any_one and collected) or (until is not None and until())
 
     wait_for_commit(conn, deadline, sweep, next_due=next_due)

@@ -47,8 +47,9 @@ def recipient(conn, ref):
 
 
 def deliver(conn, sender_id, recipient, body, kind="mail", deliver_at=None):
-    """Insert one mail, and its event (the sender's); the caller holds the transaction
-    and has checked."""
+    """Insert one mail, and its event (the sender's), unchecked: the notices ops
+    sends of itself (an exit, a budget, a failure, a request) to a parent it found
+    live, whatever their size. A sender's mail goes through send(), checked."""
     mail_id = mailbox.insert(conn, sender_id, recipient["id"], body, kind, deliver_at)
     events.record(conn, sender_id or INIT_ID, "mail", to=recipient["id"], mail=mail_id,
                   type=None if kind == "mail" else kind, at=deliver_at)
@@ -57,9 +58,8 @@ def deliver(conn, sender_id, recipient, body, kind="mail", deliver_at=None):
 
 def send(conn, sender_id, refs, body, deliver_at=None):
     """The one sending sequence of agent-send and the send tool: check the body
-    and every recipient, then deliver to each; the mail ids. The caller holds
-    the transaction. (agent-send --jsonl checks each line the same way, then
-    delivers a batch at once: deliver_many.)"""
+    and every recipient, then deliver to each; the mail ids. (agent-send --jsonl
+    checks each line the same way, then delivers a batch at once: deliver_many.)"""
     check_body(body)
     recipients = [recipient(conn, ref) for ref in refs]
     return [deliver(conn, sender_id, r, body, deliver_at=deliver_at) for r in recipients]

@@ -7,11 +7,10 @@ between steps. A HUP waits for the turn in progress, running or open
 """
 
 from agentctl import clock
-from agentctl.errors import Refused, UsageError
+from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, lifecycle, turns
+from agentctl.ops import asks, lease, lifecycle, turns
 from agentctl.store import events, history, registry
-from agentctl.store.db import transaction
 
 NUMBERS = {"HUP": 1, "KILL": 9, "TERM": 15, "CONT": 18, "STOP": 19}
 NAMES = tuple(NUMBERS)
@@ -30,27 +29,11 @@ def parse(text):
     raise UsageError(f"unknown signal: {text} (one of {', '.join(NAMES)})")
 
 
-def send(conn, target, sig, *, cascade=False, actor=None, grace=None):
-    """Signal `target` (and with `cascade` every live descendant) in one
-    transaction. Returns how many agents got it. With `grace` (seconds, TERM
-    only), each that has not exited when it ends is killed (kill_at)."""
-    with transaction(conn):
-        count, refusal = apply(conn, registry.get(conn, target["id"]), sig,
-                               cascade=cascade, actor=actor)
-        if grace is not None:
-            victims = [target["id"]] + ([d["id"] for d in registry.descendants(
-                conn, target["id"])] if cascade else [])
-            for victim in victims:
-                if registry.is_live(registry.get(conn, victim)):
-                    registry.update(conn, victim, kill_at=clock.now() + grace)
-    if refusal:
-        raise Refused(refusal + (f" (its descendants were signalled: {count})" if cascade else ""))
-    return count
-
-
-def apply(conn, target, sig, *, cascade=False, actor=None):
-    """Deliver within the caller's transaction: (how many got it, why the
-    target itself was refused or None)."""
+def apply(conn, target, sig, *, cascade=False, actor=None, grace=None):
+    """Signal `target` (and with `cascade` every live descendant), in the caller's
+    transaction: (how many got it, why the target itself was refused or None).
+    With `grace` (seconds, TERM only), each that has not exited when it ends is
+    killed (kill_at)."""
     victims = [target] + ([d for d in registry.descendants(conn, target["id"])
                            if registry.is_live(d)] if cascade else [])
     refusal = _refusal(target, sig)
@@ -63,6 +46,12 @@ def apply(conn, target, sig, *, cascade=False, actor=None):
         # the agent ended at its next write (lease.KilledMidTurn) and writes nothing.
         now = bool(dying) and victim["id"] != target["id"]
         _deliver(conn, registry.get(conn, victim["id"]), sig, actor, dying, now)
+    if grace is not None:
+        graced = [target["id"]] + ([d["id"] for d in registry.descendants(
+            conn, target["id"])] if cascade else [])
+        for victim in graced:
+            if registry.is_live(registry.get(conn, victim)):
+                registry.update(conn, victim, kill_at=clock.now() + grace)
     return len(victims), refusal
 
 
@@ -80,7 +69,7 @@ def exit_code(sig):
 
 
 def _deliver(conn, agent, sig, actor, dying, now=False):
-    events.record(conn, agent["id"], "signal", sig, actor, signal=sig)
+    events.record(conn, agent["id"], "signal", actor, signal=sig)
     if agent["status"] == "P" and sig == "TERM" and not now:
         # A paused agent's requests are denied; it ends its turn (the model sees the
         # denial) and exits at its end, as a running agent does on TERM.
@@ -88,7 +77,7 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
         registry.change_status(conn, agent["id"], "P", "S")
         registry.update(conn, agent["id"], pending_signal="TERM")
         return
-    in_turn = agent["status"] == "R" and registry.lease_is_live(agent) and not now
+    in_turn = agent["status"] == "R" and lease.held(agent) and not now
     if not in_turn and sig in ("TERM", "KILL"):
         # No runner to honour it (none, stopped, or crashed): a turn left
         # open is ended here and never replayed.

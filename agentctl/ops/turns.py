@@ -13,7 +13,7 @@ from agentctl import clock, env
 from agentctl.clock import iso
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
 from agentctl.ops import budget, lifecycle, mail
-from agentctl.ops.lease import holding, renew
+from agentctl.ops.lease import effective_status, holding, renew
 from agentctl.store import accounts, events, history, mailbox, registry, turnlog
 
 BACKOFF_FIRST = 30.0
@@ -34,7 +34,8 @@ def start(conn, agent, model_name):
     """Resume the agent's open turn, or open one with ALL pending input: the
     unanswered prompt, every unread mail (one inbox message), a due timer.
     Returns the turn row; NotFound when there is nothing to do, Refused when
-    a new turn would start with the agent's account exhausted."""
+    a new turn would start with the agent's account exhausted. A step of the
+    run: its own transactions (lease.holding)."""
     # Under the claim: a cascade may have ended the agent since it was claimed.
     if agent["budget_id"] is not None:
         with holding(conn, agent["id"]):    # committed before refusing: the notice stays
@@ -136,7 +137,7 @@ def backing_off(conn, now=None):
     now = now or clock.now()
     return [r for r in registry.sleeping_or_running(conn)
             if r["retry_at"] is not None and r["retry_at"] > now
-            and registry.effective_status(r, now) != "R" and has_pending_input(conn, r, now)]
+            and effective_status(r, now) != "R" and has_pending_input(conn, r, now)]
 
 
 def runnable(conn, now=None):
@@ -145,7 +146,7 @@ def runnable(conn, now=None):
     now = now or clock.now()
     spent = accounts.exhausted_ids(conn)
     return [r["id"] for r in registry.sleeping_or_running(conn)
-            if registry.effective_status(r, now) != "R"     # sleeping, or its run died
+            if effective_status(r, now) != "R"      # sleeping, or its run died
             and (r["retry_at"] is None or r["retry_at"] <= now)
             and (r["budget_id"] not in spent or open_turn(conn, r["id"]))
             and has_pending_input(conn, r, now)]

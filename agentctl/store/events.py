@@ -1,12 +1,63 @@
 """The event log (agentctl(5), events; agent-log(1)): a row for every change of
 state, written in the transaction that makes the change, numbered by a sequence
-that only grows (AUTOINCREMENT: pruning never hands a number out again)."""
+that only grows (AUTOINCREMENT: pruning never hands a number out again). What
+each kind's data holds is declared here, with the released detail text made of
+it: record() writes by the declaration, fields() reads by it."""
 
 import math
+import re
 from agentctl import clock
 
-KINDS = ("fork", "turn-start", "turn-end", "tool", "mail", "read", "signal", "status", "exit",
-         "reparent", "reap", "compaction", "timer", "wake", "budget", "restart", "ask", "answer")
+# Each kind and the fields of its data (agent-log(1), Kinds): "?" marks a field an
+# event may leave out (None), "|" parts the shapes of a kind that has more than one.
+KINDS = {
+    "fork": "parent at role model?",
+    "turn-start": "turn model?",
+    "turn-end": "turn model? outcome steps input_tokens output_tokens mail_read seconds error?",
+    "tool": "turn tool call outcome seconds",
+    "mail": "to mail type? at? | count first last",     # one mail | agent-send --jsonl's batch
+    "read": "count first last turn?",
+    "signal": "signal",
+    "status": "old new turn?",
+    "exit": "code signal? status",
+    "reparent": "old new",
+    "reap": "by",
+    "compaction": "turn summarised keep_from",
+    "timer": "at",
+    "wake": "turn at",
+    "budget": "spent budget",
+    "restart": "count limit delay error",
+    "ask": "request type tool?",
+    "answer": "request decision",
+}
+# The detail text of the kinds released before the event log (agentctl(5)), made of
+# their fields: the first template whose fields an event has. (Those events have no
+# data: fields() reads their fields back from it.)
+DETAILS = {
+    "fork": ("{parent} {at}",),
+    "signal": ("{signal}",),
+    "exit": ("killed by {signal}", "exited {code}"),
+    "reparent": ("{old} {new}",),
+    "budget": ("exhausted {spent} {budget}",),
+}
+NUMBERS = frozenset(("at", "code", "spent", "budget"))     # whole numbers in a detail
+
+
+def _shapes(spec):
+    """[(the fields required, the fields allowed)] of a KINDS entry."""
+    shapes = []
+    for shape in spec.split("|"):
+        names = shape.split()
+        shapes.append((frozenset(n for n in names if not n.endswith("?")),
+                       frozenset(n.rstrip("?") for n in names)))
+    return shapes
+
+
+_SHAPES = {kind: _shapes(spec) for kind, spec in KINDS.items()}
+_TEMPLATES = {kind: [(t, re.findall(r"{(\w+)}", t)) for t in templates]
+              for kind, templates in DETAILS.items()}
+_PATTERNS = {kind: [re.compile(re.sub(r"\\{(\w+)\\}", r"(?P<\1>\\S+)", re.escape(t)))
+                    for t in templates] for kind, templates in DETAILS.items()}
 COLUMNS = "e.id, e.agent_id, e.kind, e.detail, e.actor_id, e.created_at, e.data, a.name"
 
 # JSON without importing json (a program's start-up): what an event carries is flat,
@@ -34,18 +85,61 @@ def payload(data):
                            if v is not None) + "}"
 
 
-def record(conn, agent_id, kind, detail=None, actor=None, **data):
-    """One event, in the caller's transaction."""
+def check(kind, data):
+    """Raise ValueError (a bug) unless `data` is a shape of `kind` that KINDS declares,
+    of numbers, texts and None."""
+    shapes = _SHAPES.get(kind)
+    if shapes is None:
+        raise ValueError(f"event {kind!r}: no such kind (events.KINDS)")
+    given = {k for k, v in data.items() if v is not None}
+    if not any(required <= given and allowed.issuperset(data) for required, allowed in shapes):
+        raise ValueError(f"event {kind}: its data is {KINDS[kind]!r}, not "
+                         f"{' '.join(sorted(given)) or 'empty'}")
+    for key in given:
+        if not isinstance(data[key], (int, float, str)):
+            raise ValueError(f"event {kind}: {key} must be a number or a text, "
+                             f"not {type(data[key]).__name__}")
+
+
+def detail(kind, data):
+    """The released detail text of an event of `kind` (DETAILS), or None."""
+    for template, names in _TEMPLATES.get(kind, ()):
+        if all(data.get(n) is not None for n in names):
+            return template.format(**data)
+    return None
+
+
+def record(conn, agent_id, kind, actor=None, **data):
+    """One event, in the caller's transaction: its data as KINDS declares it, and
+    the detail made of it."""
+    check(kind, data)
     conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at, data) "
                  "VALUES (?, ?, ?, ?, ?, ?)",
-                 (agent_id, kind, detail, actor, clock.now(), payload(data) if data else None))
+                 (agent_id, kind, detail(kind, data), actor, clock.now(),
+                  payload(data) if data else None))
 
 
-def latest_detail(conn, agent_id, kind):
-    """The detail of the agent's newest event of `kind`, or None."""
-    row = conn.execute("SELECT detail FROM events WHERE agent_id = ? AND kind = ? "
+def fields(kind, text, data):
+    """An event's fields by name: its data (decoded, or JSON text), or for an event
+    written before the event log, which has none, those its detail `text` holds."""
+    if data:
+        if isinstance(data, str):
+            import json     # (here: a program that only writes events never needs it)
+            return json.loads(data)
+        return data
+    for pattern in _PATTERNS.get(kind, ()):
+        found = pattern.fullmatch(text or "")
+        if found:
+            return {k: int(v) if k in NUMBERS and v.isdigit() else v
+                    for k, v in found.groupdict().items()}
+    return {}
+
+
+def latest(conn, agent_id, kind):
+    """The fields of the agent's newest event of `kind`, or None."""
+    row = conn.execute("SELECT detail, data FROM events WHERE agent_id = ? AND kind = ? "
                        "ORDER BY id DESC LIMIT 1", (agent_id, kind)).fetchone()
-    return row and row[0]
+    return row and fields(kind, row[0], row[1])
 
 
 def _where(agents, kinds, since, after):

@@ -1,22 +1,17 @@
-"""The process table as rows: what agent-ps lists, each with its effective status."""
+"""The process table's rows, as stored: what agent-ps lists (ops.proctable makes
+each what a reader sees)."""
 
 from agentctl import clock
 from agentctl.store.mailbox import deferred, unread
-from agentctl.store.registry import LIVE, NOT_DEAD, effective_status, overdue
-from agentctl.store.registry import statuses as statuses_sql
 
 
-def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
+def rows(conn, *, statuses=None, parent=None, role=None):
+    """The agents whose stored status is one of `statuses` (None: every one), of
+    `parent`, of `role`, oldest first; each with its age and when it wakes."""
     where, params = [], []
-    if statuses:
-        wanted = set(statuses)
-        stored = wanted | ({"R"} if {"S", "T"} & wanted else set())     # a dead run
-        stored |= {"Z"} if "X" in wanted else set()                     # reaping overdue
-        stored |= set(LIVE) if {"Z", "X"} & wanted else set()           # a grace ended
-        where.append(f"a.status IN ({','.join('?' * len(stored))})")
-        params += sorted(stored)
-    elif not everything:
-        where.append(f"a.status IN {statuses_sql(NOT_DEAD)}")
+    if statuses is not None:
+        where.append(f"a.status IN ({','.join('?' * len(statuses))})")
+        params += sorted(statuses)
     if parent is not None:
         where.append("a.parent_id = ?")
         params.append(parent)
@@ -44,17 +39,6 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     found = []
     for row in conn.execute(sql, params):
         item = dict(row)
-        item["status"] = effective_status(item, now)    # an R whose agent-run died is not R
-        due = overdue(item, now)        # what the next writing program will carry out
-        if due == "KILL":
-            item.update(status="Z" if item["parent_status"] in LIVE else "X",
-                        exit_code=137, exit_signal="KILL", exited_at=item["kill_at"])
-        elif due == "reap":
-            item["status"] = "X"
-        if item["status"] == "X" and not (everything or statuses):
-            continue
-        if statuses and item["status"] not in statuses:
-            continue
         item["age"] = int(now - item["created_at"])
         # an agent that has exited has neither: its timer ends with it, and mail that
         # comes due after its exit is never delivered (mail.deferred)

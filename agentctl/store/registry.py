@@ -11,10 +11,9 @@ The rules of what may happen to an agent live in ops/; this module only reads
 and writes rows.
 """
 
-import os
 import sqlite3
 
-from agentctl import clock, env
+from agentctl import clock
 from agentctl.errors import NotFound, Refused, UsageError
 from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
 from agentctl.text import valid
@@ -72,72 +71,7 @@ def has_exited(agent):
     return agent["status"] in EXITED
 
 
-# -- the effective status: R with a dead lease is really S (or T) ------------------------
-
-def host():
-    """This host's name, as a lease names it: $AGENTCTL_HOST when set (containers
-    often share a host name), else the system's (socket is imported only here: most
-    programs never need it)."""
-    given = os.environ.get("AGENTCTL_HOST", "").strip()
-    if given:
-        if ":" in given or not given.isprintable():
-            raise UsageError(f"AGENTCTL_HOST must be a host name (no colon), not {given!r}")
-        return given
-    import socket
-    return socket.gethostname()
-
-
-def owner_token():
-    """How a lease names its holder: host and process."""
-    return f"{host()}:{os.getpid()}"
-
-
-def lease_is_live(agent, now=None):
-    """A lease holds while it has not expired and, when its owner ran on this
-    host, that process still exists (a crash frees it at once)."""
-    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or clock.now()):
-        return False
-    holder, _, pid = agent["lease_owner"].rpartition(":")
-    if holder == host() and pid.isascii() and pid.isdigit():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-    return True
-
-
-def effective_status(agent, now=None):
-    """The status as a reader should see it: an R whose agent-run died is idle
-    (S), or stopped (T) when a STOP was waiting for that run. (A deadline that
-    has passed, which the next writing program carries out, is overdue().)"""
-    if agent["status"] == "R" and not lease_is_live(agent, now):
-        return "T" if agent["pending_signal"] == "STOP" else "S"
-    return agent["status"]
-
-
-DEFAULT_REAP_AFTER = 86400.0
-
-
-def reap_after(agent):
-    """Seconds after its exit when a zombie nobody collected is reaped."""
-    if agent["reap_after"] is not None:
-        return agent["reap_after"]
-    return env.duration("AGENTCTL_REAP_AFTER", DEFAULT_REAP_AFTER)
-
-
-def overdue(agent, now=None):
-    """What a deadline that has passed makes of the agent, before a writing program
-    carries it out: 'KILL' (its grace period ended), 'reap' (a zombie nobody
-    collected in time), or None."""
-    now = clock.now() if now is None else now
-    if agent["status"] in LIVE and agent["kill_at"] is not None and agent["kill_at"] <= now:
-        return "KILL"
-    if agent["status"] == "Z" and agent["exited_at"] + reap_after(agent) <= now:
-        return "reap"
-    return None
-
+# -- deadlines due (what they make of an agent: ops.lifecycle.overdue) ------------
 
 def grace_ended(conn, now):
     """Agents alive whose grace period has ended."""
@@ -329,14 +263,14 @@ def change_status(conn, agent_id, old, new):
                         (new, agent_id, old)).rowcount > 0
 
 
-def claim(conn, agent_id, until):
+def claim(conn, agent_id, owner, until):
     conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ? "
-                 "WHERE id = ?", (owner_token(), until, agent_id))
+                 "WHERE id = ?", (owner, until, agent_id))
 
 
-def renew(conn, agent_id, until):
+def renew(conn, agent_id, owner, until):
     conn.execute("UPDATE agents SET lease_until = ? WHERE id = ? AND lease_owner = ?",
-                 (until, agent_id, owner_token()))
+                 (until, agent_id, owner))
 
 
 def release(conn, agent_id, status="S"):

@@ -288,7 +288,7 @@ def _ps(conn, agent_id, args, call):
     rows = registry.descendants(conn, agent_id)
     if not rows:
         return "no descendants"
-    return "\n".join(f"{r['id']} {registry.label(r)} {registry.effective_status(r)} {r['role']}"
+    return "\n".join(f"{r['id']} {registry.label(r)} {lease.effective_status(r)} {r['role']}"
                      for r in rows)
 
 

@@ -159,7 +159,7 @@ class Toolset:
         started = time.monotonic()
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
         if left is not None:                # a run that died with its agent-run
-            if left["host"] == registry.host():
+            if left["host"] == lease.host():
                 _calls().kill_run(left["pgid"], agent_id, left["id"])
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, left["id"], "unknown")
@@ -177,7 +177,7 @@ class Toolset:
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],
-                                    call["tool_name"], registry.host())
+                                    call["tool_name"], lease.host())
         try:
             text = self._run(conn, agent_id, call, arguments, run_id)
             outcome = "ok"

@@ -1,0 +1,44 @@
+"""The process table as agent-ps shows it: the stored rows (store.proctable), each as a
+reader sees it before the next writing program carries out what is due."""
+
+from agentctl import clock
+from agentctl.ops import lease, lifecycle, signals
+from agentctl.store import proctable, registry
+
+
+def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
+    """The agents not dead (every one with `everything`), or those whose status as
+    seen is one of `statuses`; of `parent`, of `role`; oldest first."""
+    if statuses:
+        wanted = set(statuses)
+        stored = wanted | ({"R"} if {"S", "T"} & wanted else set())     # a dead run
+        stored |= {"Z"} if "X" in wanted else set()                     # reaping overdue
+        stored |= set(registry.LIVE) if {"Z", "X"} & wanted else set()  # a grace ended
+    else:
+        stored = None if everything else registry.NOT_DEAD
+    now = clock.now()
+    found = []
+    for row in proctable.rows(conn, statuses=stored, parent=parent, role=role):
+        item = seen(row, now)
+        if item["status"] == "X" and not (everything or statuses):
+            continue
+        if statuses and item["status"] not in statuses:
+            continue
+        found.append(item)
+    return found
+
+
+def seen(row, now):
+    """The row as a reader sees it `now`: its effective status, and what a deadline
+    that has passed makes of it. A grace period's end is the exit its KILL makes
+    (signals.apply: lifecycle.exit, zombie or dead, 128 + 9)."""
+    item = dict(row)
+    item["status"] = lease.effective_status(row, now)   # an R whose agent-run died is not R
+    due = lifecycle.overdue(item, now)  # what the next writing program will carry out
+    if due == "KILL":
+        parent = {"id": row["parent_id"], "status": row["parent_status"]}
+        item.update(status=lifecycle.becomes(parent), exit_code=signals.exit_code("KILL"),
+                    exit_signal="KILL", exited_at=row["kill_at"])
+    elif due == "reap":
+        item["status"] = "X"
+    return item
