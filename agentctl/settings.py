@@ -1,0 +1,102 @@
+"""The per-agent settings (agent-fork(1) gives them): each declared once, here, with
+the agents column that holds it, how a child gets it when its fork doesn't give it,
+in which direction a change narrows what the agent may do, and what values it takes.
+
+ops.lifecycle.fork builds a child's row from SETTINGS (child())."""
+
+from dataclasses import dataclass, field
+
+from agentctl.errors import UsageError
+from agentctl.ids import ROLES
+
+RESTART_POLICIES = ("never", "on-failure", "always")
+
+# narrows: in which direction a change narrows what the agent may do (None: neither).
+# A fork applies only "subset" (ops.grants.check_fork) and "carve" (ops.budget.carve).
+MIN = "min"             # a smaller number, or one where there was none (no limit)
+CARVE = "carve"         # as MIN; the tokens come out of the parent's account (ops.budget)
+SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs)
+SUPERSET = "superset"   # more patterns (--ask: more calls wait for approval)
+
+
+@dataclass(frozen=True, eq=False)
+class Setting:
+    """One per-agent setting. Unset at a fork, a child gets its role's value when
+    `by_role` names the role, else the parent's when `inherit`, else `default`."""
+    name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
+    kind: str                   # text, model, choice, count, duration, patterns or dir
+    doc: str
+    inherit: bool = False
+    default: object = None
+    by_role: dict = field(default_factory=dict)
+    narrows: str = None
+    keyword: str = None         # ops.lifecycle.fork's keyword, where it is not `name`
+    least: int = 0              # a count's least value
+    choices: tuple = ()
+
+    @property
+    def key(self):
+        """What ops.lifecycle.fork calls it."""
+        return self.keyword or self.name
+
+    def unset(self, parent, role):
+        """What a child of `parent` (a row) with `role` gets when its fork doesn't
+        give this setting."""
+        if role in self.by_role:
+            return self.by_role[role]
+        return parent[self.name] if self.inherit else self.default
+
+
+SETTINGS = (    # role first: the others' rules read the child's role
+    Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
+            default="agent", choices=ROLES),
+    Setting("model", "model", "The model its turns call, PROVIDER:MODEL or echo.",
+            inherit=True),
+    Setting("system_prompt", "text", "Its system prompt.", inherit=True, keyword="system"),
+    Setting("context_window", "count", "Compact its context beyond this many tokens.",
+            inherit=True, least=1),
+    Setting("budget", "count", "Its own token budget, carved out of its parent's account "
+            "(unset: it is charged to its parent's).", narrows=CARVE,
+            keyword="budget_tokens", least=1),
+    Setting("restart", "choice", "What a failed turn does to it: never, on-failure or "
+            "always.", default="never", by_role={"daemon": "always"},
+            choices=RESTART_POLICIES),
+    Setting("max_restarts", "count", "Give up after this many restarts within "
+            "restart_window."),
+    Setting("restart_window", "duration", "The window max_restarts counts in."),
+    Setting("reap_after", "duration", "Reap it this long after it exits, if nobody waits "
+            "for it.", inherit=True),
+    Setting("idle_exit", "duration", "It exits after this long without input."),
+    Setting("max_children", "count", "At most this many children alive or not yet "
+            "collected at once.", inherit=True, by_role={"worker": 4}, narrows=MIN),
+    Setting("allow", "patterns", "The external tools it may use (globs over tool names), "
+            "within what its ancestors may.", narrows=SUBSET),
+    Setting("ask", "patterns", "Calls of matching tools wait for approval; its ancestors' "
+            "patterns apply too.", narrows=SUPERSET),
+    Setting("cwd", "dir", "Its working directory, where its tools run.", inherit=True),
+)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+KEYS = frozenset(s.key for s in SETTINGS)
+
+
+def get(name):
+    """A setting by name; a usage error for none."""
+    if name not in BY_NAME:
+        raise UsageError(f"unknown setting: {name} (one of {', '.join(BY_NAME)})")
+    return BY_NAME[name]
+
+
+def child(parent, given):
+    """The settings of a new child of `parent` (a row), by name: each one `given`
+    (by ops.lifecycle.fork's keyword) and not None, else what its rule gives."""
+    unknown = set(given) - KEYS
+    if unknown:
+        raise TypeError(f"fork() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    values = {}
+    for setting in SETTINGS:
+        value = given.get(setting.key)
+        values[setting.name] = value if value is not None \
+            else setting.unset(parent, values.get("role"))
+    return values
+

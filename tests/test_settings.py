@@ -1,0 +1,122 @@
+"""agentctl.settings, the one declaration of the per-agent settings, held against what
+it drives and what it must agree with: the agents table, and fork's inheritance (the
+rules as agent-fork(1) states them, written out here again on purpose)."""
+
+import dataclasses
+
+import pytest
+
+from agentctl import settings
+from agentctl.errors import UsageError
+from agentctl.ids import INIT_ID, ROLES
+from agentctl.ops import lifecycle
+from agentctl.store import registry
+from agentctl.store.db import connect, transaction
+
+PARENT = object()   # the parent's value
+# What a child forked without the setting gets (agent-fork(1)), and the roles that
+# have a value of their own.
+UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_window": PARENT,
+         "budget": None, "restart": "never", "max_restarts": None, "restart_window": None,
+         "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "allow": None,
+         "ask": None, "cwd": PARENT}
+BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
+# A parent with every setting set, and a child given every one, each different.
+PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
+           "context_window": 9000, "budget": 5000, "restart": "on-failure",
+           "max_restarts": 2, "restart_window": 60.0, "reap_after": 120.0, "idle_exit": 30.0,
+           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": "/parent"}
+CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
+            "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
+            "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
+            "max_children": 0, "allow": ["read_file", "list_dir"], "ask": ["*"],
+            "cwd": "/child"}
+SQL_TYPES = {"count": "INTEGER", "duration": "REAL"}      # else TEXT
+
+
+def stored(value):
+    return "\n".join(value) if isinstance(value, list) else value
+
+
+def forked(conn, parent, values, **others):
+    """A child forked through ops.lifecycle.fork, its settings by name."""
+    with transaction(conn):
+        given = {settings.get(name).key: value for name, value in values.items()}
+        return registry.get(conn, lifecycle.fork(conn, parent, **given, **others))
+
+
+# -- the declaration and the schema ------------------------------------------------------------
+
+def check_schema(declared, tmp_path):
+    """Every declared setting is a column of the agents table of a new SQLite database
+    (the PostgreSQL schema is held to that one by test_postgresql), of its kind's type,
+    and one a fork writes."""
+    lite = connect(str(tmp_path / "schema.db"))
+    types = {r[1]: r[2] for r in lite.execute("PRAGMA table_info(agents)")}
+    lite.close()
+    for setting in declared:
+        assert setting.name in types, f"{setting.name}: no such column in agents"
+        assert types[setting.name] == SQL_TYPES.get(setting.kind, "TEXT"), setting.name
+        assert setting.name in registry.FORK_COLUMNS, setting.name
+
+
+def test_every_setting_is_a_column_of_the_agents_table(tmp_path):
+    check_schema(settings.SETTINGS, tmp_path)
+
+
+def test_a_setting_the_schema_lacks_is_caught(tmp_path):
+    wrong = settings.SETTINGS + (settings.Setting("nosuch", "count", "None."),)
+    with pytest.raises(AssertionError, match="nosuch: no such column"):
+        check_schema(wrong, tmp_path)
+
+
+# -- fork: a value given, else the rule --------------------------------------------------------
+
+def check_fork(conn):
+    """A child forked with no setting has each as the rule says (the parent's, the
+    role's, none), whatever its role; a child given each has its own."""
+    assert set(UNSET) == set(settings.BY_NAME) == set(PARENTS) == set(CHILDREN)
+    parent = forked(conn, registry.get(conn, INIT_ID), PARENTS, name="p")
+    assert {n: parent[n] for n in PARENTS} == {n: stored(v) for n, v in PARENTS.items()}
+    for role in ROLES:
+        child = forked(conn, parent, {"role": role} if role != "agent" else {})
+        for name, rule in UNSET.items():
+            want = BY_ROLE.get((role, name), parent[name] if rule is PARENT else rule)
+            want = role if name == "role" else want
+            assert child[name] == want, f"role {role}, forked without {name}"
+        assert child["budget_id"] == parent["id"]       # charged to the parent's account
+    given = forked(conn, parent, CHILDREN)
+    assert {n: given[n] for n in CHILDREN} == {n: stored(v) for n, v in CHILDREN.items()}
+    assert given["budget_id"] == given["id"]
+    assert registry.get(conn, parent["id"])["budget"] == 4000         # carved
+
+
+def test_fork_inherits_as_declared(conn):
+    check_fork(conn)
+
+
+@pytest.mark.parametrize("name, change", [
+    ("idle_exit", {"inherit": True}),           # idle_exit is not inherited
+    ("reap_after", {"inherit": False}),         # reap_after is
+    ("max_children", {"by_role": {}}),          # a worker's is 4
+    ("restart", {"by_role": {"daemon": "on-failure"}}),
+])
+def test_a_wrong_rule_is_caught(conn, monkeypatch, name, change):
+    wrong = tuple(dataclasses.replace(s, **change) if s.name == name else s
+                  for s in settings.SETTINGS)
+    monkeypatch.setattr(settings, "SETTINGS", wrong)
+    with pytest.raises(AssertionError, match=name):
+        check_fork(conn)
+
+
+def test_an_unknown_keyword_is_a_type_error(conn):
+    with pytest.raises(TypeError, match="'window'"):
+        lifecycle.fork(conn, registry.get(conn, INIT_ID), window=10)
+
+
+# -- lookup ------------------------------------------------------------------------------------
+
+def test_lookup_by_name():
+    assert settings.get("max_children").narrows == settings.MIN
+    with pytest.raises(UsageError, match="unknown setting: window .one of role, model, "):
+        settings.get("window")
