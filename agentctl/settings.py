@@ -1,8 +1,10 @@
-"""The per-agent settings (agent-fork(1) gives them): each declared once, here, with
-the agents column that holds it, how a child gets it when its fork doesn't give it,
-in which direction a change narrows what the agent may do, and what values it takes.
+"""The per-agent settings (agent-fork(1) gives them; agent-ps(1) shows some): each
+declared once, here, with the agents column that holds it, how a child gets it when
+its fork doesn't give it, in which direction a change narrows what the agent may do,
+what values it takes and how it is shown.
 
-ops.lifecycle.fork builds a child's row from SETTINGS (child())."""
+ops.lifecycle.fork builds a child's row from SETTINGS (child()); agent-ps's -o
+columns for them come from here."""
 
 from dataclasses import dataclass, field
 
@@ -31,6 +33,7 @@ class Setting:
     by_role: dict = field(default_factory=dict)
     narrows: str = None
     keyword: str = None         # ops.lifecycle.fork's keyword, where it is not `name`
+    header: str = None          # agent-ps's column header; None: agent-ps doesn't show it
     least: int = 0              # a count's least value
     choices: tuple = ()
 
@@ -46,18 +49,30 @@ class Setting:
             return self.by_role[role]
         return parent[self.name] if self.inherit else self.default
 
+    def text(self, value):
+        """The stored value as people read it: - for none, patterns joined by commas."""
+        if self.kind == "patterns":
+            return ",".join(value.split("\n")) if value else "-"
+        return "-" if value is None else str(value)
+
+    def json(self, value):
+        """The stored value for programs: patterns as a list."""
+        if self.kind == "patterns":
+            return value.split("\n") if value else []
+        return value
+
 
 SETTINGS = (    # role first: the others' rules read the child's role
     Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
-            default="agent", choices=ROLES),
+            default="agent", choices=ROLES, header="ROLE"),
     Setting("model", "model", "The model its turns call, PROVIDER:MODEL or echo.",
-            inherit=True),
+            inherit=True, header="MODEL"),
     Setting("system_prompt", "text", "Its system prompt.", inherit=True, keyword="system"),
     Setting("context_window", "count", "Compact its context beyond this many tokens.",
             inherit=True, least=1),
     Setting("budget", "count", "Its own token budget, carved out of its parent's account "
             "(unset: it is charged to its parent's).", narrows=CARVE,
-            keyword="budget_tokens", least=1),
+            keyword="budget_tokens", header="BUDGET", least=1),
     Setting("restart", "choice", "What a failed turn does to it: never, on-failure or "
             "always.", default="never", by_role={"daemon": "always"},
             choices=RESTART_POLICIES),
@@ -70,10 +85,11 @@ SETTINGS = (    # role first: the others' rules read the child's role
     Setting("max_children", "count", "At most this many children alive or not yet "
             "collected at once.", inherit=True, by_role={"worker": 4}, narrows=MIN),
     Setting("allow", "patterns", "The external tools it may use (globs over tool names), "
-            "within what its ancestors may.", narrows=SUBSET),
+            "within what its ancestors may.", narrows=SUBSET, header="ALLOW"),
     Setting("ask", "patterns", "Calls of matching tools wait for approval; its ancestors' "
-            "patterns apply too.", narrows=SUPERSET),
-    Setting("cwd", "dir", "Its working directory, where its tools run.", inherit=True),
+            "patterns apply too.", narrows=SUPERSET, header="ASK"),
+    Setting("cwd", "dir", "Its working directory, where its tools run.", inherit=True,
+            header="CWD"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -1,17 +1,23 @@
 """agentctl.settings, the one declaration of the per-agent settings, held against what
-it drives and what it must agree with: the agents table, and fork's inheritance (the
-rules as agent-fork(1) states them, written out here again on purpose)."""
+it drives and what it must agree with: the agents table, fork's inheritance (the
+rules as agent-fork(1) states them, written out here again on purpose), agent-ps's
+columns."""
 
 import dataclasses
+import json
+import os
 
 import pytest
 
 from agentctl import settings
+from agentctl.cli import ps
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID, ROLES
 from agentctl.ops import lifecycle
 from agentctl.store import registry
 from agentctl.store.db import connect, transaction
+
+from .conftest import agent, fork
 
 PARENT = object()   # the parent's value
 # What a child forked without the setting gets (agent-fork(1)), and the roles that
@@ -114,7 +120,38 @@ def test_an_unknown_keyword_is_a_type_error(conn):
         lifecycle.fork(conn, registry.get(conn, INIT_ID), window=10)
 
 
-# -- lookup ------------------------------------------------------------------------------------
+# -- agent-ps ----------------------------------------------------------------------------------
+
+def check_ps_columns(declared):
+    """agent-ps has a column for exactly the settings that declare a header, under it."""
+    shown = {c.key: c.header for c in ps.COLUMNS if c.key in {s.name for s in declared}}
+    assert shown == {s.name: s.header for s in declared if s.header}
+
+
+def test_agent_ps_shows_the_declared_columns():
+    check_ps_columns(settings.SETTINGS)
+    fork("-n", "p", "-r", "lead", "-m", "echo", "--budget", "100", "--allow", "read_file",
+         "--allow", "list_dir", "--ask", "run", "--cwd", os.getcwd())
+    declared = [s for s in settings.SETTINGS if s.header]
+    keys = ",".join(s.name for s in declared)
+    result = agent("ps", "-o", keys)
+    assert result.code == 0, result.err
+    assert result.lines[0].split() == [s.header for s in declared]
+    row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
+    assert row == {"role": "lead", "model": "echo", "budget": 100,
+                   "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd()}
+    assert result.lines[2].split()[:2] == ["lead", "echo"]
+    assert result.lines[2].split()[3:] == ["read_file,list_dir", "run", os.getcwd()]
+
+
+def test_a_header_agent_ps_lacks_is_caught():
+    wrong = tuple(dataclasses.replace(s, header="WINDOW") if s.name == "context_window" else s
+                  for s in settings.SETTINGS)
+    with pytest.raises(AssertionError):
+        check_ps_columns(wrong)
+
+
+# -- lookup -------------------------------------------------------------------------------------
 
 def test_lookup_by_name():
     assert settings.get("max_children").narrows == settings.MIN
