@@ -1,13 +1,18 @@
 """The per-agent settings (agent-fork(1) gives them; agent-ps(1) shows some): each
 declared once, here, with the agents column that holds it, how a child gets it when
 its fork doesn't give it, in which direction a change narrows what the agent may do,
-what values it takes and how it is shown.
+how a value is read from text and how it is shown.
 
 ops.lifecycle.fork builds a child's row from SETTINGS (child()); agent-ps's -o
-columns for them come from here."""
+columns for them come from here; agent-set (KEY=VALUE) is to use get(), parse() and
+narrows()."""
 
+import math
+import os
 from dataclasses import dataclass, field
 
+from agentctl import env, modelspec
+from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 
@@ -48,6 +53,41 @@ class Setting:
         if role in self.by_role:
             return self.by_role[role]
         return parent[self.name] if self.inherit else self.default
+
+    def parse(self, text):
+        """A value from text (agent-set's KEY=VALUE), as ops.lifecycle.fork takes it;
+        a usage error that names the setting when it is none. Patterns are split at
+        commas; ops.grants.check checks them. A directory is made absolute; whoever
+        uses it checks that it is one, as agent-fork does."""
+        if self.kind == "text":
+            return text
+        if self.kind == "patterns":
+            return [p.strip() for p in text.split(",") if p.strip()]
+        if self.kind == "model":
+            modelspec.check_name(text)
+            return text
+        if self.kind == "choice":
+            if text not in self.choices:
+                raise UsageError(f"unknown {self.name}: {text} "
+                                 f"(one of {', '.join(self.choices)})")
+            return text
+        if self.kind == "count":
+            value = int(text) if text.isascii() and text.isdigit() else None
+            if value is None or not self.least <= value <= env.LARGEST:
+                raise UsageError(f"bad {self.name}: {env.shown(text)} "
+                                 f"(want a whole number >= {self.least})")
+            return value
+        if self.kind == "duration":
+            seconds = parse_duration(text)
+            if not math.isfinite(seconds):
+                raise UsageError(f"bad {self.name}: {env.shown(text)} (want a duration "
+                                 "such as 90, 90s, 10m or 24h)")
+            return seconds
+        if self.kind == "dir":
+            if not text:
+                raise UsageError(f"bad {self.name}: '' (want a directory)")
+            return os.path.abspath(text)
+        raise AssertionError(f"{self.name}: unknown kind {self.kind}")
 
     def text(self, value):
         """The stored value as people read it: - for none, patterns joined by commas."""
@@ -116,3 +156,24 @@ def child(parent, given):
             else setting.unset(parent, values.get("role"))
     return values
 
+
+def _patterns(value):
+    """Patterns as stored (one a line) or given (a list), as a set."""
+    if not value:
+        return set()
+    return set(value.split("\n") if isinstance(value, str) else value)
+
+
+def narrows(setting, old, new):
+    """Whether changing `setting` from `old` to `new` leaves the agent able to do at
+    most what it could: the same value always does. Patterns compare as text, not as
+    globs: a narrower glob that is not the same text does not count."""
+    if old == new:
+        return True
+    if setting.narrows in (MIN, CARVE):
+        return new is not None and (old is None or new <= old)
+    if setting.narrows == SUBSET:
+        return _patterns(new) <= _patterns(old)
+    if setting.narrows == SUPERSET:
+        return _patterns(new) >= _patterns(old)
+    return False

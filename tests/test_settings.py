@@ -1,7 +1,7 @@
 """agentctl.settings, the one declaration of the per-agent settings, held against what
 it drives and what it must agree with: the agents table, fork's inheritance (the
 rules as agent-fork(1) states them, written out here again on purpose), agent-ps's
-columns."""
+columns, and what agent-set is to use (lookup, parsing, narrowing)."""
 
 import dataclasses
 import json
@@ -151,9 +151,64 @@ def test_a_header_agent_ps_lacks_is_caught():
         check_ps_columns(wrong)
 
 
-# -- lookup -------------------------------------------------------------------------------------
+# -- what agent-set is to use ------------------------------------------------------------------
 
 def test_lookup_by_name():
     assert settings.get("max_children").narrows == settings.MIN
     with pytest.raises(UsageError, match="unknown setting: window .one of role, model, "):
         settings.get("window")
+
+
+@pytest.mark.parametrize("name, text, value", [
+    ("role", "worker", "worker"), ("model", "anthropic:claude", "anthropic:claude"),
+    ("system_prompt", "Be brief.", "Be brief."), ("context_window", "8000", 8000),
+    ("budget", "1", 1), ("restart", "on-failure", "on-failure"), ("max_restarts", "0", 0),
+    ("restart_window", "10m", 600.0), ("reap_after", "1d", 86400.0), ("idle_exit", "90", 90.0),
+    ("max_children", "4", 4), ("allow", "read_*, list_dir", ["read_*", "list_dir"]),
+    ("ask", "run:1h", ["run:1h"]), ("ask", "", []), ("cwd", "/tmp", "/tmp"),
+    ("cwd", "sub", os.path.join(os.getcwd(), "sub")),
+])
+def test_parse(name, text, value):
+    assert settings.get(name).parse(text) == value
+
+
+@pytest.mark.parametrize("name, text, error", [
+    ("role", "boss", "unknown role: boss (one of agent, task,"),
+    ("model", "nosuch:x", "unknown model: nosuch:x"),
+    ("context_window", "0", "bad context_window: '0' (want a whole number >= 1)"),
+    ("max_children", "-1", "bad max_children: '-1' (want a whole number >= 0)"),
+    ("max_children", "4.5", "bad max_children"), ("budget", "9" * 20, "bad budget"),
+    ("restart", "sometimes", "unknown restart: sometimes (one of never, on-failure, always)"),
+    ("idle_exit", "soon", "bad duration: 'soon'"), ("reap_after", "9" * 400, "bad reap_after"),
+    ("cwd", "", "bad cwd"),
+])
+def test_parse_refuses(name, text, error):
+    with pytest.raises(UsageError) as e:
+        settings.get(name).parse(text)
+    assert error in str(e.value)
+
+
+def test_a_parsed_value_is_what_fork_takes(conn):
+    texts = {"role": "worker", "model": "echo", "system_prompt": "Hi.", "context_window": "100",
+             "budget": "50", "restart": "always", "max_restarts": "3", "restart_window": "1h",
+             "reap_after": "2h", "idle_exit": "5m", "max_children": "2",
+             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": "/work"}
+    assert set(texts) == set(settings.BY_NAME)
+    values = {name: settings.get(name).parse(text) for name, text in texts.items()}
+    child = forked(conn, registry.get(conn, INIT_ID), values)
+    assert {n: child[n] for n in texts} == {n: stored(v) for n, v in values.items()}
+    assert (child["restart_window"], child["allow"]) == (3600.0, "read_file\nlist_dir")
+
+
+@pytest.mark.parametrize("name, old, new, narrower", [
+    ("max_children", None, 4, True), ("max_children", 4, 2, True),
+    ("max_children", 2, 4, False), ("max_children", 4, None, False),
+    ("budget", None, 100, True), ("budget", 100, 200, False),
+    ("allow", "a\nb", ["a"], True), ("allow", "a", ["a", "b"], False),
+    ("allow", "a", None, True), ("allow", None, ["a"], False),
+    ("ask", "a", ["a", "b"], True), ("ask", "a\nb", ["a"], False), ("ask", "a", None, False),
+    ("model", "echo", "echo", True), ("model", "echo", "openai:x", False),
+    ("cwd", "/a", "/a/b", False),
+])
+def test_narrows(name, old, new, narrower):
+    assert settings.narrows(settings.get(name), old, new) is narrower
