@@ -8,7 +8,7 @@ from agentctl.cli.options import Count, Duration, complete_agents, complete_word
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body, warn
 from agentctl.errors import UsageError
-from agentctl import modelspec
+from agentctl import modelspec, settings
 from agentctl.ids import INIT_ID, ROLES
 from agentctl.ops import lifecycle
 from agentctl.store import registry
@@ -30,7 +30,7 @@ from agentctl.store.db import transaction
               help="Compact the child's context beyond this many tokens (default: the parent's).")
 @click.option("--budget", type=Count(1), metavar="TOKENS",
               help="The child's own token budget, carved out of the parent's account.")
-@click.option("--restart", type=click.Choice(lifecycle.RESTART_POLICIES), metavar="POLICY",
+@click.option("--restart", type=click.Choice(settings.RESTART_POLICIES), metavar="POLICY",
               help="never, on-failure or always (default: always for a daemon, else never).")
 @click.option("--max-restarts", type=Count(0), metavar="N",
               help=f"Give up after N restarts within the window "

@@ -2,6 +2,7 @@
 
 import click
 
+from agentctl import settings
 from agentctl.clock import age, iso, until
 from agentctl.cli.options import complete_agents, complete_words, output_options
 from agentctl.cli.output import Column, pick, render
@@ -103,16 +104,24 @@ def _exit(item):
     return None if item["exit_code"] is None else str(item["exit_code"])
 
 
+def _setting(name, human=None):
+    """The column of a setting (agentctl.settings), shown as declared there unless
+    `human` (row -> str) says otherwise."""
+    setting = settings.get(name)
+    return Column(name, setting.header, human=human or (lambda r: setting.text(r[name])),
+                  machine=lambda r: setting.json(r[name]))
+
+
 COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
     Column("stat", "STAT", machine=lambda r: r["status"]),
-    Column("role", "ROLE"),
+    _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),
     Column("age", "AGE", human=lambda r: age(r["age"])),
-    Column("model", "MODEL"),
+    _setting("model"),
     Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
     Column("exit_code", "EXIT", human=lambda r: _exit(r) or "-"),
     Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
@@ -120,7 +129,7 @@ COLUMNS = [
            human=lambda r: short(r["forked_from"]) if r["forked_from"] else "-"),
     Column("fork_msg", "FORK_MSG", machine=lambda r: r["fork_msg_id"]),
     Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
-    Column("budget", "BUDGET", human=_budget),
+    _setting("budget", human=_budget),
     Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
     Column("tokens", "TOKENS"),
     Column("failures", "FAILURES"),
@@ -129,17 +138,11 @@ COLUMNS = [
            machine=lambda r: iso(r["retry_at"])),
     Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
            human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
-    Column("allow", "ALLOW", human=lambda r: _grants(r, "allow"),
-           machine=lambda r: (r["allow"] or "").split("\n") if r["allow"] else []),
-    Column("ask", "ASK", human=lambda r: _grants(r, "ask"),
-           machine=lambda r: (r["ask"] or "").split("\n") if r["ask"] else []),
-    Column("cwd", "CWD"),
+    _setting("allow"),
+    _setting("ask"),
+    _setting("cwd"),
     Column("unconfined", "UNCONFINED", human=lambda r: "YES" if r["unconfined"] else "-"),
 ]
-
-
-def _grants(row, key):
-    return ",".join(row[key].split("\n")) if row[key] else "-"
 
 
 def mark_unconfined(conn, rows):

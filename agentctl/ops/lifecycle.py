@@ -3,7 +3,7 @@ the parent's notice, waiting for children, and collecting them (reaping: Z -> X)
 
 import time
 
-from agentctl import clock, env
+from agentctl import clock, env, settings
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import asks, budget, mail
@@ -27,17 +27,9 @@ def check_role(role):
         raise UsageError(f"unknown role: {role} (one of {', '.join(ROLES)})")
 
 
-RESTART_POLICIES = ("never", "on-failure", "always")
 DEFAULT_MAX_RESTARTS = 5
 DEFAULT_RESTART_WINDOW = 3600.0
 DEFAULT_MAX_DEPTH = 256
-WORKER_MAX_CHILDREN = 4         # "a worker manages at most a few children"
-
-
-def default_restart(role):
-    """The role table's restart policy: a daemon is restarted, the others are not
-    (their parent is told, and decides)."""
-    return "always" if role == "daemon" else "never"
 
 
 def max_depth():
@@ -79,32 +71,32 @@ def check_limits(conn, parent):
                       f"AGENTCTL_MAX_DEPTH={max_depth()} forks")
 
 
-def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
-         at=None, prompt=None, actor=None, context_window=None, budget_tokens=None,
-         restart=None, max_restarts=None, restart_window=None, reap_after=None,
-         idle_exit=None, max_children=None, allow=None, ask=None, cwd=None,
-         tool_names=None):
+def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_names=None,
+         **given):
     """Create a child of `parent`; returns its id. Writes a constant number of
-    rows whatever the history's length: nothing is copied. With `budget_tokens`,
-    the child gets its own account, carved out of the parent's (agentctl(7)).
-    Unset, --reap-after and --max-children are the parent's (a worker's
-    max-children is 4), the restart policy the role's."""
+    rows whatever the history's length: nothing is copied. `given` are the child's
+    settings by keyword (agentctl.settings: role, model, system, budget_tokens ...);
+    each one not given is what its rule there says (the parent's, the role's, none).
+    With `budget_tokens`, the child gets its own account, carved out of the
+    parent's (agentctl(7))."""
+    values = settings.child(parent, given)
     if not registry.is_live(parent):
         raise Refused(f"{registry.label(parent)}: can't fork: it is "
                       f"{registry.STATUS_WORDS[parent['status']]}")
     if parent["role"] == "task":
         raise Refused(f"{registry.label(parent)}: a task can't fork")
-    check_role(role)
-    if restart is not None and restart not in RESTART_POLICIES:
-        raise UsageError(f"unknown restart policy: {restart} "
-                         f"(one of {', '.join(RESTART_POLICIES)})")
+    check_role(values["role"])
+    if values["restart"] not in settings.RESTART_POLICIES:
+        raise UsageError(f"unknown restart policy: {values['restart']} "
+                         f"(one of {', '.join(settings.RESTART_POLICIES)})")
     check_limits(conn, parent)
+    allow, ask = values["allow"], values["ask"]
     if allow or ask:    # (here: a fork without grants, most of them, never needs it)
         from agentctl.ops import grants
         allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
         if allow and tool_names is not None:
             grants.check_fork(conn, parent, allow, *tool_names())
-    allow, ask = allow or None, ask or None
+    values.update(allow=allow or None, ask=ask or None)
     if name is not None:
         check_name(conn, name)
     if at is None:
@@ -114,28 +106,17 @@ def fork(conn, parent, *, name=None, role="agent", model=None, system=None,
     else:
         raise UsageError(f"message {at} is not in the context of {registry.label(parent)} "
                          f"(see agent-replay {registry.label(parent)})")
-    if budget_tokens is not None:
-        budget.carve(conn, parent, budget_tokens)
+    if values["budget"] is not None:
+        budget.carve(conn, parent, values["budget"])
     child = new_id()
-    if max_children is None:
-        max_children = WORKER_MAX_CHILDREN if role == "worker" else parent["max_children"]
     registry.insert(
         conn, id=child, name=name, parent_id=parent["id"], forked_from=parent["id"],
-        fork_msg_id=point, role=role,
-        model=model if model is not None else parent["model"],
-        system_prompt=system if system is not None else parent["system_prompt"],
-        context_window=context_window if context_window is not None
-        else parent["context_window"],
-        budget=budget_tokens, budget_id=parent["budget_id"] if budget_tokens is None else child,
-        restart=restart or default_restart(role), max_restarts=max_restarts,
-        restart_window=restart_window, idle_exit=idle_exit, max_children=max_children,
-        reap_after=reap_after if reap_after is not None else parent["reap_after"],
-        depth=parent["depth"] + 1, allow=allow, ask=ask,
-        cwd=cwd if cwd is not None else parent["cwd"])
+        fork_msg_id=point, depth=parent["depth"] + 1,
+        budget_id=parent["budget_id"] if values["budget"] is None else child, **values)
     if prompt is not None:
         history.append(conn, child, "user", prompt)
-    events.record(conn, child, "fork", actor, parent=parent["id"], at=point, role=role,
-                  model=model if model is not None else parent["model"])
+    events.record(conn, child, "fork", actor, parent=parent["id"], at=point,
+                  role=values["role"], model=values["model"])
     return child
 
 

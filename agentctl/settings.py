@@ -1,0 +1,179 @@
+"""The per-agent settings (agent-fork(1) gives them; agent-ps(1) shows some): each
+declared once, here, with the agents column that holds it, how a child gets it when
+its fork doesn't give it, in which direction a change narrows what the agent may do,
+how a value is read from text and how it is shown.
+
+ops.lifecycle.fork builds a child's row from SETTINGS (child()); agent-ps's -o
+columns for them come from here; agent-set (KEY=VALUE) is to use get(), parse() and
+narrows()."""
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from agentctl import env, modelspec
+from agentctl.clock import parse_duration
+from agentctl.errors import UsageError
+from agentctl.ids import ROLES
+
+RESTART_POLICIES = ("never", "on-failure", "always")
+
+# narrows: in which direction a change narrows what the agent may do (None: neither).
+# A fork applies only "subset" (ops.grants.check_fork) and "carve" (ops.budget.carve).
+MIN = "min"             # a smaller number, or one where there was none (no limit)
+CARVE = "carve"         # as MIN; the tokens come out of the parent's account (ops.budget)
+SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs)
+SUPERSET = "superset"   # more patterns (--ask: more calls wait for approval)
+
+
+@dataclass(frozen=True, eq=False)
+class Setting:
+    """One per-agent setting. Unset at a fork, a child gets its role's value when
+    `by_role` names the role, else the parent's when `inherit`, else `default`."""
+    name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
+    kind: str                   # text, model, choice, count, duration, patterns or dir
+    doc: str
+    inherit: bool = False
+    default: object = None
+    by_role: dict = field(default_factory=dict)
+    narrows: str = None
+    keyword: str = None         # ops.lifecycle.fork's keyword, where it is not `name`
+    header: str = None          # agent-ps's column header; None: agent-ps doesn't show it
+    least: int = 0              # a count's least value
+    choices: tuple = ()
+
+    @property
+    def key(self):
+        """What ops.lifecycle.fork calls it."""
+        return self.keyword or self.name
+
+    def unset(self, parent, role):
+        """What a child of `parent` (a row) with `role` gets when its fork doesn't
+        give this setting."""
+        if role in self.by_role:
+            return self.by_role[role]
+        return parent[self.name] if self.inherit else self.default
+
+    def parse(self, text):
+        """A value from text (agent-set's KEY=VALUE), as ops.lifecycle.fork takes it;
+        a usage error that names the setting when it is none. Patterns are split at
+        commas; ops.grants.check checks them. A directory is made absolute; whoever
+        uses it checks that it is one, as agent-fork does."""
+        if self.kind == "text":
+            return text
+        if self.kind == "patterns":
+            return [p.strip() for p in text.split(",") if p.strip()]
+        if self.kind == "model":
+            modelspec.check_name(text)
+            return text
+        if self.kind == "choice":
+            if text not in self.choices:
+                raise UsageError(f"unknown {self.name}: {text} "
+                                 f"(one of {', '.join(self.choices)})")
+            return text
+        if self.kind == "count":
+            value = int(text) if text.isascii() and text.isdigit() else None
+            if value is None or not self.least <= value <= env.LARGEST:
+                raise UsageError(f"bad {self.name}: {env.shown(text)} "
+                                 f"(want a whole number >= {self.least})")
+            return value
+        if self.kind == "duration":
+            seconds = parse_duration(text)
+            if not math.isfinite(seconds):
+                raise UsageError(f"bad {self.name}: {env.shown(text)} (want a duration "
+                                 "such as 90, 90s, 10m or 24h)")
+            return seconds
+        if self.kind == "dir":
+            if not text:
+                raise UsageError(f"bad {self.name}: '' (want a directory)")
+            return os.path.abspath(text)
+        raise AssertionError(f"{self.name}: unknown kind {self.kind}")
+
+    def text(self, value):
+        """The stored value as people read it: - for none, patterns joined by commas."""
+        if self.kind == "patterns":
+            return ",".join(value.split("\n")) if value else "-"
+        return "-" if value is None else str(value)
+
+    def json(self, value):
+        """The stored value for programs: patterns as a list."""
+        if self.kind == "patterns":
+            return value.split("\n") if value else []
+        return value
+
+
+SETTINGS = (    # role first: the others' rules read the child's role
+    Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
+            default="agent", choices=ROLES, header="ROLE"),
+    Setting("model", "model", "The model its turns call, PROVIDER:MODEL or echo.",
+            inherit=True, header="MODEL"),
+    Setting("system_prompt", "text", "Its system prompt.", inherit=True, keyword="system"),
+    Setting("context_window", "count", "Compact its context beyond this many tokens.",
+            inherit=True, least=1),
+    Setting("budget", "count", "Its own token budget, carved out of its parent's account "
+            "(unset: it is charged to its parent's).", narrows=CARVE,
+            keyword="budget_tokens", header="BUDGET", least=1),
+    Setting("restart", "choice", "What a failed turn does to it: never, on-failure or "
+            "always.", default="never", by_role={"daemon": "always"},
+            choices=RESTART_POLICIES),
+    Setting("max_restarts", "count", "Give up after this many restarts within "
+            "restart_window."),
+    Setting("restart_window", "duration", "The window max_restarts counts in."),
+    Setting("reap_after", "duration", "Reap it this long after it exits, if nobody waits "
+            "for it.", inherit=True),
+    Setting("idle_exit", "duration", "It exits after this long without input."),
+    Setting("max_children", "count", "At most this many children alive or not yet "
+            "collected at once.", inherit=True, by_role={"worker": 4}, narrows=MIN),
+    Setting("allow", "patterns", "The external tools it may use (globs over tool names), "
+            "within what its ancestors may.", narrows=SUBSET, header="ALLOW"),
+    Setting("ask", "patterns", "Calls of matching tools wait for approval; its ancestors' "
+            "patterns apply too.", narrows=SUPERSET, header="ASK"),
+    Setting("cwd", "dir", "Its working directory, where its tools run.", inherit=True,
+            header="CWD"),
+)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+KEYS = frozenset(s.key for s in SETTINGS)
+
+
+def get(name):
+    """A setting by name; a usage error for none."""
+    if name not in BY_NAME:
+        raise UsageError(f"unknown setting: {name} (one of {', '.join(BY_NAME)})")
+    return BY_NAME[name]
+
+
+def child(parent, given):
+    """The settings of a new child of `parent` (a row), by name: each one `given`
+    (by ops.lifecycle.fork's keyword) and not None, else what its rule gives."""
+    unknown = set(given) - KEYS
+    if unknown:
+        raise TypeError(f"fork() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    values = {}
+    for setting in SETTINGS:
+        value = given.get(setting.key)
+        values[setting.name] = value if value is not None \
+            else setting.unset(parent, values.get("role"))
+    return values
+
+
+def _patterns(value):
+    """Patterns as stored (one a line) or given (a list), as a set."""
+    if not value:
+        return set()
+    return set(value.split("\n") if isinstance(value, str) else value)
+
+
+def narrows(setting, old, new):
+    """Whether changing `setting` from `old` to `new` leaves the agent able to do at
+    most what it could: the same value always does. Patterns compare as text, not as
+    globs: a narrower glob that is not the same text does not count."""
+    if old == new:
+        return True
+    if setting.narrows in (MIN, CARVE):
+        return new is not None and (old is None or new <= old)
+    if setting.narrows == SUBSET:
+        return _patterns(new) <= _patterns(old)
+    if setting.narrows == SUPERSET:
+        return _patterns(new) >= _patterns(old)
+    return False

@@ -1,0 +1,214 @@
+"""agentctl.settings, the one declaration of the per-agent settings, held against what
+it drives and what it must agree with: the agents table, fork's inheritance (the
+rules as agent-fork(1) states them, written out here again on purpose), agent-ps's
+columns, and what agent-set is to use (lookup, parsing, narrowing)."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from agentctl import settings
+from agentctl.cli import ps
+from agentctl.errors import UsageError
+from agentctl.ids import INIT_ID, ROLES
+from agentctl.ops import lifecycle
+from agentctl.store import registry
+from agentctl.store.db import connect, transaction
+
+from .conftest import agent, fork
+
+PARENT = object()   # the parent's value
+# What a child forked without the setting gets (agent-fork(1)), and the roles that
+# have a value of their own.
+UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_window": PARENT,
+         "budget": None, "restart": "never", "max_restarts": None, "restart_window": None,
+         "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "allow": None,
+         "ask": None, "cwd": PARENT}
+BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
+# A parent with every setting set, and a child given every one, each different.
+PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
+           "context_window": 9000, "budget": 5000, "restart": "on-failure",
+           "max_restarts": 2, "restart_window": 60.0, "reap_after": 120.0, "idle_exit": 30.0,
+           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": "/parent"}
+CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
+            "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
+            "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
+            "max_children": 0, "allow": ["read_file", "list_dir"], "ask": ["*"],
+            "cwd": "/child"}
+SQL_TYPES = {"count": "INTEGER", "duration": "REAL"}      # else TEXT
+
+
+def stored(value):
+    return "\n".join(value) if isinstance(value, list) else value
+
+
+def forked(conn, parent, values, **others):
+    """A child forked through ops.lifecycle.fork, its settings by name."""
+    with transaction(conn):
+        given = {settings.get(name).key: value for name, value in values.items()}
+        return registry.get(conn, lifecycle.fork(conn, parent, **given, **others))
+
+
+# -- the declaration and the schema ------------------------------------------------------------
+
+def check_schema(declared, tmp_path):
+    """Every declared setting is a column of the agents table of a new SQLite database
+    (the PostgreSQL schema is held to that one by test_postgresql), of its kind's type,
+    and one a fork writes."""
+    lite = connect(str(tmp_path / "schema.db"))
+    types = {r[1]: r[2] for r in lite.execute("PRAGMA table_info(agents)")}
+    lite.close()
+    for setting in declared:
+        assert setting.name in types, f"{setting.name}: no such column in agents"
+        assert types[setting.name] == SQL_TYPES.get(setting.kind, "TEXT"), setting.name
+        assert setting.name in registry.FORK_COLUMNS, setting.name
+
+
+def test_every_setting_is_a_column_of_the_agents_table(tmp_path):
+    check_schema(settings.SETTINGS, tmp_path)
+
+
+def test_a_setting_the_schema_lacks_is_caught(tmp_path):
+    wrong = settings.SETTINGS + (settings.Setting("nosuch", "count", "None."),)
+    with pytest.raises(AssertionError, match="nosuch: no such column"):
+        check_schema(wrong, tmp_path)
+
+
+# -- fork: a value given, else the rule --------------------------------------------------------
+
+def check_fork(conn):
+    """A child forked with no setting has each as the rule says (the parent's, the
+    role's, none), whatever its role; a child given each has its own."""
+    assert set(UNSET) == set(settings.BY_NAME) == set(PARENTS) == set(CHILDREN)
+    parent = forked(conn, registry.get(conn, INIT_ID), PARENTS, name="p")
+    assert {n: parent[n] for n in PARENTS} == {n: stored(v) for n, v in PARENTS.items()}
+    for role in ROLES:
+        child = forked(conn, parent, {"role": role} if role != "agent" else {})
+        for name, rule in UNSET.items():
+            want = BY_ROLE.get((role, name), parent[name] if rule is PARENT else rule)
+            want = role if name == "role" else want
+            assert child[name] == want, f"role {role}, forked without {name}"
+        assert child["budget_id"] == parent["id"]       # charged to the parent's account
+    given = forked(conn, parent, CHILDREN)
+    assert {n: given[n] for n in CHILDREN} == {n: stored(v) for n, v in CHILDREN.items()}
+    assert given["budget_id"] == given["id"]
+    assert registry.get(conn, parent["id"])["budget"] == 4000         # carved
+
+
+def test_fork_inherits_as_declared(conn):
+    check_fork(conn)
+
+
+@pytest.mark.parametrize("name, change", [
+    ("idle_exit", {"inherit": True}),           # idle_exit is not inherited
+    ("reap_after", {"inherit": False}),         # reap_after is
+    ("max_children", {"by_role": {}}),          # a worker's is 4
+    ("restart", {"by_role": {"daemon": "on-failure"}}),
+])
+def test_a_wrong_rule_is_caught(conn, monkeypatch, name, change):
+    wrong = tuple(dataclasses.replace(s, **change) if s.name == name else s
+                  for s in settings.SETTINGS)
+    monkeypatch.setattr(settings, "SETTINGS", wrong)
+    with pytest.raises(AssertionError, match=name):
+        check_fork(conn)
+
+
+def test_an_unknown_keyword_is_a_type_error(conn):
+    with pytest.raises(TypeError, match="'window'"):
+        lifecycle.fork(conn, registry.get(conn, INIT_ID), window=10)
+
+
+# -- agent-ps ----------------------------------------------------------------------------------
+
+def check_ps_columns(declared):
+    """agent-ps has a column for exactly the settings that declare a header, under it."""
+    shown = {c.key: c.header for c in ps.COLUMNS if c.key in {s.name for s in declared}}
+    assert shown == {s.name: s.header for s in declared if s.header}
+
+
+def test_agent_ps_shows_the_declared_columns():
+    check_ps_columns(settings.SETTINGS)
+    fork("-n", "p", "-r", "lead", "-m", "echo", "--budget", "100", "--allow", "read_file",
+         "--allow", "list_dir", "--ask", "run", "--cwd", os.getcwd())
+    declared = [s for s in settings.SETTINGS if s.header]
+    keys = ",".join(s.name for s in declared)
+    result = agent("ps", "-o", keys)
+    assert result.code == 0, result.err
+    assert result.lines[0].split() == [s.header for s in declared]
+    row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
+    assert row == {"role": "lead", "model": "echo", "budget": 100,
+                   "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd()}
+    assert result.lines[2].split()[:2] == ["lead", "echo"]
+    assert result.lines[2].split()[3:] == ["read_file,list_dir", "run", os.getcwd()]
+
+
+def test_a_header_agent_ps_lacks_is_caught():
+    wrong = tuple(dataclasses.replace(s, header="WINDOW") if s.name == "context_window" else s
+                  for s in settings.SETTINGS)
+    with pytest.raises(AssertionError):
+        check_ps_columns(wrong)
+
+
+# -- what agent-set is to use ------------------------------------------------------------------
+
+def test_lookup_by_name():
+    assert settings.get("max_children").narrows == settings.MIN
+    with pytest.raises(UsageError, match="unknown setting: window .one of role, model, "):
+        settings.get("window")
+
+
+@pytest.mark.parametrize("name, text, value", [
+    ("role", "worker", "worker"), ("model", "anthropic:claude", "anthropic:claude"),
+    ("system_prompt", "Be brief.", "Be brief."), ("context_window", "8000", 8000),
+    ("budget", "1", 1), ("restart", "on-failure", "on-failure"), ("max_restarts", "0", 0),
+    ("restart_window", "10m", 600.0), ("reap_after", "1d", 86400.0), ("idle_exit", "90", 90.0),
+    ("max_children", "4", 4), ("allow", "read_*, list_dir", ["read_*", "list_dir"]),
+    ("ask", "run:1h", ["run:1h"]), ("ask", "", []), ("cwd", "/tmp", "/tmp"),
+    ("cwd", "sub", os.path.join(os.getcwd(), "sub")),
+])
+def test_parse(name, text, value):
+    assert settings.get(name).parse(text) == value
+
+
+@pytest.mark.parametrize("name, text, error", [
+    ("role", "boss", "unknown role: boss (one of agent, task,"),
+    ("model", "nosuch:x", "unknown model: nosuch:x"),
+    ("context_window", "0", "bad context_window: '0' (want a whole number >= 1)"),
+    ("max_children", "-1", "bad max_children: '-1' (want a whole number >= 0)"),
+    ("max_children", "4.5", "bad max_children"), ("budget", "9" * 20, "bad budget"),
+    ("restart", "sometimes", "unknown restart: sometimes (one of never, on-failure, always)"),
+    ("idle_exit", "soon", "bad duration: 'soon'"), ("reap_after", "9" * 400, "bad reap_after"),
+    ("cwd", "", "bad cwd"),
+])
+def test_parse_refuses(name, text, error):
+    with pytest.raises(UsageError) as e:
+        settings.get(name).parse(text)
+    assert error in str(e.value)
+
+
+def test_a_parsed_value_is_what_fork_takes(conn):
+    texts = {"role": "worker", "model": "echo", "system_prompt": "Hi.", "context_window": "100",
+             "budget": "50", "restart": "always", "max_restarts": "3", "restart_window": "1h",
+             "reap_after": "2h", "idle_exit": "5m", "max_children": "2",
+             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": "/work"}
+    assert set(texts) == set(settings.BY_NAME)
+    values = {name: settings.get(name).parse(text) for name, text in texts.items()}
+    child = forked(conn, registry.get(conn, INIT_ID), values)
+    assert {n: child[n] for n in texts} == {n: stored(v) for n, v in values.items()}
+    assert (child["restart_window"], child["allow"]) == (3600.0, "read_file\nlist_dir")
+
+
+@pytest.mark.parametrize("name, old, new, narrower", [
+    ("max_children", None, 4, True), ("max_children", 4, 2, True),
+    ("max_children", 2, 4, False), ("max_children", 4, None, False),
+    ("budget", None, 100, True), ("budget", 100, 200, False),
+    ("allow", "a\nb", ["a"], True), ("allow", "a", ["a", "b"], False),
+    ("allow", "a", None, True), ("allow", None, ["a"], False),
+    ("ask", "a", ["a", "b"], True), ("ask", "a\nb", ["a"], False), ("ask", "a", None, False),
+    ("model", "echo", "echo", True), ("model", "echo", "openai:x", False),
+    ("cwd", "/a", "/a/b", False),
+])
+def test_narrows(name, old, new, narrower):
+    assert settings.narrows(settings.get(name), old, new) is narrower
