@@ -161,3 +161,18 @@ def request_result(decision, answer, by_operator):
 def timer(wake_at):
     return f"[TIMER] You asked to be woken at {iso(wake_at)}."
 
+
+
+# -- compaction
+
+COMPACT_INSTRUCTION = (
+    "[COMPACT] Your context is full. Summarise the conversation below for your own memory: "
+    "your task and who gave it, decisions made and why, facts learned, the ids and names of "
+    "agents you work with, documents and mail that matter, what is done and what is still "
+    "pending. Write only the summary; it will replace those messages.\n\n"
+    "The conversation:\n\n")
+SUMMARY_HEAD = ("[COMPACTED MEMORY] A summary, written by you, of the earlier part of this "
+                "conversation:\n")
+# The result a call gets in a context that holds the call but not its result.
+UNANSWERED = ("(no result in this context: the conversation was forked, or read, before this "
+              "call finished)")
