@@ -176,3 +176,147 @@ SUMMARY_HEAD = ("[COMPACTED MEMORY] A summary, written by you, of the earlier pa
 # The result a call gets in a context that holds the call but not its result.
 UNANSWERED = ("(no result in this context: the conversation was forked, or read, before this "
               "call finished)")
+
+
+# -- the built-in tools' results (turn/builtin.py)
+
+def forked_child(child_id, parent_label, parent_id):
+    """The fork call's result in the child, as fork(2) returns 0 there."""
+    return f"You are the child ({child_id}), forked from {parent_label} ({parent_id})."
+
+
+def decided(request_id, decision):
+    return f"request {request_id} {decision}"
+
+
+def sent_mail(mail_id):
+    return f"sent: mail {mail_id}"
+
+
+def unread(count):
+    return f"{count} unread"
+
+
+def mail_coming(count):
+    """read_mail's result: the mail comes as an inbox message after this step."""
+    return f"{count} unread; delivered as an inbox message after this step" if count \
+        else "no unread mail"
+
+
+def signalled(signal, count):
+    return f"sent {signal} to {count} agent(s)"
+
+
+NO_CHILDREN = "no children to wait for"
+
+
+def collected(agent_id, label, how, code, result):
+    """A line of wait's result: an agent that exited, and its result, quoted."""
+    return f"{agent_id} {label} {how} {code}" + (f": {quoted(result)}" if result else "")
+
+
+def still_running(agent_id):
+    return f"{agent_id} still running"
+
+
+NO_DESCENDANTS = "no descendants"
+
+
+def descendant(agent_id, label, status, role):
+    """A line of ps's result."""
+    return f"{agent_id} {label} {status} {role}"
+
+
+def sleeping_until(wake_at):
+    return f"sleeping until {iso(wake_at)}"
+
+
+EXITING = "exiting after this step"
+
+
+def doc_written(name, version):
+    return f"{name}: version {version}"
+
+
+def document(name, version, author, visibility, body):
+    """doc_get's result: a heading says whose text this is (another agent's words)."""
+    return f"[DOCUMENT {quoted(name)} version {version} by {author}, {visibility}]\n{body}"
+
+
+def doc_line(name, version, visibility, owner, size):
+    """A line of doc_ls's result."""
+    return f"{quoted(name)} version {version} {visibility} owner {owner} {size} bytes"
+
+
+NO_DOCUMENTS = "no documents"
+
+
+def doc_removed(name, version):
+    return f"{name}: removed (version {version})"
+
+
+# -- why a call failed (each given to tool_error by whoever records the result)
+
+def unknown_tool(name, offered):
+    """A call of a tool the turn does not offer: the model is told every tool it has."""
+    return f"unknown tool: {name} (tools: {', '.join(offered)})"
+
+
+def not_json(reason):
+    return f"arguments are not valid JSON: {reason}"
+
+
+NOT_AN_OBJECT = "arguments must be a JSON object"
+
+
+def not_a_descendant(ref):
+    return f"{ref} is not one of your descendants"
+
+
+ANSWER_OR_APPROVE = "give answer (a question) or approve (a tool call), not both"
+ANSWER_OR_APPROVE_MISSING = "give answer (to a question) or approve true or false (a tool call)"
+SECONDS_OR_UNTIL = "give seconds or until, not both"
+SECONDS_OR_UNTIL_MISSING = "give seconds or until"
+
+
+def until_not_iso(text):
+    return f"until: not an ISO 8601 time: {quoted(text)}"
+
+
+def until_without_zone(text):
+    """A time the model gives without a zone is refused, not guessed."""
+    return (f"until: {quoted(text)} has no zone: add Z for UTC (the times you see are UTC), "
+            "or +HH:MM")
+
+
+# A call to the outside found started and never ended when its turn resumed.
+INTERRUPTED = tool_error("interrupted: agent-run ended while this call ran; its outcome is "
+                         "unknown and it was not run again")
+
+
+# -- external tools (tools/calls.py, tools/mcp.py)
+
+def timed_out(seconds, killed=False):
+    return f"timed out after {seconds:g} s" + (" (killed)" if killed else "")
+
+
+def exit_status(code, tail):
+    """A program tool that exited non-zero, with the tail of its stderr."""
+    return f"exit status {code}" + (f": {tail}" if tail else "")
+
+
+def cant_run(path, why):
+    return f"can't run {path}: {why}"
+
+
+def output_cut(cap):
+    """What follows a tool's output cut at `cap` bytes."""
+    return f"\n[output cut at {cap} bytes]"
+
+
+def mcp_content(kind):
+    """An MCP result's content that is not text, by its type."""
+    return f"[{kind}]"
+
+
+MCP_FAILED = "the server said the call failed"
