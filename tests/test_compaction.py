@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from agentctl.turn import compaction, context
+from agentctl import voice
+from agentctl.turn import compaction
 from agentctl.store import registry
 from agentctl.models import offline
 from agentctl.models.base import estimate_tokens, message_chars
@@ -90,7 +91,7 @@ def test_the_model_sees_the_summary_as_a_user_message_first(tmp_path, calls):
     converse(25, 1500, rules(tmp_path))
     messages = json.loads(agent("replay", "a", "--format", "openai").out)
     assert [m["role"] for m in messages[:2]] == ["system", "user"]
-    assert messages[1]["content"] == context.SUMMARY_HEAD + SUMMARY
+    assert messages[1]["content"] == voice.SUMMARY_HEAD + SUMMARY
     assert all(m["role"] != "system" for m in messages[1:])
 
 

@@ -24,7 +24,7 @@ LAYERS = [
     ("ops", ["agentctl.ops", "agentctl.models"]),
     ("store", ["agentctl.store"]),
     ("base", ["agentctl.errors", "agentctl.ids", "agentctl.text", "agentctl.clock", "agentctl.env",
-              "agentctl.jsonin", "agentctl.keys", "agentctl.paths", "agentctl"]),
+              "agentctl.jsonin", "agentctl.keys", "agentctl.paths", "agentctl.voice", "agentctl"]),
 ]
 # Beside each other on one layer, yet never importing each other.
 APART = [("agentctl.ops", "agentctl.models")]
@@ -148,6 +148,8 @@ def test_every_import_points_down_and_none_goes_round():
      "import cycle: agentctl.ops.mail -> agentctl.ops.budget -> agentctl.ops.mail"),
     ("agentctl.models.http", "def f():\n    from agentctl.store import db",
      "agentctl.models.http -> agentctl.store.db: agentctl.models never imports agentctl.store"),
+    ("agentctl.voice", "from agentctl.store import registry",
+     "agentctl.voice -> agentctl.store.registry: base imports store, a layer above it"),
 ])
 def test_the_check_catches_an_upward_import_and_a_cycle(module, source, expected):
     """The check itself can fail: each of these, added to today's tree, is found."""

@@ -8,6 +8,7 @@ import re
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
+from agentctl import voice
 from agentctl.turn import context
 from agentctl.ops import lifecycle
 from agentctl.store import history, registry
@@ -251,10 +252,10 @@ def test_the_page_describes_the_summary_as_the_model_gets_it(conn):
     a = fork("-n", "a", "hello")
     append(conn, a, "compaction", "the summary")
     first = json.loads(agent("replay", "--format", "openai", "a").out)[0]
-    assert first == {"role": "user", "content": context.SUMMARY_HEAD + "the summary"}
+    assert first == {"role": "user", "content": voice.SUMMARY_HEAD + "the summary"}
     text = " ".join(page_text().split())
     assert "A compaction is a user message" in text
-    assert " ".join(context.SUMMARY_HEAD.split()) + " followed by the summary" in text
+    assert " ".join(voice.SUMMARY_HEAD.split()) + " followed by the summary" in text
 
 
 def test_full_shows_the_record_of_messages_not_events(conn):

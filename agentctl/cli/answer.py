@@ -2,7 +2,7 @@
 
 import click
 
-from agentctl import clock
+from agentctl import clock, voice
 from agentctl.clock import age, until
 from agentctl.cli.options import output_options
 from agentctl.cli.output import Column, pick, render
@@ -76,7 +76,7 @@ def _complete_requests(ctx, word):
 
 def item(row):
     what = row["question"] if row["kind"] == "question" else \
-        asks.shown_call(row["tool"], row["arguments"])
+        voice.shown_call(row["tool"], row["arguments"])
     return {"id": row["id"], "agent": row["agent_id"], "name": row["agent_name"],
             "kind": row["kind"], "age": int(clock.now() - row["created_at"]),
             "deadline": row["deadline"], "what": what}

@@ -114,7 +114,7 @@ def _terminals():
 
 def _prompt(row, who):
     """Ask the operator at the terminal: (how, text), or None (end of input: pause)."""
-    from agentctl.ops.asks import shown_call
+    from agentctl.voice import shown_call
     if row["kind"] == "question":
         sys.stderr.write(for_terminal(f"agent-run: {who} asks: {row['question']}\n",
                                       sys.stderr) + "answer> ")

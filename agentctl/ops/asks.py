@@ -6,7 +6,7 @@ decided (answered, approved, denied; or expired at its deadline), by the operato
 lifecycle parent is told by mail; the next agent-run resumes the turn at the call.
 """
 
-from agentctl import clock, env
+from agentctl import clock, env, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID, new_id
 from agentctl.ops import mail
@@ -19,17 +19,6 @@ def ask_timeout():
     """$AGENTCTL_ASK_TIMEOUT: how long a request waits before it is denied (unset: for
     ever)."""
     return env.duration("AGENTCTL_ASK_TIMEOUT", None)
-
-
-def shown_call(tool, arguments):
-    """A tool call as a request shows it: control characters escaped as JSON does."""
-    import json         # (here: every program that signals or exits imports this module)
-    from agentctl import jsonin
-    try:
-        value = jsonin.loads(arguments or "{}")
-    except jsonin.JSONError:
-        value = arguments
-    return f"{tool} {json.dumps(value, ensure_ascii=False)}"
 
 
 def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
@@ -46,12 +35,10 @@ def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
     parent = registry.get(conn, agent["parent_id"])
     if parent["id"] != INIT_ID and registry.is_live(parent):
         if kind == "question":
-            body = (f"{registry.label(agent)} ({agent['id']}) asks (request {request_id}):\n"
-                    f"{question}\nAnswer with the answer tool: request {request_id}, answer.")
+            body = voice.question_mail(registry.label(agent), agent["id"], request_id, question)
         else:
-            body = (f"{registry.label(agent)} ({agent['id']}) asks to run "
-                    f"{shown_call(tool, arguments)} (request {request_id}).\nDecide with the "
-                    f"answer tool: request {request_id}, approve true or false, a reason.")
+            body = voice.approval_mail(registry.label(agent), agent["id"], request_id, tool,
+                                       arguments)
         mail.deliver(conn, agent["id"], parent, body, kind="request")
     return asks_store.get(conn, request_id)
 
@@ -96,7 +83,7 @@ def expire(conn, now):
     """Deny the requests past their deadline ("no answer in time"); how many."""
     rows = asks_store.due(conn, now)
     for row in rows:
-        if asks_store.decide(conn, row["id"], "expired", "no answer in time", None):
+        if asks_store.decide(conn, row["id"], "expired", voice.NO_ANSWER_IN_TIME, None):
             _decided(conn, row, "expired", None)
     return len(rows)
 
@@ -115,13 +102,4 @@ def waiting(conn, agent_id):
 
 def result(row):
     """What the model sees for a decided request's call (None: approved, so it runs)."""
-    who = "the operator" if row["decided_by"] is None else "your supervisor"
-    if row["decision"] == "answered":
-        return row["answer"]
-    if row["decision"] == "approved":
-        return None
-    if row["decision"] == "expired":
-        return "error: no answer in time: the request expired"
-    if row["decision"] == "cancelled":
-        return f"error: cancelled: {row['answer']}"
-    return f"error: denied by {who}" + (f": {row['answer']}" if row["answer"] else "")
+    return voice.request_result(row["decision"], row["answer"], row["decided_by"] is None)

@@ -9,6 +9,7 @@ model call, and the owner's lifecycle parent is told once by mail. When the
 owner exits, what is left goes back to its parent's account.
 """
 
+from agentctl import voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import mail
@@ -27,7 +28,7 @@ def over(conn, agent_id):
 
 
 def words(acc):
-    return f"spent {acc['spent']} of {acc['budget']} tokens"
+    return voice.tokens_spent(acc["spent"], acc["budget"])
 
 
 def carve(conn, parent, tokens):
@@ -65,11 +66,11 @@ def notify(conn, acc, agent_id):
     parent = registry.nearest_live_ancestor(conn, registry.get(conn, acc["id"]))
     if parent["id"] == INIT_ID:     # (the owner may have exited)
         return
-    who = "" if agent_id == acc["id"] else \
-        f" (by {registry.label(registry.get(conn, agent_id))}, {agent_id})"
+    by = None if agent_id == acc["id"] else agent_id
+    by_label = by and registry.label(registry.get(conn, agent_id))
     mail.deliver(conn, acc["id"], parent,
-                 f"{registry.label(acc)} ({acc['id']}) is over budget{who}: {words(acc)}; "
-                 "its turns are refused until its budget grows", kind="budget")
+                 voice.budget_notice(registry.label(acc), acc["id"], acc["spent"], acc["budget"],
+                                     by_label, by), kind="budget")
 
 
 def notified(conn, acc):

@@ -4,7 +4,7 @@ deadline (agent-run, agent-run --all, agent-wait, agent-kill) carries it out, so
 `agent-run --all` from cron is enough; agent-ps, a reader, only shows it
 (lifecycle.overdue, ops.proctable)."""
 
-from agentctl import clock
+from agentctl import clock, voice
 from agentctl.ops import asks, lifecycle, signals, turns
 from agentctl.store import registry
 from agentctl.store import asks as asks_store
@@ -30,9 +30,7 @@ def carry_out(conn, now=None):
         done += asks.expire(conn, now)
         for agent in registry.idle_since(conn, now):
             if not turns.has_pending_input(conn, agent, now):
-                lifecycle.exit(conn, agent, code=0,
-                               result=f"idle: no input for {agent['idle_exit']:g} s "
-                                      "(--idle-exit)")
+                lifecycle.exit(conn, agent, code=0, result=voice.idle_exit(agent["idle_exit"]))
                 done += 1
     return done
 

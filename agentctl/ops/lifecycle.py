@@ -3,7 +3,7 @@ the parent's notice, waiting for children, and collecting them (reaping: Z -> X)
 
 import time
 
-from agentctl import clock, env, settings
+from agentctl import clock, env, settings, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import asks, budget, mail
@@ -127,7 +127,7 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
     turn (HUP) is recorded. `dying` holds the ids exiting together (a
     cascade): they don't count as live parents or heirs."""
     history.clear_if_pending(conn, agent["id"])     # no turn to wait for any more
-    asks.end_all(conn, agent["id"], "cancelled", "the agent exited")
+    asks.end_all(conn, agent["id"], "cancelled", voice.AGENT_EXITED)
     parent = registry.get(conn, agent["parent_id"])
     status = becomes(parent, dying)
     registry.update(conn, agent["id"], status=status, exited_at=clock.now(), exit_code=code,

@@ -6,8 +6,7 @@ agent-run consumed it). The operator at the shell has no agent: mail from
 the operator has sender_id NULL and shows '-' as its sender.
 """
 
-from agentctl import clock
-from agentctl.clock import age, iso
+from agentctl import clock, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import events, history, mailbox, registry, turnlog
@@ -82,13 +81,8 @@ def notify_exit(conn, agent, parent):
     and with what result. The operator's agents (children of init) tell no one."""
     if parent["id"] == INIT_ID:
         return None
-    if agent["exit_signal"]:
-        how = f"was killed by {agent['exit_signal']}"
-    else:
-        how = "exited normally" if agent["exit_code"] == 0 else f"failed ({agent['exit_code']})"
-    body = f"{registry.label(agent)} ({agent['id']}) {how}; exit status {agent['exit_code']}"
-    if agent["result"]:
-        body += f"\nresult:\n{agent['result']}"
+    body = voice.exit_notice(registry.label(agent), agent["id"], agent["exit_code"],
+                             agent["exit_signal"], agent["result"])
     return deliver(conn, agent["id"], parent, body, kind="exit")
 
 
@@ -106,34 +100,15 @@ def take(conn, recipient_id, turn=None, **matching):
     return rows
 
 
-def inbox_text(mails, label="INBOX"):
-    """All pending mail as one user message: who sent what, when. Mail is
-    always presented as mail from its sender, whatever its text says."""
-    now = clock.now()
-    lines = [f"[{label} - {len(mails)} new]", ""]
-    # in the order it became mail: deferred mail counts from when it came due
-    mails = sorted(mails, key=lambda m: (max(m["deliver_at"] or 0, m["created_at"]), m["id"]))
-    for n, m in enumerate(mails, 1):
-        who = registry.signed(m["sender_id"], m["sender_name"])
-        what = {"exit": "exit notification", "budget": "budget notice", "request": "request",
-                "failure": "failure notice"}.get(m["kind"], "mail")
-        deferred = (m["deliver_at"] or 0) > m["created_at"]
-        came = m["deliver_at"] if deferred else m["created_at"]     # when it became mail
-        sent = f", sent {iso(m['created_at'])} for then" if deferred else ""
-        lines.append(f"{n}. {what} {m['id']} from {who} at {iso(came)} "
-                     f"({age(now - came)} ago){sent}:")
-        # every line break Python knows (\r, U+2028 ...), or a body could start a line
-        lines.extend("   " + line for line in m["body"].splitlines())
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def take_into_turn(conn, agent_id, turn_id, label):
-    """Move every unread mail into the turn as one user message."""
+def take_into_turn(conn, agent_id, turn_id, heading):
+    """Move every unread mail into the turn as one user message (voice.inbox, under
+    `heading`: voice.INBOX or voice.MID_TURN)."""
     mails = take(conn, agent_id, turn=turn_id)
     if not mails:
         return 0
-    history.append(conn, agent_id, "user", inbox_text(mails, label), turn_id=turn_id)
+    senders = [(m, registry.signed(m["sender_id"], m["sender_name"])) for m in mails]
+    history.append(conn, agent_id, "user", voice.inbox(heading, senders, clock.now()),
+                   turn_id=turn_id)
     turnlog.add(conn, turn_id, mail_read=len(mails))
     return len(mails)
 

@@ -6,7 +6,7 @@ between steps. A HUP waits for the turn in progress, running or open
 (agents.hup_pending). Every signal is recorded as an event.
 """
 
-from agentctl import clock
+from agentctl import clock, voice
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, lease, lifecycle, turns
@@ -73,7 +73,7 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
     if agent["status"] == "P" and sig == "TERM" and not now:
         # A paused agent's requests are denied; it ends its turn (the model sees the
         # denial) and exits at its end, as a running agent does on TERM.
-        asks.end_all(conn, agent["id"], "denied", "the agent was sent TERM")
+        asks.end_all(conn, agent["id"], "denied", voice.SENT_TERM)
         registry.change_status(conn, agent["id"], "P", "S")
         registry.update(conn, agent["id"], pending_signal="TERM")
         return

@@ -22,7 +22,7 @@ at every retry: each mail wakes it and costs it tokens. TERM and KILL never
 lead to a restart.
 """
 
-from agentctl import clock
+from agentctl import clock, voice
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, mail, turns
 from agentctl.store import events, registry
@@ -45,8 +45,7 @@ def failed(conn, agent_id, error):
         turns.fail(conn, turn, error, keep_input=True)
         registry.update(conn, agent_id, failures=agent["failures"] + 1)
         if first and registry.is_live(registry.get(conn, agent_id)):
-            _tell(conn, agent, "failed (69); not restarted (--restart never): its input "
-                               "stays taken, and it waits for new input", error)
+            _tell(conn, agent, voice.NOT_RESTARTED, error)
         return
     turns.void(conn, turn, "failed", error)
     restart(conn, agent, error, first)
@@ -67,15 +66,13 @@ def restart(conn, agent, why, first=False):
                     window_restarts=count)
     if count > limit:
         lifecycle.exit(conn, registry.get(conn, agent["id"]), code=RESTARTS_EXHAUSTED,
-                       result=f"restarts used up: more than {limit} within {window:g} s; "
-                              f"the last failure: {why}")
+                       result=voice.restarts_used_up(limit, window, why))
         return
     delay = turns.back_off(conn, agent["id"])
     events.record(conn, agent["id"], "restart", count=count, limit=limit, delay=delay,
                   error=why if len(why) <= 200 else why[:200] + "...")
     if first:
-        _tell(conn, agent, f"failed; restarting in {delay:g} s (restart {count} of {limit} "
-                           f"within {window:g} s)", why)
+        _tell(conn, agent, voice.restarting(delay, count, limit, window), why)
 
 
 def _tell(conn, agent, how, why):
@@ -84,7 +81,8 @@ def _tell(conn, agent, how, why):
     if parent["id"] == INIT_ID or not registry.is_live(parent):
         return
     mail.deliver(conn, agent["id"], parent,
-                 f"{registry.label(agent)} ({agent['id']}) {how}\nerror:\n{why}", kind="failure")
+                 voice.failure_notice(registry.label(agent), agent["id"], how, why),
+                 kind="failure")
 
 
 def exit_or_restart(conn, agent, result):

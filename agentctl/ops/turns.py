@@ -9,8 +9,7 @@ A killed or failed turn is voided: its messages stay in the table but are
 never replayed, and the mail it had taken is unread again.
 """
 
-from agentctl import clock, env
-from agentctl.clock import iso
+from agentctl import clock, env, voice
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
 from agentctl.ops import budget, lifecycle, mail
 from agentctl.ops.lease import effective_status, holding, renew
@@ -61,13 +60,12 @@ def start(conn, agent, model_name):
             if prompt_id < cleared:     # a HUP came before the turn took it: input all the same
                 history.append(conn, agent["id"], "user", content, turn_id=turn_id)
         if due:
-            history.append(conn, agent["id"], "user",
-                           f"[TIMER] You asked to be woken at {iso(agent['wake_at'])}.",
+            history.append(conn, agent["id"], "user", voice.timer(agent["wake_at"]),
                            turn_id=turn_id)
             registry.update(conn, agent["id"], wake_at=None)
             turnlog.update(conn, turn_id, woke_at=agent["wake_at"])
             events.record(conn, agent["id"], "wake", turn=turn_id, at=agent["wake_at"])
-        mail.take_into_turn(conn, agent["id"], turn_id, "INBOX")
+        mail.take_into_turn(conn, agent["id"], turn_id, voice.INBOX)
         turnlog.update(conn, turn_id, first_msg_id=first)
         return turnlog.get(conn, turn_id)
 

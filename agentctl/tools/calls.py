@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 
-from agentctl import env, keys, paths
+from agentctl import env, keys, paths, voice
 
 DEFAULT_TIMEOUT = 60.0          # seconds a call may run (AGENTCTL_TOOL_TIMEOUT; per tool)
 DEFAULT_OUTPUT = 64 * 1024      # bytes of stdout the model gets (AGENTCTL_TOOL_OUTPUT)
@@ -104,7 +104,7 @@ class Call:
                     if now >= deadline:
                         if ended:
                             break           # it ended; a stranger holds its output
-                        raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
+                        raise ToolFailed(voice.timed_out(self.timeout, killed=True))
                     if now - polled >= POLL:
                         poll()
                         polled = now
@@ -139,7 +139,7 @@ class Call:
                     break
                 now = time.monotonic()
                 if now >= deadline:
-                    raise ToolFailed(f"timed out after {self.timeout:g} s (killed)")
+                    raise ToolFailed(voice.timed_out(self.timeout, killed=True))
                 if now - polled >= POLL:
                     poll()
                     polled = now
@@ -151,10 +151,10 @@ class Call:
             raise
         text = out[:self.cap].decode("utf-8", "replace")
         if len(out) > self.cap:
-            text += f"\n[output cut at {self.cap} bytes]"
+            text += voice.output_cut(self.cap)
         if proc.returncode != 0:
             tail = err.decode("utf-8", "replace").strip()
-            raise ToolFailed(f"exit status {proc.returncode}" + (f": {tail}" if tail else ""))
+            raise ToolFailed(voice.exit_status(proc.returncode, tail))
         return text
 
     def _exited(self):

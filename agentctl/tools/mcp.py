@@ -9,7 +9,7 @@ by the task that entered them); the turn's calls are sent to that loop.
 
 import os
 
-from agentctl import jsonin, paths
+from agentctl import jsonin, paths, voice
 from agentctl.errors import UsageError
 from agentctl.tools.calls import POLL, ToolFailed
 
@@ -128,7 +128,7 @@ class Servers:
             left = deadline - time.monotonic()
             if left <= 0:
                 future.cancel()
-                raise ToolFailed(f"timed out after {timeout:g} s")
+                raise ToolFailed(voice.timed_out(timeout))
             concurrent.futures.wait([future], min(POLL, left))
             if not future.done():
                 try:
@@ -140,10 +140,10 @@ class Servers:
             result = future.result()
         except Exception as e:
             raise ToolFailed(f"{type(e).__name__}: {e}") from None
-        text = "\n".join(getattr(c, "text", "") or f"[{getattr(c, 'type', 'content')}]"
+        text = "\n".join(getattr(c, "text", "") or voice.mcp_content(getattr(c, "type", "content"))
                          for c in result.content)
         if getattr(result, "is_error", False):
-            raise ToolFailed(text or "the server said the call failed")
+            raise ToolFailed(text or voice.MCP_FAILED)
         return text
 
     def close(self):

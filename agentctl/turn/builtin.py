@@ -10,13 +10,13 @@ one transaction, so a crash leaves either both or neither.
 
 import time
 
-from agentctl import clock, jsonin, keys
+from agentctl import clock, jsonin, keys, voice
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
 from agentctl.ops import asks, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
-from agentctl.text import quoted, valid_json
+from agentctl.text import valid_json
 
 
 def _schema(properties, required=()):
@@ -102,17 +102,17 @@ _TYPES = {"string": str, "boolean": bool, "number": (int, float), "integer": int
 def validate(name, raw):
     """Parse and check a call's arguments against its schema."""
     if name not in SPECS:
-        raise ToolError(f"unknown tool: {name} (tools: {', '.join(SPECS)})")
+        raise ToolError(voice.unknown_tool(name, SPECS))
     try:
         args = valid_json(jsonin.loads(raw, what="arguments", max_bytes=jsonin.ARGUMENTS_BYTES)) \
             if raw and raw.strip() else {}
     except jsonin.OutOfBounds as e:
         raise ToolError(str(e))
     except ValueError as e:
-        raise ToolError(f"arguments are not valid JSON: {getattr(e, 'reason', e)}")
+        raise ToolError(voice.not_json(getattr(e, "reason", e)))
     schema = SPECS[name][1]
     if not isinstance(args, dict):
-        raise ToolError("arguments must be a JSON object")
+        raise ToolError(voice.NOT_AN_OBJECT)
     for key in schema["required"]:
         if key not in args:
             raise ToolError(f"missing argument: {key}")
@@ -143,7 +143,7 @@ def execute(conn, agent_id, turn_id, call):
     try:
         args = validate(call["tool_name"], call["content"])
     except ToolError as e:
-        return record_error(conn, agent_id, turn_id, call, f"error: {e}", started)
+        return record_error(conn, agent_id, turn_id, call, voice.tool_error(e), started)
     handler = HANDLERS[call["tool_name"]]
     if call["tool_name"] == "wait":
         # Waiting blocks, so it happens outside any transaction; collecting
@@ -151,7 +151,7 @@ def execute(conn, agent_id, turn_id, call):
         try:
             args = dict(args, exited=_wait(conn, agent_id, args))
         except (ToolError, AgentctlError) as e:
-            return record_error(conn, agent_id, turn_id, call, f"error: {e}", started)
+            return record_error(conn, agent_id, turn_id, call, voice.tool_error(e), started)
     try:
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
@@ -161,7 +161,7 @@ def execute(conn, agent_id, turn_id, call):
     except lease.LostClaim:
         raise
     except (ToolError, AgentctlError) as e:
-        return record_error(conn, agent_id, turn_id, call, f"error: {e}", started)
+        return record_error(conn, agent_id, turn_id, call, voice.tool_error(e), started)
 
 
 def record_error(conn, agent_id, turn_id, call, text, started):
@@ -185,7 +185,7 @@ def record_result(conn, agent_id, turn_id, call, text, started, outcome):
 def _descendant(conn, agent_id, ref):
     target = registry.resolve(conn, ref)
     if target["id"] not in {d["id"] for d in registry.descendants(conn, agent_id)}:
-        raise ToolError(f"{ref} is not one of your descendants")
+        raise ToolError(voice.not_a_descendant(ref))
     return target
 
 
@@ -197,7 +197,7 @@ def _fork(conn, agent_id, args, call):
                            tool_names=_program_names)
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.
     history.append(conn, child, "tool_result",
-                   f"You are the child ({child}), forked from {registry.label(me)} ({agent_id}).",
+                   voice.forked_child(child, registry.label(me), agent_id),
                    tool_name="fork", tool_call_id=call["tool_call_id"])
     if args.get("prompt"):
         history.append(conn, child, "user", args["prompt"])
@@ -208,13 +208,13 @@ def _answer(conn, agent_id, args, call):
     if "approve" in args:
         how, text = ("approve" if args["approve"] else "deny"), args.get("reason")
         if "answer" in args:
-            raise ToolError("give answer (a question) or approve (a tool call), not both")
+            raise ToolError(voice.ANSWER_OR_APPROVE)
     elif "answer" in args:
         how, text = "answer", args["answer"]
     else:
-        raise ToolError("give answer (to a question) or approve true or false (a tool call)")
+        raise ToolError(voice.ANSWER_OR_APPROVE_MISSING)
     row = asks.decide(conn, args["request"], agent_id, how, text)
-    return f"request {row['id']} {row['decision']}"
+    return voice.decided(row["id"], row["decision"])
 
 
 def _program_names():
@@ -226,17 +226,15 @@ def _program_names():
 
 def _send(conn, agent_id, args, call):
     mail_id, = mail.send(conn, agent_id, [args["to"]], args["body"])
-    return f"sent: mail {mail_id}"
+    return voice.sent_mail(mail_id)
 
 
 def _check_mail(conn, agent_id, args, call):
-    return f"{mailbox.count_unread(conn, agent_id)} unread"
+    return voice.unread(mailbox.count_unread(conn, agent_id))
 
 
 def _read_mail(conn, agent_id, args, call):
-    count = mailbox.count_unread(conn, agent_id)
-    return f"{count} unread; delivered as an inbox message after this step" if count \
-        else "no unread mail"
+    return voice.mail_coming(mailbox.count_unread(conn, agent_id))
 
 
 def _kill(conn, agent_id, args, call):
@@ -246,7 +244,7 @@ def _kill(conn, agent_id, args, call):
                                    actor=agent_id)
     if refusal:
         raise ToolError(refusal)
-    return f"sent {sig} to {count} agent(s)"
+    return voice.signalled(sig, count)
 
 
 def _wait(conn, agent_id, args):
@@ -275,35 +273,35 @@ def _kill_pending(conn, agent_id):
 def _collect(conn, agent_id, args, call):
     exited, pending = args["exited"]
     if not exited and not pending:
-        return "no children to wait for"
+        return voice.NO_CHILDREN
     for row in exited:
         lifecycle.collect(conn, row["id"], actor=agent_id)
-    lines = [f"{r['id']} {registry.label(r)} {lifecycle.how(r)} {r['exit_code']}"
-             + (f": {quoted(r['result'])}" if r["result"] else "") for r in exited]
-    lines += [f"{i} still running" for i in pending]
+    lines = [voice.collected(r["id"], registry.label(r), lifecycle.how(r), r["exit_code"],
+                             r["result"]) for r in exited]
+    lines += [voice.still_running(i) for i in pending]
     return "\n".join(lines)
 
 
 def _ps(conn, agent_id, args, call):
     rows = registry.descendants(conn, agent_id)
     if not rows:
-        return "no descendants"
-    return "\n".join(f"{r['id']} {registry.label(r)} {lease.effective_status(r)} {r['role']}"
-                     for r in rows)
+        return voice.NO_DESCENDANTS
+    return "\n".join(voice.descendant(r["id"], registry.label(r), lease.effective_status(r),
+                                      r["role"]) for r in rows)
 
 
 def _sleep(conn, agent_id, args, call):
     if "until" in args and "seconds" in args:
-        raise ToolError("give seconds or until, not both")
+        raise ToolError(voice.SECONDS_OR_UNTIL)
     if "until" in args:
         wake = _zoned(args["until"])
     elif "seconds" in args:
         wake = clock.after(args["seconds"])
     else:
-        raise ToolError("give seconds or until")
+        raise ToolError(voice.SECONDS_OR_UNTIL_MISSING)
     registry.update(conn, agent_id, wake_at=wake)
     events.record(conn, agent_id, "timer", at=wake)
-    return f"sleeping until {clock.iso(wake)}"
+    return voice.sleeping_until(wake)
 
 
 def _zoned(text):
@@ -314,40 +312,38 @@ def _zoned(text):
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ToolError(f"until: not an ISO 8601 time: {quoted(text)}") from None
+        raise ToolError(voice.until_not_iso(text)) from None
     if when.tzinfo is None:
-        raise ToolError(f"until: {quoted(text)} has no zone: add Z for UTC (the times you "
-                        "see are UTC), or +HH:MM")
+        raise ToolError(voice.until_without_zone(text))
     return clock.parse_time(text)
 
 
 def _exit(conn, agent_id, args, call):
-    return "exiting after this step"
+    return voice.EXITING
 
 
 def _doc_put(conn, agent_id, args, call):
     version = docs.put(conn, agent_id, args["name"], args["body"],
                        visibility=args.get("visibility"))
-    return f"{args['name']}: version {version}"
+    return voice.doc_written(args["name"], version)
 
 
 def _doc_get(conn, agent_id, args, call):
-    # A header says whose text this is: a document is another agent's words.
     row = docs.get(conn, agent_id, args["name"], args.get("version"))
-    return (f"[DOCUMENT {quoted(row['name'])} version {row['version']} by "
-            f"{docs.who(row, 'author', full=True)}, {row['visibility']}]\n{row['body']}")
+    return voice.document(row["name"], row["version"], docs.who(row, "author", full=True),
+                          row["visibility"], row["body"])
 
 
 def _doc_ls(conn, agent_id, args, call):
     rows = docs.listing(conn, agent_id, args.get("pattern"))
     if not rows:
-        return "no documents"
-    return "\n".join(f"{quoted(r['name'])} version {r['version']} {r['visibility']} "
-                     f"owner {docs.who(r, 'owner', full=True)} {r['size']} bytes" for r in rows)
+        return voice.NO_DOCUMENTS
+    return "\n".join(voice.doc_line(r["name"], r["version"], r["visibility"],
+                                    docs.who(r, "owner", full=True), r["size"]) for r in rows)
 
 
 def _doc_rm(conn, agent_id, args, call):
-    return f"{args['name']}: removed (version {docs.rm(conn, agent_id, args['name'])})"
+    return voice.doc_removed(args["name"], docs.rm(conn, agent_id, args["name"]))
 
 
 HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,

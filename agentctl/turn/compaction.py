@@ -6,7 +6,7 @@ record; replay then starts from that summary and keeps the recent messages verba
 deleted: the summarised messages stay in the table, and `agent-replay --full` shows them.
 """
 
-from agentctl import env
+from agentctl import env, voice
 from agentctl.turn import context
 from agentctl.store import events, history
 from agentctl.ops import lease, turns
@@ -16,14 +16,6 @@ DEFAULT_WINDOW = 64000
 KEEP = 0.25             # of the window: how much of the recent context stays verbatim
 OVERHEAD = 4            # tokens a message costs besides its text (role, separators)
 CUTS = ("user", "assistant")    # a cut before one of these never splits a call from its result
-
-INSTRUCTION = (
-    "[COMPACT] Your context is full. Summarise the conversation below for your own memory: "
-    "your task and who gave it, decisions made and why, facts learned, the ids and names of "
-    "agents you work with, documents and mail that matter, what is done and what is still "
-    "pending. Write only the summary; it will replace those messages.\n\n"
-    "The conversation:\n\n")
-
 
 def window(agent):
     """The agent's context window in tokens: its own, else $AGENTCTL_CONTEXT_WINDOW, else
@@ -80,7 +72,7 @@ def summary_request(conn, system, rows):
     names = context.owner_names(conn, rows)
     messages = [{"role": "system", "content": system}] if system else []
     return messages + [{"role": "user",
-                        "content": INSTRUCTION + context.as_text(None, rows, names)}]
+                        "content": voice.COMPACT_INSTRUCTION + context.as_text(None, rows, names)}]
 
 
 def prepare(conn, agent, turn_id, client):

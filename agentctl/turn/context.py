@@ -3,7 +3,7 @@ prints and agent-run sends (one code path, so they never disagree)."""
 
 import re
 
-from agentctl import jsonin
+from agentctl import jsonin, voice
 from agentctl.store import history, registry
 from agentctl.ids import short
 from agentctl.text import quoted
@@ -17,17 +17,11 @@ def build(conn, agent):
     return agent["system_prompt"], rows
 
 
-SUMMARY_HEAD = ("[COMPACTED MEMORY] A summary, written by you, of the earlier part of this "
-                "conversation:\n")
-UNANSWERED = ("(no result in this context: the conversation was forked, or read, before this "
-              "call finished)")
-
-
 def _answer(out, waiting):
     """The APIs reject a tool call without its result. A child forked in a
     step with several calls, or at a call, inherits calls that were answered
     only in its parent: give each an explicit placeholder result."""
-    out.extend({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED}
+    out.extend({"role": "tool", "tool_call_id": call_id, "content": voice.UNANSWERED}
                for call_id in waiting)
     waiting.clear()
 
@@ -72,7 +66,7 @@ def as_openai(system_prompt, rows):
             _answer(out, waiting)
             # A user message, never a system one: the summary was written from text that
             # includes mail, and mail must never gain a system message's authority.
-            out.append({"role": "user", "content": SUMMARY_HEAD + m["content"]})
+            out.append({"role": "user", "content": voice.SUMMARY_HEAD + m["content"]})
         elif kind in ("system", "user", "assistant"):
             _answer(out, waiting)
             out.append({"role": kind, "content": m["content"]})

@@ -9,7 +9,7 @@ interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 
 import os
 
-from agentctl import keys
+from agentctl import keys, voice
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
 from agentctl.ops import budget, ending, lease, mail, supervise, turns
@@ -190,7 +190,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         with lease.holding(conn, agent_id):
             if steps:
-                mail.take_into_turn(conn, agent_id, turn_id, "MID-TURN UPDATE")
+                mail.take_into_turn(conn, agent_id, turn_id, voice.MID_TURN)
             lease.renew(conn, agent_id)
         system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
         if budget.over(conn, agent_id):        # the summary's call spent the rest

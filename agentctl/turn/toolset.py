@@ -10,7 +10,7 @@ gives the model "interrupted, outcome unknown" instead of running it again.
 
 import time
 
-from agentctl import jsonin
+from agentctl import jsonin, voice
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
@@ -27,10 +27,6 @@ def _calls():
 
 class Paused(Exception):
     """The turn waits for the decision of a request (its id)."""
-
-
-INTERRUPTED = ("error: interrupted: agent-run ended while this call ran; its outcome is "
-               "unknown and it was not run again")
 
 
 class Toolset:
@@ -112,14 +108,13 @@ class Toolset:
             if text is not None:        # answered, denied, expired
                 with lease.holding(conn, agent_id):
                     tools.record_result(conn, agent_id, turn_id, call, text, time.monotonic(),
-                                        "error" if text.startswith("error: ") else "ok")
+                                        "error" if voice.is_error(text) else "ok")
                 return text
         if not self.is_external(name):
             if name not in self.builtin:    # the model is told every tool it has
-                offered = ", ".join(list(self.builtin) + list(self.programs) +
-                                    list(self.mcp_tools))
+                offered = list(self.builtin) + list(self.programs) + list(self.mcp_tools)
                 return tools.record_error(conn, agent_id, turn_id, call,
-                                          f"error: unknown tool: {name} (tools: {offered})",
+                                          voice.tool_error(voice.unknown_tool(name, offered)),
                                           time.monotonic())
             return tools.execute(conn, agent_id, turn_id, call)
         return self._external(conn, agent_id, turn_id, call)
@@ -133,7 +128,7 @@ class Toolset:
             try:
                 question = tools.validate("ask", call["content"])["question"]
             except tools.ToolError as e:
-                tools.record_error(conn, agent_id, turn_id, call, f"error: {e}",
+                tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
                                    time.monotonic())
                 return None
         with lease.holding(conn, agent_id):
@@ -163,17 +158,17 @@ class Toolset:
                 _calls().kill_run(left["pgid"], agent_id, left["id"])
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, left["id"], "unknown")
-                tools.record_result(conn, agent_id, turn_id, call, INTERRUPTED, started,
+                tools.record_result(conn, agent_id, turn_id, call, voice.INTERRUPTED, started,
                                     "error")
-            return INTERRUPTED
+            return voice.INTERRUPTED
         try:
             arguments = jsonin.loads(call["content"] or "{}")
         except jsonin.JSONError as e:
             return tools.record_error(conn, agent_id, turn_id, call,
-                                      f"error: arguments are not valid JSON: {e}", started)
+                                      voice.tool_error(voice.not_json(e)), started)
         if not isinstance(arguments, dict):
             return tools.record_error(conn, agent_id, turn_id, call,
-                                      "error: arguments must be a JSON object", started)
+                                      voice.tool_error(voice.NOT_AN_OBJECT), started)
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],
@@ -182,7 +177,7 @@ class Toolset:
             text = self._run(conn, agent_id, call, arguments, run_id)
             outcome = "ok"
         except _calls().ToolFailed as e:
-            text, outcome = f"error: {e}", "error"
+            text, outcome = voice.tool_error(e), "error"
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
             tools.record_result(conn, agent_id, turn_id, call, text, started, outcome)
@@ -199,7 +194,7 @@ class Toolset:
                 running = calls.Call(program, json.dumps(arguments), agent_id,
                                         db.path_of(conn), self.cwd(), run_id)
             except OSError as e:
-                raise calls.ToolFailed(f"can't run {program.path}: {e.strerror or e}")
+                raise calls.ToolFailed(voice.cant_run(program.path, e.strerror or e))
             with lease.holding(conn, agent_id):
                 toolruns.set_group(conn, run_id, running.pgid)
             return running.wait(poll)
@@ -208,4 +203,4 @@ class Toolset:
         text = self.servers.call(server, tool, arguments, timeout, poll)
         cut = text.encode()[:cap]
         return text if len(cut) == len(text.encode()) else \
-            cut.decode("utf-8", "ignore") + f"\n[output cut at {cap} bytes]"
+            cut.decode("utf-8", "ignore") + voice.output_cut(cap)
