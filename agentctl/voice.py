@@ -18,6 +18,7 @@ of operations, which a program prints and a tool call returns alike (ops/, error
 and the transcript a compaction summarises, which is agent-replay's (turn/context.py).
 """
 
+from agentctl import jsonin
 from agentctl.clock import age, iso
 from agentctl.text import quoted
 
@@ -116,7 +117,6 @@ def budget_notice(label, account_id, spent, budget, by_label=None, by_id=None):
 def shown_call(tool, arguments):
     """A tool call as a request shows it: control characters escaped as JSON does."""
     import json         # (here: every program that signals or exits imports this module)
-    from agentctl import jsonin
     try:
         value = jsonin.loads(arguments or "{}")
     except jsonin.JSONError:

@@ -334,3 +334,36 @@ def test_the_transaction_check_catches_an_exception_that_opens_none():
         "with transaction(conn):", "if True:")
     assert transaction_violations(modules) == [
         "agentctl.ops.lifecycle.wait: listed as its own transaction, and opens none"]
+
+
+def lazy_imports_without_a_reason(modules):
+    """agentctl's own modules are imported at the top of a file; one imported inside
+    a function must say why on its line (start-up: what it would cost every program,
+    or an optional extra)."""
+    found = []
+    for module, src in sorted(modules.items()):
+        lines = src.splitlines()
+        for function in ast.walk(ast.parse(src)):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                own = isinstance(node, ast.ImportFrom) and (
+                    node.level or (node.module or "").startswith("agentctl")) or \
+                    isinstance(node, ast.Import) and any(
+                        a.name.startswith("agentctl") for a in node.names)
+                line = lines[node.lineno - 1] if own else ""
+                if own and not re.search(r"#\s*\(?\w+", line):
+                    found.append(f"{module}:{node.lineno}: {line.strip()}")
+    return sorted(set(found))
+
+
+def test_an_own_module_imported_in_a_function_says_why():
+    assert lazy_imports_without_a_reason(dict(sources())) == []
+
+
+def test_the_lazy_import_check_catches_one_without_a_reason():
+    modules = dict(sources())
+    modules["agentctl.ops.mail"] += "\ndef f():\n    from agentctl.ops import budget\n"
+    lines = len(modules["agentctl.ops.mail"].splitlines())
+    assert lazy_imports_without_a_reason(modules) == [
+        f"agentctl.ops.mail:{lines}: from agentctl.ops import budget"]

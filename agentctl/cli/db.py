@@ -7,7 +7,7 @@ import click
 
 from agentctl.cli.program import program, run
 from agentctl.cli.stdio import for_terminal, warn
-from agentctl.store import check as checking
+from agentctl.store import check as checking, copy as copying
 from agentctl.errors import NotFound, UsageError
 from agentctl.store.db import Error, connect, is_url, resolve_path, shown
 
@@ -58,7 +58,6 @@ def copy(source, target):
     database): agents, conversations, mail, turns, documents, the event log, ids
     kept. DST is written in one transaction: a copy that fails leaves it as it was.
     Prints the rows copied, table by table."""
-    from agentctl.store import copy as copying
     if source == target:
         raise UsageError("SRC and DST are the same database")
     if not is_url(source) and not os.path.isfile(source):

@@ -71,10 +71,10 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     cwd = os.path.abspath(cwd) if cwd is not None else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd}: not a directory")
-    tools = [], []
-    if allow or ask:    # the tools the grant may name, found before taking the lock
-        from agentctl.tools.catalog import Catalog  # (a fork without --allow never needs it)
-        tools = Catalog().names()
+    catalog = None
+    if allow or ask:    # the tools a grant may name, found before taking the lock
+        from agentctl.tools.catalog import Catalog  # (start-up: only a fork that grants)
+        catalog = Catalog()
     conn = connect(db_path)
     with transaction(conn):
         me = actor(conn)
@@ -86,9 +86,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                restart_window=restart_window, reap_after=reap_after,
                                idle_exit=idle_exit, max_children=max_children,
                                allow=list(allow), ask=list(ask), cwd=cwd,
-                               tool_names=lambda: tools)
-    from agentctl.ops.grants import unmatched   # (only with grants, as the catalog)
-    for pattern in unmatched(list(allow) + list(ask), *tools) if allow or ask else ():
+                               tool_names=catalog and catalog.names)
+    for pattern in catalog.unmatched(list(allow) + list(ask)) if catalog else ():
         warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "
                            "tools installed later)")
     click.echo(child)

@@ -148,7 +148,7 @@ COLUMNS = [
 def mark_unconfined(conn, rows):
     """Whether each agent may use a tool that can do whatever the operator's user can
     (tools.catalog, imported only for -o unconfined)."""
-    from agentctl.tools.catalog import Catalog
+    from agentctl.tools.catalog import Catalog  # (start-up: only for -o unconfined)
     catalog = Catalog(strict=True)
     for row in rows:
         row["unconfined"] = bool(row["allow"]) and catalog.usable(conn, row["id"]).unconfined()

@@ -5,15 +5,20 @@ import sys
 
 import click
 
+from agentctl import clock, keys
 from agentctl.cli.options import Count, complete_agents
+from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import for_terminal, warn
-from agentctl import clock, keys
 from agentctl.errors import UsageError
-from agentctl.ops import budget, deadlines, turns
-from agentctl.store import registry
-from agentctl.store import asks as asks_store
+from agentctl.ids import INIT_ID
+from agentctl.ops import asks, budget, deadlines, turns
+from agentctl.store import asks as asks_store, registry
+from agentctl.store.db import transaction
+from agentctl.text import first_line
 from agentctl.turn import runner
+from agentctl.turn.toolset import Toolset
+from agentctl.voice import shown_call
 
 
 @program("agent-run")
@@ -114,7 +119,6 @@ def _terminals():
 
 def _prompt(row, who):
     """Ask the operator at the terminal: (how, text), or None (end of input: pause)."""
-    from agentctl.voice import shown_call
     if row["kind"] == "question":
         sys.stderr.write(for_terminal(f"agent-run: {who} asks: {row['question']}\n",
                                       sys.stderr) + "answer> ")
@@ -136,9 +140,6 @@ def _prompt(row, who):
 
 def _answer_waiting(conn, ref, prompt):
     """A paused agent of the operator's: ask its requests here, then run it."""
-    from agentctl.ids import INIT_ID
-    from agentctl.ops import asks
-    from agentctl.store.db import transaction
     agent = registry.resolve(conn, ref)
     if agent["status"] != "P" or agent["parent_id"] != INIT_ID:
         return
@@ -153,9 +154,6 @@ def _answer_waiting(conn, ref, prompt):
 def _list_tools(conn, ref, fmt):
     """The tools the agent's next turn would offer: a table, or JSON with the schemas.
     (MCP servers its grants reach are started, to list theirs, and stopped.)"""
-    from agentctl.cli.output import Column, render
-    from agentctl.text import first_line
-    from agentctl.turn.toolset import Toolset
     toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
     try:
         rows = [{"id": n, "name": n, "source": source, "confined": confined,

@@ -17,17 +17,17 @@ def get_model(spec):
     """The Model named by `spec`; UsageError for a name no provider answers to."""
     check_name(spec)
     if spec == "echo":
-        from .offline import EchoModel
+        from .offline import EchoModel           # (start-up: a provider's module only when named)
         return EchoModel()
     provider, colon, rest = (spec or "").partition(":")
     if colon and rest.strip() == rest and rest:
         if provider == "openai":
-            from .openai import OpenAIModel
+            from .openai import OpenAIModel      # (start-up)
             return OpenAIModel(rest)
         if provider == "anthropic":
-            from .anthropic import AnthropicModel
+            from .anthropic import AnthropicModel    # (start-up)
             return AnthropicModel(rest)
         if provider == "scripted":
-            from .offline import ScriptedModel
+            from .offline import ScriptedModel   # (start-up)
             return ScriptedModel(rest)
     raise UsageError(f"unknown model: {spec} ({EXPECTED})")

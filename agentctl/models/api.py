@@ -82,13 +82,13 @@ class HTTPModel(Model):
         self.endpoint()
 
     def endpoint(self):
-        from . import http
+        from . import http      # (start-up: requests, only for a model call)
         url = http.base_url(self.url_variable, self.default_url)
         key = http.api_key(self.key_variable, url, self.name)
         return Endpoint(url, key, self.options(url))
 
     def complete(self, messages, tools, on_text=None):
-        from . import http
+        from . import http      # (start-up: requests, only for a model call)
         endpoint = self.endpoint()
         headers = {"Content-Type": "application/json", **self.headers(endpoint)}
         body = self.request_body(messages, tools, on_text is not None, endpoint)
@@ -104,7 +104,7 @@ class HTTPModel(Model):
 
     @contextmanager
     def _session(self):
-        from . import http
+        from . import http      # (start-up: requests, only for a model call)
         with self._lock:
             session = self._idle.pop() if self._idle else None
         session = session or http.new_session()

@@ -6,7 +6,10 @@ shell loops and most invocations never talk to a model.
 
 from dataclasses import dataclass, field
 
+from .. import jsonin
 from ..errors import UNAVAILABLE, AgentctlError
+from ..keys import redact
+from ..text import valid
 
 
 class ModelError(AgentctlError):
@@ -37,7 +40,6 @@ class ToolCall:
     arguments: str      # the JSON text as the model wrote it; may be invalid, the caller validates
 
     def __post_init__(self):
-        from ..text import valid
         self.id, self.name, self.arguments = valid(self.id), valid(self.name), valid(self.arguments)
 
 
@@ -49,8 +51,7 @@ class Reply:
     stop_reason: str = "stop"
 
     def __post_init__(self):
-        from ..text import valid        # a JSON escape such as \udcff is no UTF-8 to store
-        self.text = valid(self.text)
+        self.text = valid(self.text)      # a JSON escape such as \udcff is no UTF-8 to store
 
 
 class Model:
@@ -115,7 +116,6 @@ def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None
 def load_json(data, what="response"):
     """Parse an API body or stream event within jsonin's bounds: one that is no JSON is worth
     another try (Transient), one beyond the bounds is not (Unusable)."""
-    from .. import jsonin      # here, not at the top: this module must stay cheap to import
     try:
         return jsonin.loads(data, what=what)
     except jsonin.OutOfBounds as exc:
@@ -165,7 +165,6 @@ def with_tool_ids(messages, keeps, stem=lambda call_id: call_id or "call"):
 def said(text, limit=200):
     """A server's words, made fit for a one-line message: keys redacted first (a key cut in two
     would no longer be found), then the first line, at most `limit` characters."""
-    from ..keys import redact
     lines = redact(str(text or "")).strip().splitlines()
     line = lines[0].strip() if lines else ""
     return line if len(line) <= limit else line[:limit - 1] + "…"

@@ -91,8 +91,8 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
                          f"(one of {', '.join(settings.RESTART_POLICIES)})")
     check_limits(conn, parent)
     allow, ask = values["allow"], values["ask"]
-    if allow or ask:    # (here: a fork without grants, most of them, never needs it)
-        from agentctl.ops import grants
+    if allow or ask:
+        from agentctl.ops import grants  # (start-up: fnmatch, for a fork that grants)
         allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
         if allow and tool_names is not None:
             grants.check_fork(conn, parent, allow, *tool_names())

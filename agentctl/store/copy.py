@@ -50,6 +50,6 @@ def copy(source, target, shown_target):
                 target.executemany(insert, [tuple(r) for r in batch])
                 counts[table] += len(batch)
         if target.dialect == "postgresql":
-            from agentctl.store import pg
+            from agentctl.store import pg  # (psycopg, an optional extra: only for a URL)
             pg.set_sequences(target)
     return counts

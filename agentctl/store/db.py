@@ -146,7 +146,7 @@ def connect(path=None):
 
 def _connect_postgresql(url):
     try:
-        from agentctl.store import pg
+        from agentctl.store import pg  # (start-up: psycopg, only for a URL)
     except ImportError:
         raise DatabaseFault(f"{shown(url)}: PostgreSQL needs psycopg 3, which is not "
                             "installed: pip install 'agentctl[postgres]'") from None
@@ -185,7 +185,7 @@ def _migrate(conn):
     with transaction(conn):
         if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
             return
-        from agentctl.store.migrations import apply
+        from agentctl.store.migrations import apply  # (start-up: sqlite_utils)
         apply(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 

@@ -31,6 +31,11 @@ class Catalog:
         """What a grant may name: (program tool names, MCP server names)."""
         return list(self.programs), list(self.servers)
 
+    def unmatched(self, patterns):
+        """The grant patterns that match no tool that exists now (a warning: a tool
+        may be installed later)."""
+        return grants.unmatched(patterns, self.programs, self.servers)
+
     def usable(self, conn, agent_id, taken=()):
         """What the agent may use of it; `taken` are names that win over these (the
         built-in tools)."""

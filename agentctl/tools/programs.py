@@ -8,7 +8,7 @@ runs is calls.py.
 import os
 import re
 
-from agentctl import paths
+from agentctl import jsonin, paths
 from agentctl.tools.calls import command, environment
 
 NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -113,7 +113,6 @@ class _Cache:
 def _describe(path, warnings):
     """`PROG --describe`, checked; None (with a warning) when it is no tool."""
     import subprocess
-    from agentctl import jsonin
     name = os.path.basename(path)
     try:
         proc = subprocess.run(command(path) + ["--describe"], capture_output=True,

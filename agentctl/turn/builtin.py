@@ -17,6 +17,7 @@ from agentctl.ops import asks, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import valid_json
+from agentctl.tools.catalog import Catalog
 
 
 def _schema(properties, required=()):
@@ -218,9 +219,7 @@ def _answer(conn, agent_id, args, call):
 
 
 def _program_names():
-    """The external tools a grant may name (tools.catalog: only a fork that grants
-    needs it, so it is imported here)."""
-    from agentctl.tools.catalog import Catalog
+    """The external tools a grant may name."""
     return Catalog().names()
 
 

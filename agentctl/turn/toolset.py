@@ -14,15 +14,10 @@ from agentctl import jsonin, voice
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
-from agentctl.store import db, registry, toolruns
-from agentctl.store import asks as asks_store
+from agentctl.store import asks as asks_store, db, registry, toolruns
+from agentctl.tools import calls, mcp
+from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
-
-
-def _calls():
-    """tools.calls, imported when an agent with grants needs it (most turns don't)."""
-    from agentctl.tools import calls
-    return calls
 
 
 class Paused(Exception):
@@ -39,7 +34,6 @@ class Toolset:
         self.builtin = {s["function"]["name"]: s for s in tools.specs()}
         self.programs, self.mcp_tools, self.servers = {}, {}, None
         if agent["allow"]:          # no grant, no search of the tool path
-            from agentctl.tools.catalog import Catalog
             usable = Catalog(self.warnings, strict=True).usable(conn, agent["id"],
                                                                self.builtin)
             self.programs = usable.programs
@@ -51,9 +45,8 @@ class Toolset:
     def _mcp(self, usable):
         if not usable.servers:
             return
-        from agentctl.tools import mcp
         self.servers = mcp.Servers()
-        environment = _calls().environment(self.agent["id"], db.path_of(self.conn))
+        environment = calls.environment(self.agent["id"], db.path_of(self.conn))
         for server, spec in usable.servers.items():
             for tool, description, schema in self.servers.start(server, spec, self.cwd(),
                                                                 environment):
@@ -155,7 +148,7 @@ class Toolset:
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
         if left is not None:                # a run that died with its agent-run
             if left["host"] == lease.host():
-                _calls().kill_run(left["pgid"], agent_id, left["id"])
+                calls.kill_run(left["pgid"], agent_id, left["id"])
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, left["id"], "unknown")
                 tools.record_result(conn, agent_id, turn_id, call, voice.INTERRUPTED, started,
@@ -176,7 +169,7 @@ class Toolset:
         try:
             text = self._run(conn, agent_id, call, arguments, run_id)
             outcome = "ok"
-        except _calls().ToolFailed as e:
+        except calls.ToolFailed as e:
             text, outcome = voice.tool_error(e), "error"
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
@@ -185,7 +178,6 @@ class Toolset:
 
     def _run(self, conn, agent_id, call, arguments, run_id):
         import json
-        calls = _calls()
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
         if name in self.programs:
