@@ -289,3 +289,40 @@ def test_kill_9_at_every_boundary_of_asking_answering_and_resuming(files, tmp_pa
             (1, "approved"), (point, n)
         assert status(conn, "w") == "S" and registry.resolve(conn, "w")["lease_owner"] is None
         conn.close()
+
+
+def test_only_an_ancestor_that_could_make_the_call_without_asking_may_approve(files, tmp_path,
+                                                                                conn):
+    """A lead forked with --allow write_file --ask write_file forks a worker whose write
+    pauses: the lead's own model approved it with the answer tool, and the file was
+    written with no decision by anyone who may write without asking. Now the lead is
+    refused; an ancestor that may write without asking, or the operator, decides."""
+    work, model = files
+    approving = script(tmp_path, {"match": "INBOX", "steps": [
+        {"content": "", "tool_calls": [{"name": "answer", "arguments": {"request": "REQ",
+                                                                        "approve": True}}]},
+        {"content": "approved"}]}, name="approver.jsonl")
+    fork("-n", "boss", "--allow", "write_file", "--cwd", str(work), "-m", approving)
+    fork("-p", "boss", "-n", "lead", "--allow", "write_file", "--ask", "write_file",
+         "-m", approving)
+    fork("-p", "lead", "-n", "w", "--allow", "write_file", "--cwd", str(work), "-m", model,
+         "write")
+    assert agent("run", "w").code == 0 and status(conn, "w") == "P"
+    req = pending_ids()[0]
+    path = tmp_path / "approver.jsonl"
+    path.write_text(path.read_text().replace("REQ", req))
+    assert agent("run", "lead").code == 0
+    assert results(conn, "lead") == [f"error: request {req}: lead may not run write_file "
+                                     "without asking, so it may not approve it"]
+    assert status(conn, "w") == "P" and not (work / "out.txt").exists()
+    agent("send", "boss", "INBOX: approve it")
+    assert agent("run", "boss").code == 0
+    assert results(conn, "boss") == [f"request {req} approved"]
+    assert agent("run", "w").out == "wrote it\n"
+    assert (work / "out.txt").exists()
+
+
+def test_the_grants_know_every_built_in_tool():
+    from agentctl.ops.grants import BUILT_IN
+    from agentctl.turn.builtin import SPECS
+    assert BUILT_IN == set(SPECS)

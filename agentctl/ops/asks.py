@@ -9,7 +9,7 @@ lifecycle parent is told by mail; the next agent-run resumes the turn at the cal
 from agentctl import clock, env, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID, new_id
-from agentctl.ops import mail
+from agentctl.ops import grants, mail
 from agentctl.store import asks as asks_store, events, registry
 
 DECISIONS = {"answer": "answered", "approve": "approved", "deny": "denied"}
@@ -56,13 +56,29 @@ def decide(conn, ref, by, how, text=None):
         raise UsageError(f"request {row['id']} asks to run {row['tool']}: --approve or --deny it")
     if how == "answer" and not (text or "").strip():
         raise UsageError("an empty answer")
+    if row["deadline"] is not None and row["deadline"] <= clock.now():
+        raise Refused(f"request {row['id']} expired: no answer in time (its deadline was "
+                      f"{clock.iso(row['deadline'])})")
     if by is not None and by not in registry.ancestors(conn, row["agent_id"]):
         raise Refused(f"request {row['id']}: only the operator or an ancestor of "
                       f"{registry.label(registry.get(conn, row['agent_id']))} may decide it")
+    if by is not None and row["kind"] == "approval" and not could_call(conn, by, row["tool"]):
+        raise Refused(f"request {row['id']}: {registry.label(registry.get(conn, by))} may not "
+                      f"run {row['tool']} without asking, so it may not approve it")
     if not asks_store.decide(conn, row["id"], DECISIONS[how], text, by):
         raise Refused(_already(conn, asks_store.get(conn, row["id"])))
     _decided(conn, row, DECISIONS[how], by)
     return asks_store.get(conn, row["id"])
+
+
+def could_call(conn, agent_id, tool):
+    """Whether an agent could make a call of `tool` itself without asking: its grants
+    (along its lineage) allow the tool, and no --ask pattern of its lineage covers it.
+    Only such an ancestor, or the operator, may approve another's call."""
+    mine = grants.Allowance(conn, agent_id)
+    server, mcp, _ = tool.partition("__")
+    allowed = tool in grants.BUILT_IN or mine.permits(tool) or mcp and mine.permits(tool, server)
+    return bool(allowed) and not mine.needs_approval(tool)
 
 
 def _already(conn, done):

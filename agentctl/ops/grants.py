@@ -19,6 +19,10 @@ from agentctl.ids import INIT_ID
 from agentctl.store import registry
 
 PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,128}")
+# The built-in tools (turn/builtin.py, which a test holds to this): every agent has
+# them, whatever its grants; only --ask reaches them.
+BUILT_IN = frozenset({"answer", "ask", "check_mail", "doc_get", "doc_ls", "doc_put", "doc_rm",
+                      "exit", "fork", "kill", "ps", "read_mail", "send", "sleep", "wait"})
 
 
 def check(patterns, option):
