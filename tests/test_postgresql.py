@@ -930,3 +930,22 @@ def test_the_trace_catches_sqlite_s_own_sql_run_by_the_store(traced, monkeypatch
     assert agent("mail", "-c", "a").out == "0\n"
     found = sqlite_sql_run(traced["sql"])
     assert found == [f"agentctl.store.mailbox.count_unread: {expected}: {statement}"]
+
+
+def test_a_url_libpq_cant_parse_is_not_echoed_with_its_password():
+    """libpq quotes a URL it can't parse whole in its message: the password was printed."""
+    result = agent("ps", "--db", "postgresql://bob:s3cret@[::1/agents")
+    assert result.code == 74 and one_line(result), result
+    assert "s3cret" not in result.err and "postgresql://bob@" in result.err
+
+
+def test_no_connection_slot_is_75_a_temporary_failure():
+    """"too many clients" (or a role's connection limit) passes when a connection
+    closes: 75, as a server not yet up is, not 74."""
+    server = postgresql_server()
+    server.sql("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'full') "
+               "THEN CREATE ROLE full LOGIN CONNECTION LIMIT 0; END IF; END $$")
+    url = server.database().replace("postgres@", "full@")
+    result = agent("ps", "--db", url)
+    assert result.code == 75 and one_line(result), result
+    assert "too many connections" in result.err

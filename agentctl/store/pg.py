@@ -305,7 +305,7 @@ def connect(url, shown, busy_seconds):
     try:
         raw = psycopg.connect(url, autocommit=True, **options)
     except psycopg.Error as e:
-        raise _unreachable(e, shown) from e
+        raise _unreachable(e, shown, url) from None
     try:
         raw.execute(f"SET lock_timeout = {max(1, int(busy_seconds * 1000))}")
         before = time.time()
@@ -317,10 +317,16 @@ def connect(url, shown, busy_seconds):
     return Connection(raw, url)
 
 
-def _unreachable(exc, shown):
-    text = _first_line(exc)
+def _unreachable(exc, shown, url):
+    """A connection that failed, as an error that names the database as `shown` (libpq
+    quotes a URL it can't parse whole, its password too) and says whether a later try
+    may succeed (no server yet, no connection slot free: 75)."""
+    text = _first_line(exc).replace(url, shown)
     text = re.sub(r"^connection failed: ", "", text)
+    text = re.sub(r"(://[^/@:\s\"]*):[^/@\s\"]*@", r"\1@", text)     # user:password@ in a quote
+    text = re.sub(r"(?i)\b(password=)[^&\s\"]*", r"\1...", text)
     if re.search(r"refused|timeout|timed out|could not translate host|no route|"
+                 r"too many (clients|connections)|remaining connection slots|"
                  r"the database system is (starting|shutting)", text, re.I):
         return Error(f"the database server can't be reached: {text}", tempfail=True)
     return DatabaseFault(f"{shown}: can't open the database: {text}")
