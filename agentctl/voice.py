@@ -13,9 +13,10 @@ difference of two times given to it (when the mail came, when the turn took it),
 fixed when the inbox is stored.
 
 What stays where it is: the tools' descriptions and schemas (turn/builtin.py), the
-messages of a schema check of a call's arguments (builtin.validate), the refusals
-of operations, which a program prints and a tool call returns alike (ops/, errors),
-and the transcript a compaction summarises, which is agent-replay's (turn/context.py).
+per-argument messages of a schema check (builtin.validate), the refusals of
+operations, which a program prints and a tool call returns alike (ops/, errors), how
+an agent signs its words (store.registry.signed, given to inbox() ready-made), and the
+transcript a compaction summarises, which is agent-replay's (turn/context.py).
 """
 
 from agentctl import jsonin
@@ -115,7 +116,8 @@ def budget_notice(label, account_id, spent, budget, by_label=None, by_id=None):
 
 
 def shown_call(tool, arguments):
-    """A tool call as a request shows it: control characters escaped as JSON does."""
+    """A tool call as a request shows it: control characters escaped as JSON does (the
+    operator's agent-answer and agent-run's question at the terminal show it so too)."""
     import json         # (here: every program that signals or exits imports this module)
     try:
         value = jsonin.loads(arguments or "{}")
