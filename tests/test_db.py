@@ -249,3 +249,12 @@ def test_a_db_path_that_is_not_utf8_is_used_as_given(tmp_path):
     assert proc.stdout.split() == [b"NAME", b"init", b"a"]
     assert [n for n in os.listdir(os.fsencode(tmp_path))
             if not n.endswith((b"-wal", b"-shm"))] == [b"caf\xe9.db"]     # no other file
+
+
+def test_a_database_path_that_is_no_file_name_is_a_usage_error():
+    """A lone surrogate (no byte of a file name gives one) crashed opening the file
+    (found by the fuzzer)."""
+    from .conftest import agent
+    result = agent("answer", "--db", "x\ud800")
+    assert (result.code, result.err) == (2, "agent-answer: bad database path: it is no file "
+                                            "name\n")

@@ -40,7 +40,12 @@ def resolve_path(path=None):
     """--db, else $AGENTCTL_DB, else $XDG_DATA_HOME/agentctl/agents.db."""
     if path and "\0" in path:
         raise UsageError("bad database path: it holds a NUL byte")
-    return paths.database(path)
+    path = paths.database(path)
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:      # a lone surrogate no byte of a file name gives
+        raise UsageError("bad database path: it is no file name") from None
+    return path
 
 
 def busy_seconds():
