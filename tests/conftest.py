@@ -21,6 +21,9 @@ CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
 
 
 BACKEND = {"name": "sqlite", "server": None, "missing": None}
+# The system programs a test needs (`needs`) that this machine lacks, by the package
+# that has them: said loudly in the summary (.ci/run installs them; CI never skips).
+MISSING_PROGRAMS = {}
 
 
 def pytest_addoption(parser):
@@ -57,21 +60,42 @@ def postgresql_server():
     return BACKEND["server"]
 
 
+def needs(program, package):
+    """The path of a system program the test needs; without it the test is skipped,
+    and the summary says so loudly."""
+    import shutil
+    found = shutil.which(program)
+    if found is None:
+        MISSING_PROGRAMS[program] = package
+        pytest.skip(f"{program} is not installed (Debian's {package})")
+    return found
+
+
 def pytest_sessionfinish(session):
     if BACKEND["server"] is not None:
         BACKEND["server"].stop()
         BACKEND["server"] = None
-    if BACKEND["missing"] and hasattr(session.config, "workerinput"):
-        session.config.workeroutput["postgresql_missing"] = BACKEND["missing"]
+    if hasattr(session.config, "workerinput"):
+        if BACKEND["missing"]:
+            session.config.workeroutput["postgresql_missing"] = BACKEND["missing"]
+        session.config.workeroutput["missing_programs"] = dict(MISSING_PROGRAMS)
 
 
 def pytest_testnodedown(node, error):
-    missing = getattr(node, "workeroutput", {}).get("postgresql_missing")
-    if missing:
-        BACKEND["missing"] = missing
+    output = getattr(node, "workeroutput", {})
+    if output.get("postgresql_missing"):
+        BACKEND["missing"] = output["postgresql_missing"]
+    MISSING_PROGRAMS.update(output.get("missing_programs", {}))
 
 
 def pytest_terminal_summary(terminalreporter):
+    if MISSING_PROGRAMS:
+        terminalreporter.section("PROGRAMS MISSING: TESTS SKIPPED", sep="!", red=True,
+                                 bold=True)
+        for program, package in sorted(MISSING_PROGRAMS.items()):
+            terminalreporter.write_line(
+                f"{program} is not installed: the tests that need it were SKIPPED "
+                f"(.ci/run installs Debian's {package})", red=True, bold=True)
     if BACKEND["missing"]:
         terminalreporter.section("PostgreSQL NOT TESTED", sep="!", red=True, bold=True)
         terminalreporter.write_line(

@@ -4,7 +4,7 @@ import json
 import re
 import time
 
-from .conftest import agent, fork
+from .conftest import agent, fork, needs, shell
 
 
 def setup_tree():
@@ -93,3 +93,40 @@ def test_an_agent_stopped_while_its_run_died_shows_stopped(conn):
     conn.commit()
     assert agent("ps", "--status", "T", "-o", "name,stat", "--format", "tsv",
                  "--no-headers").out == "a\tT\n"
+
+
+def test_dot_is_a_picture_that_graphviz_draws(tmp_path):
+    """agent-ps -a --format dot | dot -Tsvg: a node per agent (name, STAT, role), fork
+    edges, a reparented agent's lifecycle parent, and mail edges with their counts,
+    each told apart; a real dot reads it and draws every node and edge."""
+    import subprocess
+    import xml.etree.ElementTree as ET
+    dot = needs("dot", "graphviz")
+    lead = fork("-n", "lead")
+    w1 = fork("-p", "lead", "-n", "w1")
+    mid = fork("-p", "lead", "-n", "mid")
+    orphan = fork("-p", "mid", "-n", "orphan")
+    assert agent("kill", "-s", "KILL", "mid").code == 0           # orphan goes to lead
+    for _ in range(2):
+        assert shell(f"AGENT_ID={w1} agent-send lead 'a \"quoted\" question'").code == 0
+    result = agent("ps", "-a", "--format", "dot")
+    assert result.code == 0, result.err
+    text = result.out
+    assert text.startswith("digraph agents {\n") and text.endswith("}\n")
+    assert f'"{lead}" [label="lead\\nS agent", fillcolor="white"];' in text
+    assert f'"{mid}" -> "{orphan}" [class=fork];' in text
+    assert f'"{lead}" -> "{orphan}" [class=parent, style=dotted' in text
+    assert f'"{w1}" -> "{lead}" [class=mail, style=dashed, color=blue, fontcolor=blue, ' \
+        'constraint=false, label="2"];' in text
+    assert f'"{mid}" -> "{lead}" [class=mail' in text             # its exit notice
+    svg = subprocess.run([dot, "-Tsvg"], input=text, capture_output=True, text=True)
+    assert svg.returncode == 0 and svg.stderr == "", svg.stderr
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    groups = ET.fromstring(svg.stdout).findall(".//svg:g", ns)
+    kinds = [g.get("class") for g in groups]
+    assert kinds.count("node") == 5                        # init, lead, w1, mid, orphan
+    assert kinds.count("edge fork") == 4
+    assert kinds.count("edge parent") == 1 and kinds.count("edge mail") == 2
+    refused = agent("ps", "--format", "dot", "-q")
+    assert (refused.code, refused.err) == (2, "agent-ps: --format dot takes no -o, -q, -0 or "
+                                              "--no-headers\n")

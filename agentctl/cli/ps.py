@@ -20,16 +20,21 @@ from agentctl.store import registry
 @click.option("--status", metavar="STATS", help="Only these statuses, e.g. S or S,T or ZX.")
 @click.option("--role", metavar="ROLE",
               shell_complete=complete_words(ROLES + ("kernel",)), help="Only agents of this role.")
-@output_options
+@output_options(formats=("table", "tsv", "json", "jsonl", "dot"))
 def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, null,
         no_headers):
     """List agents: all that are not dead, or with -a every agent ever forked.
+
+    --format dot prints the agents listed as a Graphviz graph (fork and mail
+    edges), for `agent-ps -a --format dot | dot -Tsvg > tree.svg`.
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
     forked_from fork_msg wake budget spent tokens failures restarts retry failure
     allow ask cwd unconfined with -o.
     """
+    if fmt == "dot" and (columns or quiet or null or no_headers):
+        raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
     statuses = None
     if status:
         statuses = [s for s in status.upper().replace(",", "") if s.strip()]
@@ -41,6 +46,9 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     parent_id = registry.resolve(conn, parent)["id"] if parent else None
     rows = proctable.rows(conn, everything=everything, statuses=statuses,
                           parent=parent_id, role=role)
+    if fmt == "dot":        # a picture of the agents listed: no columns to choose
+        from agentctl.cli.graph import graph    # (start-up: only for a picture)
+        return graph(conn, rows)
     if forest:
         rows = as_tree(rows)
     default = DEFAULT

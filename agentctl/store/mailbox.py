@@ -108,3 +108,11 @@ def unread_again(conn, turn_id):
     """The mail a voided turn had taken is unread again."""
     conn.execute("UPDATE mail SET read_at = NULL, read_turn = NULL WHERE read_turn = ?",
                  (turn_id,))
+
+
+def flows(conn):
+    """How much mail each agent sent each other one: (sender_id, recipient_id, count),
+    deferred mail not yet due included (it was sent). The operator's mail has no sender."""
+    return conn.execute(
+        "SELECT sender_id, recipient_id, count(*) FROM mail WHERE sender_id IS NOT NULL "
+        "GROUP BY sender_id, recipient_id ORDER BY sender_id, recipient_id").fetchall()
