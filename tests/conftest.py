@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from importlib import import_module
 
@@ -24,6 +25,17 @@ BACKEND = {"name": "sqlite", "server": None, "missing": None}
 # The system programs a test needs (`needs`) that this machine lacks, by the package
 # that has them: said loudly in the summary (.ci/run installs them; CI never skips).
 MISSING_PROGRAMS = {}
+
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:         # (the test extra is not installed: the property tests say so)
+    pass
+else:
+    # Property tests are not timed: a loaded machine is slow at making examples, and at
+    # running them.
+    settings.register_profile("agentctl", deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("agentctl")
 
 
 def pytest_addoption(parser):
@@ -225,3 +237,156 @@ def fork(*args, stdin=b""):
     result = agent("fork", *args, stdin=stdin)
     assert result.code == 0, result.err
     return result.out.strip()
+
+
+# -- waiting for a state, never for a time ----------------------------------------------------
+#
+# A test waits for what it needs (a row, an event, a file, a process asleep at the
+# database), not for a time that a loaded machine may exceed. The ceiling of a wait is
+# reached only when what is waited for never comes: the test then fails saying so.
+
+PATIENCE = 60.0         # seconds
+
+
+def wait_until(condition, what, timeout=PATIENCE):
+    """Call condition() until it returns something true, and return that. Between calls,
+    sleeps that grow from 5 ms to a quarter of a second: a quiet machine waits little,
+    a loaded one as long as it needs. After `timeout` seconds the test fails, saying
+    `what` was waited for."""
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        value = condition()
+        if value:
+            return value
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"waited {timeout:g} s for {what}", pytrace=False)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.25)
+
+
+def clock_slack():
+    """How far apart two programs' clocks may be: nothing on SQLite (each takes the
+    host's). On PostgreSQL each takes the server's, offset by clock.skew, measured over
+    one round trip as it connects: a loaded machine can make that round trip long, and
+    the offset wrong by up to half of it (50 ms seen at a load of 20 on 2 cores)."""
+    return 0.5 if BACKEND["name"] == "postgresql" else 0.0
+
+
+def database_now(conn):
+    """The database's clock: the server's on PostgreSQL, the host's on SQLite."""
+    if getattr(conn, "dialect", "sqlite") == "postgresql":
+        return conn.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()[0]
+    return time.time()
+
+
+def clock_passes(conn, when, what="the time"):
+    """Wait until `when` (a Unix time the database holds: a mail's due time, a deadline)
+    has passed for every program: on the database's clock, by clock_slack() more."""
+    wait_until(lambda: database_now(conn) > when + clock_slack(), f"{what} to pass")
+
+
+def process_state(pid):
+    """The state of a process, as ps shows it (R running or runnable, S asleep, D in
+    disk I/O, T stopped, Z a zombie), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def ended(pid):
+    """Whether a process is gone, or dead and not yet waited for (a zombie)."""
+    return process_state(pid) in (None, "Z", "X")
+
+
+def _socket_ports(pid):
+    """The local TCP ports of a process's sockets."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:             # closed since it was listed
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def backends(pid, url, conn=None):
+    """What PostgreSQL's pg_stat_activity says of the connections of process `pid` to
+    the database at `url`: (state, wait_event_type, state_change, query) each. On
+    `conn` (a connection of agentctl's) if given, else on one of its own."""
+    ports = sorted(_socket_ports(pid))
+    if not ports:
+        return []
+    query = ("SELECT state, wait_event_type, state_change, query FROM pg_stat_activity "
+             "WHERE datname = current_database() AND client_port IN "
+             f"({', '.join(str(p) for p in ports)})")
+    if conn is not None:
+        return [tuple(r) for r in conn.execute(query).fetchall()]
+    import psycopg
+    with psycopg.connect(str(url), autocommit=True) as own:
+        return [tuple(r) for r in own.execute(query).fetchall()]
+
+
+def has_database_open(pid, db):
+    """Whether process `pid` has the database open: the SQLite file, or a connection to
+    the PostgreSQL database."""
+    if str(db).startswith("postgresql://"):
+        return bool(backends(pid, db))
+    path = os.path.realpath(db)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.path.realpath(f"/proc/{pid}/fd/{fd}", strict=True) == path:
+                return True
+        except OSError:             # closed since it was listed
+            pass
+    return False
+
+
+def asleep_at_database(pid, db, lock=False, conn=None):
+    """Whether process `pid` is blocked on the database: asleep, with the database open,
+    and on PostgreSQL its connections idle (a waiter's LISTEN: agent-mail --wait,
+    agent-wait, agent-log -f, the wait tool), or with `lock` one of them waiting for a
+    lock (a writer behind another). Seen twice, 20 ms apart, the same: a process between
+    two queries is not asleep that long with its connection unchanged."""
+    def seen():
+        if process_state(pid) != "S":
+            return None
+        if not str(db).startswith("postgresql://"):
+            return has_database_open(pid, db) and "open"
+        rows = backends(pid, db, conn)
+        if not rows:
+            return None
+        if lock:
+            waiting = any(state == "active" and event == "Lock" for state, event, _, _ in rows)
+        else:
+            waiting = all(state == "idle" for state, _, _, _ in rows)
+        return waiting and rows
+    first = seen()
+    if not first:
+        return False
+    time.sleep(0.02)
+    return seen() == first

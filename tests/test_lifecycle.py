@@ -10,7 +10,7 @@ import time
 
 from agentctl.store import registry
 
-from .conftest import agent, fork, started
+from .conftest import PATIENCE, agent, clock_slack, fork, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401
 
 
@@ -34,10 +34,7 @@ def mails(conn, to, kind):
 
 
 def in_flight(fakeapi):
-    deadline = time.monotonic() + 20
-    while not fakeapi.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert fakeapi.requests, "the model call never started"
+    wait_until(lambda: fakeapi.requests, "the model call")
 
 
 # -- stop, gracefully then surely ---------------------------------------------------------
@@ -53,8 +50,9 @@ def test_grace_ends_a_turn_that_outlives_it_with_kill(conn, fakeapi, monkeypatch
     sent = time.monotonic()
     assert agent("kill", "--grace", "1", "slow").code == 0
     assert row(conn, "slow")["status"] == "R"             # TERM waits for the turn
-    run.communicate(timeout=10)
-    assert 1 <= time.monotonic() - sent < 2.5
+    run.communicate(timeout=PATIENCE)
+    took = time.monotonic() - sent
+    assert 1 - clock_slack() <= took < 20, took            # the grace, then the KILL
     slow = row(conn, "slow")
     assert (slow["status"], slow["exit_code"], slow["exit_signal"]) == ("Z", 137, "KILL")
 
@@ -72,10 +70,9 @@ def test_a_grace_period_survives_kill_9_of_the_run_and_the_next_writer_kills(
     assert agent("kill", "--grace", "0.5", "slow").code == 0
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
-    time.sleep(0.6)
-    shown = agent("ps", "-a", "-o", "name,stat,exit_code,signal", "--format", "tsv",
-                  "--no-headers", "--role", "agent")
-    assert shown.out == "slow\tZ\t137\tKILL\n"
+    wait_until(lambda: agent("ps", "-a", "-o", "name,stat,exit_code,signal", "--format", "tsv",
+                             "--no-headers", "--role", "agent").out == "slow\tZ\t137\tKILL\n",
+               "agent-ps to show the agent killed once the grace has ended")
     assert row(conn, "slow")["status"] == "R"              # agent-ps wrote nothing
     assert agent("run", "--all").code in (0, 1)
     slow = row(conn, "slow")
@@ -96,10 +93,10 @@ def test_kill_wait_says_how_each_exited_and_times_out(conn, fakeapi, monkeypatch
     result = agent("kill", "--wait", "0.3", "busy")        # TERM: the turn goes on
     assert result.code == 1 and result.out == ""
     assert result.err == "agent-kill: busy: still running after 0.3 s\n"
-    result = agent("kill", "--grace", "0.2", "--wait", "5", "busy")
+    result = agent("kill", "--grace", "0.2", "--wait", str(PATIENCE), "busy")
     assert result.code == 0, result.err
     assert result.lines[1].split()[1:] == ["busy", "killed", "KILL"]
-    run.communicate(timeout=10)
+    run.communicate(timeout=PATIENCE)
 
 
 def test_grace_goes_with_term_only():
@@ -117,10 +114,9 @@ def test_a_zombie_nobody_collects_is_reaped_after_its_time(conn, monkeypatch):
     fork("-p", "lead", "-n", "other")
     agent("kill", "kid", "other")
     assert [row(conn, n)["status"] for n in ("kid", "other")] == ["Z", "Z"]
-    time.sleep(0.6)
-    shown = agent("ps", "-a", "-o", "name,stat", "--format", "tsv", "--no-headers",
-                  "--parent", "lead")
-    assert shown.out == "kid\tX\nother\tZ\n"                 # shown, not written
+    wait_until(lambda: agent("ps", "-a", "-o", "name,stat", "--format", "tsv", "--no-headers",
+                             "--parent", "lead").out == "kid\tX\nother\tZ\n",
+               "agent-ps to show kid reaped once its time has passed")    # shown, not written
     assert agent("ps", "-o", "name", "--no-headers", "--parent", "lead").out == "other\n"
     assert row(conn, "kid")["status"] == "Z"
     agent("run", "--all")
@@ -146,11 +142,15 @@ def test_reap_after_is_inherited_and_checked(conn, monkeypatch):
 
 def test_an_idle_agent_exits_and_its_parent_is_told(conn, tmp_path):
     fork("-n", "lead")
-    fork("-p", "lead", "-n", "pool", "--idle-exit", "0.5", "-m", "echo", "hello")
+    pool = fork("-p", "lead", "-n", "pool", "--idle-exit", "10m", "-m", "echo", "hello")
     assert agent("run", "pool").code == 0                 # its latest turn
     agent("run", "--all")
     assert row(conn, "pool")["status"] == "S"             # not idle long enough
-    time.sleep(0.6)
+    # ten minutes and more go by, as far as the database can tell
+    conn.execute("UPDATE agents SET created_at = created_at - 3600 WHERE id = ?", (pool,))
+    conn.execute("UPDATE turns SET started_at = started_at - 3600, ended_at = ended_at - 3600 "
+                 "WHERE agent_id = ?", (pool,))
+    conn.commit()
     agent("run", "--all")
     pool = row(conn, "pool")
     assert (pool["status"], pool["exit_code"]) == ("Z", 0)
@@ -186,12 +186,12 @@ def test_a_restart_backs_off_longer_each_time_and_resets_after_a_success(
     monkeypatch.setenv("AGENTCTL_BACKOFF", "10,25")
     steps = [{"match": "^fail", "steps": [{"fail": "error"}]}, {"steps": [{"content": "ok"}]}]
     fork("-n", "d", "-r", "daemon", "-m", rules(tmp_path, *steps), "fail")
-    waits = []
-    for _ in range(3):
+    for wait in (10, 20, 25):
         before = time.time()
         agent("run", "d")
-        waits.append(round(row(conn, "d")["retry_at"] - before))
-    assert waits == [10, 20, 25]
+        after = time.time()         # (however long the run took: its failure is in between)
+        retry_at = row(conn, "d")["retry_at"]
+        assert before - clock_slack() <= retry_at - wait <= after + clock_slack(), wait
     assert agent("run", "--all").out == ""                   # backing off
     conn.execute("UPDATE agents SET retry_at = NULL WHERE name = 'd'")
     conn.execute("UPDATE messages SET content = 'now ok' WHERE kind = 'user'")

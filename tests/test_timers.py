@@ -14,7 +14,8 @@ from agentctl.clock import parse_duration, parse_time
 from agentctl.errors import UsageError
 from agentctl.clock import until
 
-from .conftest import ROOT, agent, fork, shell
+from .conftest import (ROOT, agent, asleep_at_database, clock_passes, clock_slack, fork, shell,
+                       wait_until)
 from .test_run import script
 
 REFUSING = {"reply": {"fail": "error"}}        # every request refused for good: exit 69
@@ -38,7 +39,7 @@ def test_deferred_mail_is_invisible_until_its_time(conn):
     listed = json.loads(agent("mail", "--deferred", "--format", "json", "a").out)
     assert [m["subject"] for m in listed] == ["later"]
     due = datetime.datetime.fromisoformat(listed[0]["due"].replace("Z", "+00:00")).timestamp()
-    assert 3590 < due - time.time() <= 3600
+    assert 3590 < due - time.time() <= 3600 + clock_slack()
     assert mail_count("a", "--deferred") == 1
     ps = json.loads(agent("ps", "--format", "json", "-o", "name,mail,wake").out)
     assert ps[1] == {"name": "a", "mail": 0, "wake": listed[0]["due"]}
@@ -61,15 +62,19 @@ def test_an_agent_that_has_exited_wakes_no_more(conn):
     assert conn.execute("SELECT wake_at FROM agents WHERE name = 'a'").fetchone()[0] is None
 
 
+def due(conn, body):
+    return conn.execute("SELECT deliver_at FROM mail WHERE body = ?", (body,)).fetchone()[0]
+
+
 def test_mail_that_comes_due_after_its_recipient_exited_is_never_delivered(conn):
     fork("-n", "early")
     fork("-n", "late")
     assert agent("send", "--in", "1", "early", "came while alive").code == 0
-    time.sleep(1.1)
+    clock_passes(conn, due(conn, "came while alive"), "the mail's time")
     assert agent("kill", "early").code == 0
     assert agent("send", "--in", "1", "late", "comes after the end").code == 0
     assert agent("kill", "late").code == 0
-    time.sleep(1.1)
+    clock_passes(conn, due(conn, "comes after the end"), "the mail's time")
     assert mail_count("early") == 1                     # delivered before the exit: kept
     assert mail_count("late") == 0 and agent("mail", "-a", "late").out == ""
     assert agent("mail", "--deferred", "late").out == ""
@@ -96,9 +101,8 @@ def test_deferred_mail_that_came_due_is_run_by_all(conn):
     agent("send", "--in", "1h", "b", "not yet")
     assert agent("run", "--all").code == 1
     assert agent("ps", "-f").lines[0].split()[-2:] == ["WAKE", "BUDGET"]
-    time.sleep(1.1)
-    result = agent("run", "--all", "--json")
-    assert result.code == 0, result.err
+    result = wait_until(lambda: (ran := agent("run", "--all", "--json")).code == 0 and ran,
+                        "agent-run --all to run the mail come due")
     record = json.loads(result.out)
     assert record["mail_read"] == 1 and "wake up" in record["text"]
     # the inbox dates the mail by when it came due, and says when it was sent
@@ -112,25 +116,25 @@ def test_deferred_mail_that_came_due_is_run_by_all(conn):
 
 def test_mail_wait_sees_deferred_mail_come_due(conn):
     fork("-n", "a")
-    agent("send", "--in", "1", "a", "soon")
     start = time.monotonic()
-    result = agent("mail", "--wait", "10", "-c", "a")
-    assert (result.code, result.out) == (0, "1\n")
-    assert 0.5 < time.monotonic() - start < 5
+    agent("send", "--in", "1", "a", "soon")
+    result = agent("mail", "--wait", "60", "-c", "a")
+    assert (result.code, result.out) == (0, "1\n")         # not the wait's timeout
+    assert 1 - clock_slack() < time.monotonic() - start < 30
 
 
-def test_mail_wait_sees_mail_deferred_while_it_waits(conn):
+def test_mail_wait_sees_mail_deferred_while_it_waits(conn, home):
     """The deferral is committed after the wait began: its time counts too."""
     fork("-n", "a")
-    start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", "from agentctl.cli.mail import main; "
-                             "raise SystemExit(main(['--wait', '10', '-c', 'a']))"],
+                             "raise SystemExit(main(['--wait', '60', '-c', 'a']))"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    wait_until(lambda: asleep_at_database(proc.pid, home), "agent-mail --wait to wait")
+    start = time.monotonic()
     assert agent("send", "--in", "1", "a", "soon").code == 0
-    out, _ = proc.communicate(timeout=15)
-    assert (proc.returncode, out) == (0, "1\n")
-    assert 1.2 < time.monotonic() - start < 5
+    out, _ = proc.communicate(timeout=90)
+    assert (proc.returncode, out) == (0, "1\n")              # not the wait's timeout
+    assert 1 - clock_slack() < time.monotonic() - start < 30
 
 
 def test_no_zone_is_local_time_and_a_zone_is_kept():
@@ -205,13 +209,17 @@ def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):
         human = agent("ps", "-f", "-o", "name,wake").lines[2].split()[-2:]
         return when.timestamp() - time.time(), human
 
+    # (ahead: what is left of the 600 s since agent-run set the timer, in two units:
+    # "in 10m", "in 9m59s" a second later, "in 10m1s" if clocks differ by a second)
     ahead, human = wake()
-    assert 590 < ahead <= 600 and human in (["in", "10m"], ["in", "9m"])
+    assert 590 < ahead <= 600 + clock_slack() and human[0] == "in"
+    assert re.fullmatch(r"10m(1s)?|9m(\d+s)?", human[1]), human
     agent("send", "--in", "1h", "a", "later")
-    assert 590 < wake()[0] <= 600
+    assert 590 < wake()[0] <= 600 + clock_slack()
     agent("send", "--in", "2m", "a", "sooner")
     ahead, human = wake()
-    assert 110 < ahead <= 120 and human in (["in", "2m"], ["in", "1m"])
+    assert 110 < ahead <= 120 + clock_slack() and human[0] == "in"
+    assert re.fullmatch(r"2m(1s)?|1m(\d+s)?", human[1]), human
     assert agent("ps", "-o", "name,wake").lines[1].split() == ["init", "-"]
 
 
@@ -245,7 +253,7 @@ def test_an_inbox_lists_mail_in_the_order_it_became_mail(conn):
     fork("-n", "a", "-m", "echo")
     agent("send", "--in", "1", "a", "deferred, sent first")
     agent("send", "a", "direct, sent second")
-    time.sleep(1.1)
+    clock_passes(conn, due(conn, "deferred, sent first"), "the mail's time")
     text = agent("run", "a").out
     assert text.index("direct, sent second") < text.index("deferred, sent first"), text
     assert "1. mail 2 from the operator" in text and "2. mail 1 from the operator" in text

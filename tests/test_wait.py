@@ -46,16 +46,18 @@ def test_timeout_is_1_and_reaps_nothing_still_running(conn):
     started = time.monotonic()
     result = agent("wait", "--timeout", "0.3", "a")
     assert result.code == 1 and result.out == ""
-    assert time.monotonic() - started < 3
+    assert 0.3 <= time.monotonic() - started < 30          # its timeout, not forever
     assert registry.get(conn, a)["status"] == "S"
 
 
 def test_waits_until_exit(home):
     fork("-n", "a")
-    threading.Thread(target=finish, args=(home, "a"), kwargs={"delay": 0.4}).start()
     started = time.monotonic()
+    exiting = threading.Thread(target=finish, args=(home, "a"), kwargs={"delay": 0.4})
+    exiting.start()
     result = agent("wait", "-q", "a")
-    assert result.code == 0 and time.monotonic() - started >= 0.3
+    assert result.code == 0 and time.monotonic() - started >= 0.4
+    exiting.join()
 
 
 def test_any_returns_on_the_first(home):
