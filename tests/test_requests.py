@@ -14,7 +14,7 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import BIN, agent, fork, shell, started
+from .conftest import BIN, agent, clock_passes, fork, shell, started
 
 
 def script(tmp_path, *rules, name="script.jsonl"):
@@ -326,3 +326,20 @@ def test_the_grants_know_every_built_in_tool():
     from agentctl.ops.grants import BUILT_IN
     from agentctl.turn.builtin import SPECS
     assert BUILT_IN == set(SPECS)
+
+
+def test_a_decision_after_the_deadline_is_refused_whoever_comes_first(files, conn, tmp_path):
+    """agent-answer after a request's deadline answered it, and a late --approve would
+    run the call, when no writing program had carried the deadline out in between."""
+    work, model = files
+    fork("-n", "g", "--allow", "write_file", "--ask", "write_*:1s", "--cwd", str(work),
+         "-m", model, "write")
+    assert agent("run", "g").code == 0 and status(conn, "g") == "P"
+    req, deadline = conn.execute("SELECT id, deadline FROM requests").fetchone()
+    clock_passes(conn, deadline, "the request's deadline")
+    late = agent("answer", "--approve", req)
+    assert late.code == 3
+    assert late.err.startswith(f"agent-answer: request {req} expired: no answer in time")
+    assert agent("run", "g").code == 0
+    assert results(conn, "g") == ["error: no answer in time: the request expired"]
+    assert not (work / "out.txt").exists()
