@@ -26,8 +26,10 @@ import copy
 import json
 import re
 import socket
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -55,8 +57,9 @@ class FakeAPI:
         self.violations = []        # (path, problem) for each request body that broke the rules
         self.queue = deque()
         self.sockets = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.errors = []            # tracebacks of requests the fake failed to handle
+        self.closed = False
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.fake = self
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever,
@@ -93,6 +96,7 @@ class FakeAPI:
         return self.requests[-1]
 
     def close(self):
+        self.closed = True
         self.server.shutdown()
         for sock in self.sockets:       # wake handler threads parked on keep-alive connections
             try:
@@ -100,6 +104,28 @@ class FakeAPI:
             except OSError:
                 pass
         self.server.server_close()
+
+
+# A client that goes away is no fault of the fake's: a test's client timeout, a killed
+# agent-run, a connection the fixture shuts at its end.
+DISCONNECTED = (ConnectionError, TimeoutError)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        """socketserver prints a traceback for any exception of a handler, into the middle
+        of the test output. A client that disconnected is expected: nothing said. Anything
+        else is kept, for the fixture to fail the test that made the request with it (and
+        printed if it comes after that test)."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, DISCONNECTED) or (self.fake.closed and isinstance(exc, OSError)):
+            return
+        if self.fake.closed:
+            super().handle_error(request, client_address)
+        else:
+            self.fake.errors.append(traceback.format_exc())
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -115,7 +141,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         fake = self.server.fake
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if len(raw) < length:       # the client went away in the middle of its request
+            self.close_connection = True
+            return
         body = json.loads(raw)
         fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
                                                             self.headers.items()}, "body": body})
@@ -510,7 +540,9 @@ def fakeapi(monkeypatch):
     settings = {"OPENAI_BASE_URL": api.url + "/v1", "ANTHROPIC_BASE_URL": api.url,
                 "OPENAI_API_KEY": OPENAI_KEY, "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
                 "NO_PROXY": "127.0.0.1,localhost", "AGENTCTL_RETRY_BACKOFF": "0.01",
-                "AGENTCTL_RETRY_SECONDS": "10", "AGENTCTL_HTTP_TIMEOUT": "0.5"}
+                "AGENTCTL_RETRY_SECONDS": "10", "AGENTCTL_HTTP_TIMEOUT": "30"}
+    # (30 s: a loaded machine may take a while to answer; a test of the client's timeout
+    # sets a short one itself, and an answer that comes well after it)
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     # The first request of a process must not wait for the SDKs beyond the client's timeout.
@@ -518,6 +550,7 @@ def fakeapi(monkeypatch):
     yield api
     api.close()
     assert not api.violations, f"requests the real API would refuse: {api.violations}"
+    assert not api.errors, "the fake API failed on a request:\n" + "\n".join(api.errors)
 
 
 # -- helpers for the test modules -------------------------------------------------------------

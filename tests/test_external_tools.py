@@ -12,7 +12,7 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import ROOT, agent, fork, shell, started
+from .conftest import PATIENCE, ROOT, agent, ended, fork, shell, started, wait_until
 
 TOOL = """#!/bin/sh
 if [ "$1" = --describe ]; then
@@ -91,8 +91,9 @@ def test_descriptions_are_cached_and_bad_tools_skipped_with_a_warning(toolpath, 
     described = counter.read_text().count("x")
     assert agent("run", "--list-tools", "w").code == 0
     assert counter.read_text().count("x") == described, "no --describe run the second time"
-    time.sleep(0.01)
-    make_tool(toolpath, "good", "echo changed")         # a new mtime: described again
+    changed = make_tool(toolpath, "good", "echo changed")   # a new mtime: described again
+    mtime = changed.stat().st_mtime_ns + 10 ** 9        # (one the clock's grain can't hide)
+    os.utime(changed, ns=(mtime, mtime))
     assert agent("run", "--list-tools", "w").code == 0
     assert counter.read_text().count("x") == described + 1
 
@@ -157,12 +158,10 @@ def test_a_call_that_times_out_is_killed_whole(toolpath, tmp_path, conn, monkeyp
     fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30            # not the 60 s of its child
     assert results(conn, "w") == ["error: timed out after 0.5 s (killed)"]
     child = int(pidfile.read_text())
-    time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{child}") or \
-        open(f"/proc/{child}/stat").read().split()[2] == "Z", "the group was killed"
+    wait_until(lambda: ended(child), "the tool's child to be killed with its group")
 
 
 def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn):
@@ -173,29 +172,20 @@ def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn
                                   "sleep 30; echo done")
     fork("-n", "w", "--allow", "append", "-m", script(tmp_path, [("append", {})]), "go")
     run = started("agent-run", "w")
-    deadline = time.monotonic() + 10
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)
+    tool_pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                              "the tool to start"))
     run.send_signal(signal.SIGKILL)
     run.wait()
-    tool_pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 10    # the orphaned tool appends its line meanwhile
-    while not ledger.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
+    # the orphaned tool appends its line meanwhile
+    wait_until(lambda: ledger.exists() and ledger.read_text().endswith("\n"), "the tool's line")
     assert ledger.read_text() == "line\n"
-    result = shell("agent-run w", env={"AGENTCTL_LEASE": "1"})
-    deadline = time.monotonic() + 10
-    while result.code == 75 and time.monotonic() < deadline:     # until the lease is free
-        time.sleep(0.5)
-        result = shell("agent-run w")
+    result = wait_until(lambda: (ran := shell("agent-run w")).code != 75 and ran,
+                        "the dead run's lease to be taken over")
     assert result.code == 0, result
     assert ledger.read_text() == "line\n", "never run twice"
     assert results(conn, "w") == ["error: interrupted: agent-run ended while this call ran; "
                                   "its outcome is unknown and it was not run again"]
-    assert not os.path.exists(f"/proc/{tool_pid}") or \
-        open(f"/proc/{tool_pid}/stat").read().split()[2] == "Z", "its group was killed"
+    wait_until(lambda: ended(tool_pid), "the tool's group to be killed")
     assert [tuple(r) for r in conn.execute("SELECT tool, outcome FROM tool_runs")] == \
         [("append", "unknown")]
 
@@ -205,15 +195,12 @@ def test_kill_during_a_tool_call_kills_the_tool(toolpath, tmp_path, conn):
     make_tool(toolpath, "slow", f"echo $$ > {pidfile}; sleep 60")
     fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
     run = started("agent-run", "w")
-    deadline = time.monotonic() + 10
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                         "the tool to start"))
     assert agent("kill", "-s", "KILL", "w").code == 0
-    run.wait(timeout=10)
+    run.wait(timeout=PATIENCE)
     assert run.returncode == 3
-    pid = int(pidfile.read_text())
-    time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    wait_until(lambda: ended(pid), "the tool to be killed")
 
 
 def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
@@ -366,11 +353,6 @@ def test_an_mcp_tools_output_is_capped(mcp_config, tmp_path, conn, monkeypatch):
     assert len(text.split("\n")[0]) == 10
 
 
-def gone(pid):
-    return not os.path.exists(f"/proc/{pid}") or \
-        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def test_a_failing_tool_shows_the_tail_of_a_long_stderr(toolpath, tmp_path, conn):
     make_tool(toolpath, "noisy", 'i=0; while [ $i -lt 3000 ]; do echo "noise $i" >&2; '
                                  'i=$((i+1)); done; echo "the real error" >&2; exit 1')
@@ -389,10 +371,10 @@ def test_a_call_ends_when_its_tool_does_and_what_it_left_is_killed(toolpath, tmp
     fork("-n", "w", "--allow", "leaves", "-m", script(tmp_path, [("leaves", {})]), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30            # not the 60 s of what it left
     assert results(conn, "w") == ["started\n"]
-    time.sleep(0.2)
-    assert gone(int(pidfile.read_text()))
+    left = int(pidfile.read_text())
+    wait_until(lambda: ended(left), "what the tool left to be killed")
 
 
 def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn, monkeypatch):
@@ -406,12 +388,13 @@ def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn,
     fork("-n", "w", "--allow", "run", "-m", model, "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30            # not the 60 s of the sleeps
     timed_out, background, bad = results(conn, "w")
     assert timed_out == "before\n\n[timed out after 1 s: the shell was killed]\n"
     assert background == "\n[stderr]\noops\n\n[exit status 4]\n"
     assert bad == "error: exit status 1: command must be text"
-    assert gone(int(pidfile.read_text()))
+    left = int(pidfile.read_text())
+    wait_until(lambda: ended(left), "what the command left to be killed")
 
 
 def test_an_mcp_call_times_out_and_a_kill_cuts_it_short(mcp_config, tmp_path, conn,
@@ -421,22 +404,21 @@ def test_an_mcp_call_times_out_and_a_kill_cuts_it_short(mcp_config, tmp_path, co
          script(tmp_path, [("notes__nap", {"seconds": 30})]), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 25            # not the 30 s of the call
     assert results(conn, "w") == ["error: timed out after 1 s"]
     monkeypatch.delenv("AGENTCTL_TOOL_TIMEOUT")
     fork("-n", "k", "--allow", "notes__nap", "-m",
-         script(tmp_path, [("notes__nap", {"seconds": 30})], name="k.jsonl"), "go")
+         script(tmp_path, [("notes__nap", {"seconds": 60})], name="k.jsonl"), "go")
     run = started("agent-run", "k")
-    deadline = time.monotonic() + 20
-    while conn.execute("SELECT count(*) FROM tool_runs WHERE tool = 'notes__nap' "
-                       "AND ended_at IS NULL").fetchone()[0] == 0:
-        assert time.monotonic() < deadline and run.poll() is None
-        time.sleep(0.05)
-    assert agent("kill", "-s", "KILL", "k").code == 0
+    wait_until(lambda: run.poll() is not None or conn.execute(
+        "SELECT count(*) FROM tool_runs WHERE tool = 'notes__nap' AND ended_at IS NULL"
+    ).fetchone()[0], "the MCP call to start")
+    assert run.poll() is None, run.communicate()
     killed = time.monotonic()
-    run.wait(timeout=20)
+    assert agent("kill", "-s", "KILL", "k").code == 0
+    run.wait(timeout=PATIENCE)
     assert run.returncode == 3
-    assert time.monotonic() - killed < 8, "not the 30 s of the call"
+    assert time.monotonic() - killed < 30, "not the 60 s of the call"
 
 
 @pytest.mark.parametrize("recorded", ["none", "another's"])
@@ -449,27 +431,20 @@ def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_pa
     make_tool(toolpath, "slow", f"echo $$ > {pidfile}; sleep 60")
     fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
     run = started("agent-run", "w")
-    deadline = time.monotonic() + 10
-    while not pidfile.exists() or not pidfile.read_text().strip():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    tool_pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                              "the tool to start"))
     run.send_signal(signal.SIGKILL)
     run.wait()
-    tool_pid = int(pidfile.read_text())
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         with conn:
             conn.execute("UPDATE tool_runs SET pgid = ?",
                          (None if recorded == "none" else stranger.pid,))
-        result = shell("agent-run w", env={"AGENTCTL_LEASE": "1"})
-        deadline = time.monotonic() + 10
-        while result.code == 75 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            result = shell("agent-run w")
+        result = wait_until(lambda: (ran := shell("agent-run w")).code != 75 and ran,
+                            "the dead run's lease to be taken over")
         assert result.code == 0, result
         assert results(conn, "w")[0].startswith("error: interrupted: ")
-        time.sleep(0.2)
-        assert gone(tool_pid), "the call's process was found and killed"
+        wait_until(lambda: ended(tool_pid), "the call's process to be found and killed")
         assert stranger.poll() is None, "the stranger lives"
     finally:
         stranger.kill()
@@ -535,7 +510,7 @@ def test_the_file_tools_refuse_what_is_no_regular_file_without_blocking(tmp_path
     fork("-n", "w", "--allow", "*_file", "--cwd", str(work), "-m", model, "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 30            # no open that blocks for ever
     out = results(conn, "w")
     assert out[0] == "error: exit status 1: pipe: not a regular file"
     assert out[1] == "error: exit status 1: dir: not a regular file"

@@ -27,7 +27,7 @@ def test_429_waits_for_retry_after_then_succeeds(fakeapi, spec, stream):
     fakeapi.error(429, "rate limited", retry_after=1).reply("hello after the wait")
     (reply, _), elapsed = timed(ask, spec, stream)
     assert reply.text == "hello after the wait"
-    assert 0.9 <= elapsed < 3
+    assert 0.9 <= elapsed < 15                  # the second asked, not a minute later
     assert len(fakeapi.requests) == 2
 
 
@@ -43,17 +43,19 @@ def test_server_error_then_success(fakeapi, spec, stream, status):
 
 @both
 @streamed
-def test_timeout_then_success(fakeapi, spec, stream):
-    # The client's read timeout is 0.5 s (fixture); the first answer comes after 1 s.
-    fakeapi.reply("too late", delay=1.0).reply("in time")
+def test_timeout_then_success(fakeapi, spec, stream, monkeypatch):
+    # The client's read timeout is 1 s; the first answer comes after 3 s.
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "1")
+    fakeapi.reply("too late", delay=3.0).reply("in time")
     (reply, _), elapsed = timed(ask, spec, stream)
     assert reply.text == "in time"
-    assert 0.4 < elapsed < 2
+    assert 0.9 < elapsed < 15
 
 
 @both
-def test_stream_stalled_midway_then_success(fakeapi, spec):
-    fakeapi.reply("stalls in the middle", stall_after=3, stall=1.0).reply("flows")
+def test_stream_stalled_midway_then_success(fakeapi, spec, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "1")
+    fakeapi.reply("stalls in the middle", stall_after=3, stall=3.0).reply("flows")
     reply, _ = ask(spec, stream=True)
     assert reply.text == "flows"
 
@@ -96,7 +98,7 @@ def test_persistent_500_gives_tempfail_in_bounded_time(fakeapi, spec, stream):
     start = time.monotonic()
     with pytest.raises(TempFail) as caught:
         ask(spec, stream)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 15        # no long waits between the tries
     provider = spec.split(":")[0]
     assert str(caught.value) == f"model API unavailable: {provider}: HTTP 500 after 4 tries: down"
     assert caught.value.code == 75
@@ -156,7 +158,7 @@ def test_retry_after_beyond_budget_gives_up_at_once(fakeapi, spec):
     start = time.monotonic()
     with pytest.raises(TempFail) as caught:
         ask(spec)
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 15        # not the 120 s
     assert "HTTP 429 after 1 try" in str(caught.value)
     assert "120 s" in str(caught.value)
     assert len(fakeapi.requests) == 1
@@ -170,7 +172,9 @@ def test_time_budget_bounds_the_retries(fakeapi, monkeypatch):
     start = time.monotonic()
     with pytest.raises(TempFail, match=r"HTTP 500 after \d+ tries \(retry time"):
         ask("anthropic:claude-test")
-    assert time.monotonic() - start < 0.8
+    # (0.5 s and a try on a quiet machine; 50 tries with backoffs from 0.1 s, doubling,
+    # would take hours)
+    assert time.monotonic() - start < 10
     assert 2 <= len(fakeapi.requests) < 10
 
 
@@ -183,7 +187,7 @@ def test_budget_also_bounds_stream_retries(fakeapi, monkeypatch):
     start = time.monotonic()
     with pytest.raises(TempFail, match="cut off after"):
         ask("openai:gpt-test", stream=True)
-    assert time.monotonic() - start < 0.8
+    assert time.monotonic() - start < 10        # (as above)
 
 
 @both

@@ -142,7 +142,8 @@ def test_sse_reading_stays_linear_in_a_line_that_never_ends():
     piece = b"data: " + b"x" * 1018
     start = time.monotonic()
     events = list(iter_sse([piece] * 20_000 + [b"\n\n"]))
-    assert time.monotonic() - start < 2
+    # (a fraction of a second on a quiet machine; re-split at every piece, hours)
+    assert time.monotonic() - start < 20
     assert len(events) == 1 and len(events[0][1]) == 20_000 * 1024 - 6
 
 

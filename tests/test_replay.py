@@ -181,7 +181,8 @@ def compacted(seen, summaries, mid, point):
     return seen[index], [mid] + seen[index:]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=operations)
 # A child compacts inside the part its parent's summary kept: random operations
 # seldom line this up, and a walk that stopped at the inherited summary passed them.

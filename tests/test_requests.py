@@ -14,7 +14,7 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import BIN, agent, clock_passes, fork, shell, started
+from .conftest import BIN, PATIENCE, agent, clock_passes, fork, shell, started
 
 
 def script(tmp_path, *rules, name="script.jsonl"):
@@ -175,7 +175,8 @@ def test_a_request_expires_at_its_deadline(files, conn, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTCTL_ASK_TIMEOUT", "1")
     assert agent("run", "g").code == 0 and agent("run", "q").code == 0
     assert len(pending_ids()) == 2
-    time.sleep(1.2)
+    clock_passes(conn, conn.execute("SELECT max(deadline) FROM requests").fetchone()[0],
+                 "the requests' deadlines")
     result = agent("run", "--all")          # carries the deadlines out, then resumes both
     assert result.code == 0, result.err
     assert pending_ids() == []
@@ -215,7 +216,7 @@ def test_the_operator_is_asked_at_the_terminal(tmp_path, conn):
         os.execve(sys.executable, [sys.executable, os.path.join(BIN, "agent-run"), "w"],
                   dict(os.environ))
     seen = b""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     while b"answer> " not in seen and time.monotonic() < deadline:
         if select.select([fd], [], [], 0.5)[0]:
             seen += os.read(fd, 1024)

@@ -14,18 +14,23 @@ from agentctl.ops import lease
 from agentctl.store import registry
 from agentctl.store.db import connect
 
-from .conftest import ROOT, Result, agent, fork, shell, started, stored
+from .conftest import (PATIENCE, ROOT, Result, agent, clock_passes, fork, shell, started,
+                       stored, wait_until)
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
-def once_requested(fakeapi, action, count=1):
+def once_requested(fakeapi, action, count=1, hold=None):
     """Run `action` in a thread as soon as the fake API has received `count`
-    requests (the model call is then in flight)."""
+    requests (the model call is then in flight), then set `hold`: the event a
+    reply queued with hold=... waits for, so that the call is in flight for as
+    long as the action takes, however loaded the machine."""
     def watch():
-        deadline = time.monotonic() + 20
-        while len(fakeapi.requests) < count and time.monotonic() < deadline:
-            time.sleep(0.005)
-        action()
+        try:
+            wait_until(lambda: len(fakeapi.requests) >= count, f"{count} model call(s)")
+            action()
+        finally:
+            if hold is not None:
+                hold.set()
     thread = threading.Thread(target=watch)
     thread.start()
     return thread
@@ -176,11 +181,12 @@ def test_a_thousand_tool_calls_in_one_message(conn, tmp_path):
 
 
 def test_mail_arriving_mid_turn_is_injected_before_the_next_call(conn, fakeapi, monkeypatch):
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+    hold = threading.Event()
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
     fakeapi.reply("done")
-    timer = once_requested(fakeapi, lambda: deliver("a", "stop, use Q3 data"))
+    timer = once_requested(fakeapi, lambda: deliver("a", "stop, use Q3 data"), hold=hold)
     assert agent("run", "a").code == 0
     timer.join()
     last = fakeapi.last["body"]["messages"][-1]
@@ -205,11 +211,11 @@ def test_two_runs_of_one_agent_exactly_one_turn(conn, fakeapi, late):
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
         time.sleep(late)
-    deadline = time.monotonic() + 60
-    while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    hold.set()
-    outs = [p.communicate(timeout=60) for p in procs]
+    try:
+        wait_until(lambda: any(p.poll() is not None for p in procs), "one of the runs to exit")
+    finally:
+        hold.set()
+    outs = [p.communicate(timeout=PATIENCE) for p in procs]
     results = sorted((p.returncode, out, err) for p, (out, err) in zip(procs, outs))
     assert [r[0] for r in results] == [0, 75]
     assert results[0][1] == "slow answer\n"
@@ -235,15 +241,17 @@ def test_a_crashed_runs_lease_is_taken_over(conn):
 
 
 @pytest.mark.parametrize("fault", ["429", "500", "timeout", "cut", "malformed"])
-def test_transient_faults_are_retried_and_nothing_is_lost(conn, fakeapi, fault):
+def test_transient_faults_are_retried_and_nothing_is_lost(conn, fakeapi, fault, monkeypatch):
     fork("-n", "a", "-m", "openai:gpt-test")
     agent("send", "a", "question")
+    if fault == "timeout":
+        monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "1")
     if fault == "429":
         fakeapi.error(429, "slow down", retry_after=1)
     elif fault == "500":
         fakeapi.error(500)
     else:
-        fakeapi.reply("partial", **{"timeout": {"delay": 1.0}, "cut": {"cut_after": 2},
+        fakeapi.reply("partial", **{"timeout": {"delay": 3.0}, "cut": {"cut_after": 2},
                                     "malformed": {"malformed": True}}[fault])
     fakeapi.reply("answer")
     result = agent("run", "a")
@@ -258,7 +266,7 @@ def test_persistent_faults_exit_75_with_input_still_pending(conn, fakeapi, monke
     fakeapi.error(500, times=50)
     started = time.monotonic()
     result = agent("run", "a")
-    assert result.code == 75 and time.monotonic() - started < 10
+    assert result.code == 75 and time.monotonic() - started < 30    # not all 50 tries
     assert result.err.startswith("agent-run: model API unavailable") and result.err.count("\n") == 1
     assert registry.resolve(conn, "a")["status"] == "S"
     from agentctl.ops import turns
@@ -309,14 +317,15 @@ def test_model_selection(conn, monkeypatch, tmp_path):
 
 
 def test_signals_during_a_turn(conn, fakeapi, monkeypatch):
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     for name in ("k", "t", "s"):
         fork("-n", name, "-m", "openai:gpt-test", "go")
     for sig, name in (("KILL", "k"), ("TERM", "t"), ("STOP", "s")):
         fakeapi.requests.clear()
-        fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+        hold = threading.Event()
+        fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
         fakeapi.reply("finished")
-        timer = once_requested(fakeapi, lambda: signal(name, sig))
+        timer = once_requested(fakeapi, lambda: signal(name, sig), hold=hold)
         result = agent("run", name)
         timer.join()
         row = registry.resolve(conn, name)
@@ -341,9 +350,10 @@ def test_sleep_sets_a_timer_that_all_honours(conn, tmp_path):
                    {"steps": [{"content": "", "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.5}}]}]})
     fork("-n", "a", "-m", model, "nap")
     assert agent("run", "a").code == 0
-    assert registry.resolve(conn, "a")["wake_at"] is not None
+    wake_at = registry.resolve(conn, "a")["wake_at"]
+    assert wake_at is not None
     assert agent("run", "--all").code == 1          # not due yet
-    time.sleep(0.6)
+    clock_passes(conn, wake_at, "the timer's time")
     result = shell("agent-run --all --json")
     assert result.code == 0, result.err
     assert json.loads(result.out)["text"] == "awake"
@@ -378,13 +388,11 @@ def test_all_names_a_turn_killed_by_a_signal_and_exits_128_plus_it(conn, fakeapi
     proc = subprocess.Popen(["agent-run", "--all", "-j", "2"], env=env, text=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while not fakeapi.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: fakeapi.requests, "the model call")
     child = [p for p in os.listdir("/proc") if p.isdigit() and slow.encode() in cmdline(p)]
     assert len(child) == 1
     os.kill(int(child[0]), 9)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 137, err
     assert f"agent-run: {slow}: killed by signal 9\n" in err
     assert err.endswith("2 agents: 1 ran, 0 had nothing to do, 0 skipped, "
@@ -402,15 +410,16 @@ def test_usage_errors():
 
 
 def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatch):
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+    hold = threading.Event()
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
     fakeapi.reply("finished")
 
     def both():
         signal("a", "TERM")
         signal("a", "STOP")
-    thread = once_requested(fakeapi, both)
+    thread = once_requested(fakeapi, both, hold=hold)
     result = agent("run", "a")
     thread.join()
     row = registry.resolve(conn, "a")
@@ -418,11 +427,12 @@ def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatc
 
 
 def test_hup_during_a_turn_clears_after_it(conn, fakeapi, monkeypatch):
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "the task")
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], delay=0.5)
+    hold = threading.Event()
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
     fakeapi.reply("finished")
-    thread = once_requested(fakeapi, lambda: signal("a", "HUP"))
+    thread = once_requested(fakeapi, lambda: signal("a", "HUP"), hold=hold)
     assert agent("run", "a").out == "finished\n"
     thread.join()
     # the second call of the turn still saw the turn's own input
@@ -444,42 +454,65 @@ def test_an_architect_sleeps_on_its_result_until_mail(conn, tmp_path):
 
 
 def test_the_lease_outlives_a_model_call_longer_than_itself(conn, fakeapi, monkeypatch):
-    # Margins wide enough for a loaded machine (it failed once with a 1.2 s lease
-    # beside two other test runs): beats every 0.67 s, the rival comes after one and
-    # a half lease lengths, the call takes more than two.
-    monkeypatch.setenv("AGENTCTL_LEASE", "2")
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "10")
+    """The model call outlasts the lease: its reply is held until a rival agent-run,
+    started once the lease the call began with has run out, has been told the agent
+    is claimed (the heartbeat renewed the lease meanwhile, every third of it)."""
+    monkeypatch.setenv("AGENTCTL_LEASE", "3")
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    fakeapi.reply("slow", delay=6.5)   # (the rival has 3.5 s to start: PostgreSQL's is slower)
+    hold = threading.Event()
+    fakeapi.reply("slow", hold=hold)
     seen = []
-
-    def second():
-        time.sleep(3.0)             # past the lease's first length
-        seen.append(shell("agent-run a", env={"AGENTCTL_LEASE": "2"}))
-    thread = once_requested(fakeapi, second)
+    thread = once_requested(fakeapi, lambda: seen.append(rival("a", "3")), hold=hold)
     assert agent("run", "a").out == "slow\n"
     thread.join()
-    assert seen[0].code == 75 and "claimed" in seen[0].err
+    assert seen[0].code == 75 and "claimed" in seen[0].err, seen[0]
     assert len(fakeapi.requests) == 1
+
+
+def rival(ref, lease):
+    """agent-run `ref` (AGENTCTL_LEASE=`lease`) once the lease the agent holds now has
+    run out: unless it was renewed, the rival takes the agent over."""
+    other = connect(os.environ["AGENTCTL_DB"])
+    try:
+        clock_passes(other, registry.resolve(other, ref)["lease_until"], "the lease")
+    finally:
+        other.close()
+    return shell(f"agent-run {ref}", env={"AGENTCTL_LEASE": lease})
 
 
 def test_the_lease_outlives_tool_calls_longer_than_itself(conn, tmp_path, monkeypatch):
     """A step's tool calls can block longer than the lease (the wait tool, up to 60 s
-    each): the heartbeat covers the whole turn, so no second run takes it over."""
-    monkeypatch.setenv("AGENTCTL_LEASE", "1.5")
-    model = script(tmp_path, {"match": "go", "steps": [
-        {"tool_calls": [{"name": "wait", "arguments": {"timeout": 6}},
-                        {"name": "send", "arguments": {"to": "peer", "body": "after the wait"}}]},
-        {"content": "done"}]})
+    each): the heartbeat covers the whole turn, so no second run takes it over. The
+    wait here, for a child, lasts until the rival has come and the child is killed."""
+    monkeypatch.setenv("AGENTCTL_LEASE", "3")
+    model = script(tmp_path, {"match": "MID-TURN", "reply": {"content": "done"}},
+                   {"match": "go", "steps": [
+                       {"tool_calls": [{"name": "wait", "arguments": {"timeout": 60}},
+                                       {"name": "send", "arguments": {"to": "peer",
+                                                                      "body": "after the wait"}}]},
+                       {"content": "done"}]})
     fork("-n", "peer")
-    fork("-n", "lead", "-m", model, "go")
-    fork("-p", "lead", "-n", "w1")                      # alive: the wait runs its full time
-    rival = threading.Timer(2.5, lambda: seen.append(
-        shell("agent-run lead", env={"AGENTCTL_LEASE": "1.5"})))
+    lead = fork("-n", "lead", "-m", model, "go")
+    fork("-p", "lead", "-n", "w1")                      # alive: the wait goes on
     seen = []
-    rival.start()
+
+    def rival_then_kill():
+        watcher = connect(os.environ["AGENTCTL_DB"])
+        try:
+            wait_until(lambda: watcher.execute(
+                "SELECT 1 FROM messages WHERE agent_id = ? AND tool_name = 'wait'",
+                (lead,)).fetchone(), "the wait call")
+        finally:
+            watcher.close()
+        try:
+            seen.append(rival("lead", "3"))
+        finally:
+            signal("w1", "TERM")                        # the wait ends
+    thread = threading.Thread(target=rival_then_kill)
+    thread.start()
     assert agent("run", "lead").out == "done\n"
-    rival.join()
+    thread.join()
     assert seen[0].code == 75 and "claimed" in seen[0].err, seen[0]
     assert agent("mail", "-c", "peer").out == "1\n"
     assert kinds(conn, "lead").count("assistant") == 2

@@ -60,10 +60,18 @@ class Proxy(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        """A client that went away (agentctl timed out, or was killed) is expected:
+        no traceback for it. Anything else is printed, as socketserver does."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 def main(upstream, port_file, log):
     Schemas.start()
     Proxy.upstream, Proxy.log = upstream.rstrip("/"), log
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    server = Server(("127.0.0.1", 0), Proxy)
     with open(port_file, "w") as f:
         f.write(str(server.server_address[1]))
     server.serve_forever()
