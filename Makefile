@@ -76,6 +76,7 @@ bench: $(STAMP)
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.
 install:
+	rm -rf build	# (setuptools would take a stale copy of a package from it)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--target "$(DESTDIR)$(LIBDIR)" .
 	mkdir -p "$(DESTDIR)$(BINDIR)"

@@ -1,5 +1,6 @@
 """make install / make uninstall into a DESTDIR."""
 
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +36,27 @@ def test_install_and_uninstall(tmp_path):
     out = subprocess.run([sys.executable, str(dest / "usr/local/bin/agent-ps"), "--version"],
                          env=env, capture_output=True, text=True, cwd=str(tmp_path))
     assert out.stdout == "agent-ps (agentctl) 0.1.0\n", out.stderr
+    # ... and runs a turn whose tool call (a shipped tool, in its sandbox) needs every
+    # package of agentctl's
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "here.txt").write_text("x")
+    model = tmp_path / "model.jsonl"
+    model.write_text(json.dumps({"steps": [
+        {"content": "", "tool_calls": [{"name": "list_dir", "arguments": {}}]},
+        {"content": "listed"}]}) + "\n")
+    installed_bin = dest / "usr/local/bin"
+    forked = subprocess.run([sys.executable, str(installed_bin / "agent-fork"), "-n", "w",
+                             "--allow", "list_dir", "--cwd", str(work), "-m",
+                             f"scripted:{model}", "go"], env=env, capture_output=True,
+                            text=True)
+    assert forked.returncode == 0, forked.stderr
+    ran = subprocess.run([sys.executable, str(installed_bin / "agent-run"), "w"], env=env,
+                         capture_output=True, text=True)
+    assert (ran.returncode, ran.stdout) == (0, "listed\n"), ran.stderr
+    replay = subprocess.run([sys.executable, str(installed_bin / "agent-replay"), "w"],
+                            env=env, capture_output=True, text=True)
+    assert "here.txt\t1" in replay.stdout, replay.stdout
     import shutil
     viewer = ["man", "-l"] if shutil.which("man") else ["groff", "-man", "-Tutf8"]
     page = subprocess.run(viewer + [str(dest / "usr/local/share/man/man1/agent-ps.1")],
