@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 	command -v groff >/dev/null || command -v mandoc >/dev/null || \
 		{ apt-get update -qq && apt-get install -y -qq groff-base; } || \
 		echo "make: install groff (or mandoc) for the man page tests" >&2
+	@# every tool call runs in a bubblewrap sandbox (agent-run(1), The sandbox)
+	command -v bwrap >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq bubblewrap; } || \
+		echo "make: install bubblewrap (bwrap): without it no tool call runs" >&2
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp,postgres]'
 	touch $(STAMP)

@@ -11,12 +11,14 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from agentctl import env, modelspec
+from agentctl import env, limits, modelspec
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 
 RESTART_POLICIES = ("never", "on-failure", "always")
+FLAGS = {"yes": True, "true": True, "1": True, "on": True,
+         "no": False, "false": False, "0": False, "off": False}
 
 # narrows: in which direction a change narrows what the agent may do (None: neither).
 # A fork applies only "subset" (ops.grants.check_fork) and "carve" (ops.budget.carve).
@@ -24,6 +26,10 @@ MIN = "min"             # a smaller number, or one where there was none (no limi
 CARVE = "carve"         # as MIN; the tokens come out of the parent's account (ops.budget)
 SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs)
 SUPERSET = "superset"   # more patterns (--ask: more calls wait for approval)
+WITHIN = "within"       # paths inside the old ones (--cwd, --ro: less of the file tree)
+OFF = "off"             # a flag turned off (--net)
+LOWER = "lower"         # limits each at most the old (--limit)
+OPERATOR = "operator"   # turned off; only the operator turns it on (--unconfined)
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,7 +37,8 @@ class Setting:
     """One per-agent setting. Unset at a fork, a child gets its role's value when
     `by_role` names the role, else the parent's when `inherit`, else `default`."""
     name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
-    kind: str                   # text, model, choice, count, duration, patterns or dir
+    kind: str                   # text, model, choice, count, duration, patterns, dir,
+                                # paths, flag or limits
     doc: str
     inherit: bool = False
     default: object = None
@@ -87,18 +94,34 @@ class Setting:
             if not text:
                 raise UsageError(f"bad {self.name}: '' (want a directory)")
             return os.path.abspath(text)
+        if self.kind == "paths":
+            return [os.path.abspath(p) for p in text.split(",") if p]
+        if self.kind == "flag":
+            if text.lower() not in FLAGS:
+                raise UsageError(f"bad {self.name}: {env.shown(text)} (want yes or no)")
+            return FLAGS[text.lower()]
+        if self.kind == "limits":
+            return limits.parse(text)
         raise AssertionError(f"{self.name}: unknown kind {self.kind}")
 
     def text(self, value):
         """The stored value as people read it: - for none, patterns joined by commas."""
-        if self.kind == "patterns":
+        if self.kind in ("patterns", "paths"):
             return ",".join(value.split("\n")) if value else "-"
+        if self.kind == "flag":
+            return "yes" if value else "-"
+        if self.kind == "limits":
+            return limits.shown(value)
         return "-" if value is None else str(value)
 
     def json(self, value):
         """The stored value for programs: patterns as a list."""
-        if self.kind == "patterns":
+        if self.kind in ("patterns", "paths"):
             return value.split("\n") if value else []
+        if self.kind == "flag":
+            return bool(value)
+        if self.kind == "limits":
+            return limits.read(value)
         return value
 
 
@@ -128,8 +151,18 @@ SETTINGS = (    # role first: the others' rules read the child's role
             "within what its ancestors may.", narrows=SUBSET, header="ALLOW"),
     Setting("ask", "patterns", "Calls of matching tools wait for approval; its ancestors' "
             "patterns apply too.", narrows=SUPERSET, header="ASK"),
-    Setting("cwd", "dir", "Its working directory, where its tools run.", inherit=True,
-            header="CWD"),
+    Setting("cwd", "dir", "Its working directory, where its tools run: the one place "
+            "their sandbox may write.", inherit=True, narrows=WITHIN, header="CWD"),
+    Setting("ro", "paths", "More paths its tools may read (the sandbox's read-only "
+            "binds), within its parent's.", inherit=True, narrows=WITHIN, header="RO"),
+    Setting("net", "flag", "Its tools may use the network.", inherit=True, narrows=OFF,
+            header="NET"),
+    Setting("limits", "limits", "The limits on each of its tool calls (cpu, mem, procs, "
+            "fsize, files), at most its parent's.", inherit=True, narrows=LOWER,
+            header="LIMITS"),
+    Setting("unconfined", "flag", "Its tools run outside the sandbox, with the "
+            "operator's power: only the operator gives it, and no child inherits it.",
+            narrows=OPERATOR, header="UNCONFINED"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -164,12 +197,27 @@ def _patterns(value):
     return set(value.split("\n") if isinstance(value, str) else value)
 
 
+def inside(path, tops):
+    """Whether `path` is one of the directories `tops` or below one."""
+    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
+
+
 def narrows(setting, old, new):
     """Whether changing `setting` from `old` to `new` leaves the agent able to do at
     most what it could: the same value always does. Patterns compare as text, not as
-    globs: a narrower glob that is not the same text does not count."""
+    globs: a narrower glob that is not the same text does not count. Paths narrow
+    when each new one is inside an old one (no old cwd: any); a flag when it is
+    turned off; limits when each is at most the old."""
     if old == new:
         return True
+    if setting.narrows == WITHIN:
+        if setting.kind == "dir":
+            return old is None or (new is not None and inside(new, [old]))
+        return all(inside(p, _patterns(old)) for p in _patterns(new))
+    if setting.narrows in (OFF, OPERATOR):
+        return not new
+    if setting.narrows == LOWER:
+        return not limits.within(limits.stored(new) if isinstance(new, dict) else new, old)
     if setting.narrows in (MIN, CARVE):
         return new is not None and (old is None or new <= old)
     if setting.narrows == SUBSET:

@@ -311,6 +311,11 @@ def cant_run(path, why):
     return f"can't run {path}: {why}"
 
 
+def sandbox_failed(why):
+    """A call that did not run: its sandbox could not be made (why names the fix)."""
+    return f"not run: {why}"
+
+
 def output_cut(cap):
     """What follows a tool's output cut at `cap` bytes."""
     return f"\n[output cut at {cap} bytes]"

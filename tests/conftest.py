@@ -302,6 +302,31 @@ def ended(pid):
     return process_state(pid) in (None, "Z", "X")
 
 
+_marks = iter(range(1, 10 ** 6))
+
+
+def marker():
+    """A sleep no other test's process has in its command line: a sandboxed tool's own
+    pids ($$, $!) are its pid namespace's, so a test knows its processes by this."""
+    return f"{600 + os.getpid() % 1000}.{next(_marks)}"
+
+
+def running(mark):
+    """The host pids of the live processes whose command line holds `mark`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        if mark.encode() in words and not ended(int(entry)):
+            found.append(int(entry))
+    return found
+
+
 def _socket_ports(pid):
     """The local TCP ports of a process's sockets."""
     inodes = set()

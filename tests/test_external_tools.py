@@ -12,7 +12,8 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import PATIENCE, ROOT, agent, ended, fork, shell, started, wait_until
+from .conftest import (PATIENCE, ROOT, agent, ended, fork, marker, running, shell, started,
+                       wait_until)
 
 TOOL = """#!/bin/sh
 if [ "$1" = --describe ]; then
@@ -151,56 +152,66 @@ def test_ask_pauses_a_call_until_it_is_approved(toolpath, tmp_path, conn):
     assert conn.execute("SELECT status FROM agents WHERE name = 'w'").fetchone()[0] == "P"
 
 
+def work_dir(tmp_path):
+    """The agent's working directory: where its sandboxed tools may write."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return work
+
+
 def test_a_call_that_times_out_is_killed_whole(toolpath, tmp_path, conn, monkeypatch):
-    pidfile = tmp_path / "child.pid"
-    make_tool(toolpath, "slow", f"sleep 60 & echo $! > {pidfile}; wait")
-    monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "0.5")
-    fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
+    mark, work = marker(), work_dir(tmp_path)
+    make_tool(toolpath, "slow", f"sleep {mark} & echo started > started; wait")
+    monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "3")
+    fork("-n", "w", "--allow", "slow", "--cwd", str(work), "-m",
+         script(tmp_path, [("slow", {})]), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 30            # not the 60 s of its child
-    assert results(conn, "w") == ["error: timed out after 0.5 s (killed)"]
-    child = int(pidfile.read_text())
-    wait_until(lambda: ended(child), "the tool's child to be killed with its group")
+    assert time.monotonic() - start < 30            # not the 600 s of its child
+    assert results(conn, "w") == ["error: timed out after 3 s (killed)"]
+    assert (work / "started").exists()
+    wait_until(lambda: not running(mark), "the tool's child to be killed with its group")
 
 
-def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn):
-    """The line is there once, never twice; the resumed turn says the outcome is unknown."""
-    ledger = tmp_path / "ledger"
-    pidfile = tmp_path / "tool.pid"
-    make_tool(toolpath, "append", f"echo $$ > {pidfile}; sleep 1; echo line >> {ledger}; "
-                                  "sleep 30; echo done")
-    fork("-n", "w", "--allow", "append", "-m", script(tmp_path, [("append", {})]), "go")
+@pytest.mark.parametrize("how", ["sandboxed", "unconfined"])
+def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn, how):
+    """The line is there once, never twice; the resumed turn says the outcome is unknown.
+    A sandboxed tool dies with its agent-run (its sandbox does); an unconfined one is
+    found by its environment and killed when the turn resumes."""
+    mark, work = marker(), work_dir(tmp_path)
+    make_tool(toolpath, "append", f"echo line >> ledger; sleep {mark}; echo done")
+    fork("-n", "w", "--allow", "append", "--cwd", str(work),
+         *(["--unconfined"] if how == "unconfined" else []),
+         "-m", script(tmp_path, [("append", {})]), "go")
     run = started("agent-run", "w")
-    tool_pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
-                              "the tool to start"))
+    wait_until(lambda: running(mark), "the tool to write its line")
     run.send_signal(signal.SIGKILL)
     run.wait()
-    # the orphaned tool appends its line meanwhile
-    wait_until(lambda: ledger.exists() and ledger.read_text().endswith("\n"), "the tool's line")
-    assert ledger.read_text() == "line\n"
+    assert (work / "ledger").read_text() == "line\n"
+    if how == "sandboxed":
+        wait_until(lambda: not running(mark), "the sandbox to die with its agent-run")
     result = wait_until(lambda: (ran := shell("agent-run w")).code != 75 and ran,
                         "the dead run's lease to be taken over")
     assert result.code == 0, result
-    assert ledger.read_text() == "line\n", "never run twice"
+    assert (work / "ledger").read_text() == "line\n", "never run twice"
     assert results(conn, "w") == ["error: interrupted: agent-run ended while this call ran; "
                                   "its outcome is unknown and it was not run again"]
-    wait_until(lambda: ended(tool_pid), "the tool's group to be killed")
+    wait_until(lambda: not running(mark), "the tool's group to be killed")
     assert [tuple(r) for r in conn.execute("SELECT tool, outcome FROM tool_runs")] == \
         [("append", "unknown")]
 
 
 def test_kill_during_a_tool_call_kills_the_tool(toolpath, tmp_path, conn):
-    pidfile = tmp_path / "tool.pid"
-    make_tool(toolpath, "slow", f"echo $$ > {pidfile}; sleep 60")
-    fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
+    mark = marker()
+    make_tool(toolpath, "slow", f"sleep {mark}")
+    fork("-n", "w", "--allow", "slow", "--cwd", str(work_dir(tmp_path)), "-m",
+         script(tmp_path, [("slow", {})]), "go")
     run = started("agent-run", "w")
-    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
-                         "the tool to start"))
+    wait_until(lambda: running(mark), "the tool to start")
     assert agent("kill", "-s", "KILL", "w").code == 0
     run.wait(timeout=PATIENCE)
     assert run.returncode == 3
-    wait_until(lambda: ended(pid), "the tool to be killed")
+    wait_until(lambda: not running(mark), "the tool to be killed")
 
 
 def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
@@ -239,21 +250,28 @@ def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
 
 def test_agent_ps_shows_grants_and_marks_the_unconfined(tmp_path, monkeypatch):
     fork("-n", "files", "--allow", "*_file", "--ask", "write_file")
-    fork("-n", "shell", "--allow", "run")
+    fork("-n", "shell", "--allow", "run", "--unconfined")
     rows = [json.loads(line) for line in agent(
         "ps", "-o", "name,allow,ask,unconfined", "--format", "jsonl").lines]
     assert rows[1:] == [
         {"name": "files", "allow": ["*_file"], "ask": ["write_file"], "unconfined": False},
         {"name": "shell", "allow": ["run"], "ask": [], "unconfined": True}]
+    table = agent("ps").lines
+    assert [line.split()[3] for line in table[2:]] == ["S", "S!"]     # STAT: ! unconfined
+    assert agent("ps", "-o", "name,stat", "--format", "tsv").lines[3] == "shell\tS"
 
 
 @pytest.fixture
 def mcp_config(tmp_path, monkeypatch):
-    starts = tmp_path / "starts"
+    """A real MCP server (tests/mcp_server.py, which the operator's configuration lets its
+    sandbox read); the tests' agents work in tmp_path/work, where it counts its starts."""
+    work = work_dir(tmp_path)
+    monkeypatch.chdir(work)
+    starts = work / "starts"
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"notes": {
         "command": sys.executable, "args": [os.path.join(ROOT, "tests", "mcp_server.py")],
-        "env": {"MCP_STARTS": str(starts)}}}}))
+        "env": {"MCP_STARTS": str(starts)}, "ro": [os.path.join(ROOT, "tests")]}}}))
     monkeypatch.setenv("AGENTCTL_MCP", str(config))
     monkeypatch.setenv("AGENTCTL_TOOLS", str(tmp_path / "none"))
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key-123456")
@@ -363,29 +381,32 @@ def test_a_failing_tool_shows_the_tail_of_a_long_stderr(toolpath, tmp_path, conn
     assert len(text) < 2100
 
 
-def test_a_call_ends_when_its_tool_does_and_what_it_left_is_killed(toolpath, tmp_path, conn):
+@pytest.mark.parametrize("how", ["sandboxed", "unconfined"])
+def test_a_call_ends_when_its_tool_does_and_what_it_left_is_killed(toolpath, tmp_path, conn,
+                                                                   how):
     """A process left behind that holds the tool's output open does not make the call
-    wait for the timeout; it is killed with the group."""
-    pidfile = tmp_path / "left.pid"
-    make_tool(toolpath, "leaves", f"sleep 60 & echo $! > {pidfile}; echo started")
-    fork("-n", "w", "--allow", "leaves", "-m", script(tmp_path, [("leaves", {})]), "go")
+    wait for the timeout; it is killed with the group (sandboxed: with its sandbox)."""
+    mark = marker()
+    make_tool(toolpath, "leaves", f"sleep {mark} & echo started")
+    fork("-n", "w", "--allow", "leaves", "--cwd", str(work_dir(tmp_path)),
+         *(["--unconfined"] if how == "unconfined" else []),
+         "-m", script(tmp_path, [("leaves", {})]), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
-    assert time.monotonic() - start < 30            # not the 60 s of what it left
+    assert time.monotonic() - start < 30            # not the 600 s of what it left
     assert results(conn, "w") == ["started\n"]
-    left = int(pidfile.read_text())
-    wait_until(lambda: ended(left), "what the tool left to be killed")
+    wait_until(lambda: not running(mark), "what the tool left to be killed")
 
 
 def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn, monkeypatch):
     monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
     monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
-    pidfile = tmp_path / "bg.pid"
+    mark = marker()
     model = script(tmp_path, [
         ("run", {"command": "echo before; sleep 60; echo after", "timeout": 1}),
-        ("run", {"command": f"sleep 60 & echo $! > {pidfile}; echo oops >&2; exit 4"}),
+        ("run", {"command": f"sleep {mark} & echo oops >&2; exit 4"}),
         ("run", {"command": 42})])
-    fork("-n", "w", "--allow", "run", "-m", model, "go")
+    fork("-n", "w", "--allow", "run", "--cwd", str(work_dir(tmp_path)), "-m", model, "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
     assert time.monotonic() - start < 30            # not the 60 s of the sleeps
@@ -393,8 +414,7 @@ def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn,
     assert timed_out == "before\n\n[timed out after 1 s: the shell was killed]\n"
     assert background == "\n[stderr]\noops\n\n[exit status 4]\n"
     assert bad == "error: exit status 1: command must be text"
-    left = int(pidfile.read_text())
-    wait_until(lambda: ended(left), "what the command left to be killed")
+    wait_until(lambda: not running(mark), "what the command left to be killed")
 
 
 def test_an_mcp_call_times_out_and_a_kill_cuts_it_short(mcp_config, tmp_path, conn,
@@ -426,13 +446,14 @@ def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_pa
                                                                 recorded):
     """What is left of an interrupted call is found by its environment: killed when
     agent-run died before recording its group, and a group id that is another's by now
-    (a stranger's session) is left alone."""
-    pidfile = tmp_path / "tool.pid"
-    make_tool(toolpath, "slow", f"echo $$ > {pidfile}; sleep 60")
-    fork("-n", "w", "--allow", "slow", "-m", script(tmp_path, [("slow", {})]), "go")
+    (a stranger's session) is left alone. (An unconfined call: a sandboxed one dies with
+    its agent-run.)"""
+    mark = marker()
+    make_tool(toolpath, "slow", f"sleep {mark}")
+    fork("-n", "w", "--allow", "slow", "--unconfined", "-m", script(tmp_path, [("slow", {})]),
+         "go")
     run = started("agent-run", "w")
-    tool_pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
-                              "the tool to start"))
+    tool_pid, = wait_until(lambda: running(mark), "the tool to start")
     run.send_signal(signal.SIGKILL)
     run.wait()
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -451,10 +472,13 @@ def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_pa
         stranger.wait()
 
 
-def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkeypatch):
-    """A confined tool whose working directory holds the configuration's directory
-    can't create the file that would start any command as an MCP server (nor the
-    cache of the tools' descriptions)."""
+@pytest.mark.parametrize("how", ["sandboxed", "unconfined"])
+def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkeypatch, how):
+    """A file tool whose working directory holds the configuration's directory can't
+    create the file that would start any command as an MCP server (nor the cache of the
+    tools' descriptions): unconfined, the file tools refuse it; sandboxed, agentctl's
+    directories are not there at all (what is written there is in a tmpfs that goes
+    with the call)."""
     from agentctl.store import db
     home = tmp_path / "home"
     (home / ".config" / "agentctl").mkdir(parents=True)
@@ -470,12 +494,16 @@ def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkey
         ("write_file", {"path": str(home / ".config/agentctl/mcp.json"), "content": server}),
         ("write_file", {"path": ".cache/agentctl/tools.json", "content": "{}"}),
         ("write_file", {"path": ".config/agentctl/other.json", "content": "{}"})])
-    fork("-n", "w", "--allow", "write_file", "--cwd", str(home), "-m", model, "go")
+    fork("-n", "w", "--allow", "write_file", "--cwd", str(home),
+         *(["--unconfined"] if how == "unconfined" else []), "-m", model, "go")
     assert agent("run", "w").code == 0
     out = results(db.connect(str(tmp_path / "agents.db")), "w")
-    for result in out[:3]:
-        assert result.endswith("the MCP configuration and the database are not for tools")
-    assert out[3] == "wrote 2 bytes to .config/agentctl/other.json"
+    if how == "unconfined":
+        for result in out[:3]:
+            assert result.endswith("the MCP configuration and the database are not for tools")
+        assert out[3] == "wrote 2 bytes to .config/agentctl/other.json"
+    else:
+        assert not (home / ".config/agentctl/other.json").exists()
     assert not (home / ".config/agentctl/mcp.json").exists()
 
 
@@ -574,7 +602,7 @@ def test_a_tool_that_prints_a_key_stores_it_redacted(toolpath, tmp_path, home):
     from .conftest import stored
     make_tool(toolpath, "snoop", "tr '\\0' '\\n' < /proc/$PPID/environ | grep _API_KEY=")
     model = script(tmp_path, [("snoop", {})])
-    fork("-n", "w", "--allow", "snoop", "-m", model, "go")
+    fork("-n", "w", "--allow", "snoop", "--unconfined", "-m", model, "go")
     secret = "sk-live-0123456789abcdef"
     result = shell("agent-run w", env={"OPENAI_API_KEY": secret})
     assert result.code == 0, result.err
@@ -639,11 +667,6 @@ def test_a_pattern_reaches_mcp_tools_only_when_it_names_the_server(mcp_config, t
     assert offered("glob") == []
     assert offered("named") == ["notes__add"]
     assert "notes__add" in offered("all")
-    unconfined = [json.loads(line) for line in agent(
-        "ps", "-o", "name,unconfined", "--format", "jsonl").lines]
-    assert unconfined[1:] == [{"name": "glob", "unconfined": False},
-                              {"name": "named", "unconfined": True},
-                              {"name": "all", "unconfined": True}]
 
 
 def test_a_grant_that_matches_no_tool_is_taken_with_a_warning(toolpath):

@@ -34,6 +34,13 @@ def test_send_to_several_and_from(conn, monkeypatch):
     assert rows == [{"id": 1, "from": a, "to": b, "kind": "mail", "subject": "hi"}]
     monkeypatch.setenv("AGENT_ID", "b")
     agent("send", "a", "from self")
+    refused = agent("mail", "a")        # another agent's mail is not b's to read
+    assert (refused.code, refused.err) == (3, "agent-mail: b can't read the mail of a: an "
+                                              "agent acts only on itself and its descendants\n")
+    forged = agent("send", "--from", "a", "init", "as a")
+    assert (forged.code, forged.err) == (3, "agent-send: b can't send as a: an agent sends "
+                                            "mail only as itself\n")
+    monkeypatch.delenv("AGENT_ID")
     assert json.loads(agent("mail", "a", "--format", "jsonl", "-o", "from").out) == {"from": b}
 
 

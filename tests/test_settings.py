@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from agentctl import settings
+from agentctl import limits, settings
 from agentctl.cli import ps
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID, ROLES
@@ -25,22 +25,29 @@ PARENT = object()   # the parent's value
 UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_window": PARENT,
          "budget": None, "restart": "never", "max_restarts": None, "restart_window": None,
          "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "allow": None,
-         "ask": None, "cwd": PARENT}
+         "ask": None, "cwd": PARENT, "ro": PARENT, "net": PARENT, "limits": PARENT,
+         "unconfined": None}
 BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
 # A parent with every setting set, and a child given every one, each different.
 PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
            "context_window": 9000, "budget": 5000, "restart": "on-failure",
            "max_restarts": 2, "restart_window": 60.0, "reap_after": 120.0, "idle_exit": 30.0,
-           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": "/parent"}
+           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": "/parent",
+           "ro": ["/usr"], "net": True, "limits": {"cpu": 100}, "unconfined": True}
 CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
             "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
             "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
             "max_children": 0, "allow": ["read_file", "list_dir"], "ask": ["*"],
-            "cwd": "/child"}
-SQL_TYPES = {"count": "INTEGER", "duration": "REAL"}      # else TEXT
+            "cwd": "/parent/child", "ro": ["/usr/share"], "net": False,
+            "limits": {"cpu": 50, "procs": 8}, "unconfined": True}
+SQL_TYPES = {"count": "INTEGER", "duration": "REAL", "flag": "INTEGER"}      # else TEXT
 
 
 def stored(value):
+    if isinstance(value, bool):
+        return 1 if value else None
+    if isinstance(value, dict):
+        return limits.stored(value)
     return "\n".join(value) if isinstance(value, list) else value
 
 
@@ -139,9 +146,11 @@ def test_agent_ps_shows_the_declared_columns():
     assert result.lines[0].split() == [s.header for s in declared]
     row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
     assert row == {"role": "lead", "model": "echo", "budget": 100,
-                   "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd()}
+                   "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd(),
+                   "ro": [], "net": False, "limits": limits.DEFAULTS, "unconfined": False}
     assert result.lines[2].split()[:2] == ["lead", "echo"]
-    assert result.lines[2].split()[3:] == ["read_file,list_dir", "run", os.getcwd()]
+    assert result.lines[2].split()[3:] == ["read_file,list_dir", "run", os.getcwd(),
+                                          "-", "-", "-", "-"]
 
 
 def test_a_header_agent_ps_lacks_is_caught():
@@ -192,12 +201,15 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     texts = {"role": "worker", "model": "echo", "system_prompt": "Hi.", "context_window": "100",
              "budget": "50", "restart": "always", "max_restarts": "3", "restart_window": "1h",
              "reap_after": "2h", "idle_exit": "5m", "max_children": "2",
-             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": "/work"}
+             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": "/work", "ro": "/usr,/etc",
+             "net": "yes", "limits": "cpu=1m,mem=1G", "unconfined": "no"}
     assert set(texts) == set(settings.BY_NAME)
     values = {name: settings.get(name).parse(text) for name, text in texts.items()}
     child = forked(conn, registry.get(conn, INIT_ID), values)
     assert {n: child[n] for n in texts} == {n: stored(v) for n, v in values.items()}
     assert (child["restart_window"], child["allow"]) == (3600.0, "read_file\nlist_dir")
+    assert (child["ro"], child["net"], child["limits"]) == ("/usr\n/etc", 1,
+                                                            f"cpu=60,mem={1 << 30}")
 
 
 @pytest.mark.parametrize("name, old, new, narrower", [
@@ -208,7 +220,13 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     ("allow", "a", None, True), ("allow", None, ["a"], False),
     ("ask", "a", ["a", "b"], True), ("ask", "a\nb", ["a"], False), ("ask", "a", None, False),
     ("model", "echo", "echo", True), ("model", "echo", "openai:x", False),
-    ("cwd", "/a", "/a/b", False),
+    ("cwd", "/a", "/a/b", True), ("cwd", "/a/b", "/a", False), ("cwd", "/a", "/ab", False),
+    ("cwd", None, "/a", True),
+    ("ro", "/a\n/b", ["/a/c"], True), ("ro", "/a", ["/a", "/b"], False), ("ro", "/a", None, True),
+    ("net", 1, False, True), ("net", None, True, False),
+    ("limits", "cpu=60", {"cpu": 30}, True), ("limits", "cpu=60", {"cpu": 90}, False),
+    ("limits", None, {"mem": 1 << 40}, False), ("limits", "procs=8", None, False),
+    ("unconfined", 1, False, True), ("unconfined", None, True, False),
 ])
 def test_narrows(name, old, new, narrower):
     assert settings.narrows(settings.get(name), old, new) is narrower

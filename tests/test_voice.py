@@ -146,6 +146,7 @@ SAMPLES = {
     "timed_out": (60.0, True),
     "exit_status": (2, "no such file"),
     "cant_run": ("/bin/tool", "Permission denied"),
+    "sandbox_failed": ("the sandbox needs bubblewrap (bwrap): install it",),
     "output_cut": (65536,),
     "mcp_content": ("image",),
 }

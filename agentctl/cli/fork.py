@@ -8,9 +8,9 @@ from agentctl.cli.options import Count, Duration, complete_agents, complete_word
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body, warn
 from agentctl.errors import UsageError
-from agentctl import modelspec, settings
+from agentctl import limits, modelspec, settings
 from agentctl.ids import INIT_ID, ROLES
-from agentctl.ops import lifecycle
+from agentctl.ops import authority, lifecycle
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
@@ -51,11 +51,24 @@ from agentctl.store.db import transaction
 @click.option("--ask", multiple=True, metavar="PATTERN",
               help="Calls of matching tools need approval before they run (repeatable).")
 @click.option("--cwd", metavar="DIR",
-              help="The child's working directory, where its tools run (default: this "
-                   "one); its children inherit it.")
+              help="The child's working directory, where its tools run and may write "
+                   "(default: the parent's, else this one), within the parent's.")
+@click.option("--ro", multiple=True, metavar="PATH",
+              help="A path its tools may read besides its working directory, within what "
+                   "the parent's may (repeatable; inherited).")
+@click.option("--net/--no-net", default=None,
+              help="Its tools may use the network (default: the parent's; a child of an "
+                   "agent without it can't have it).")
+@click.option("--limit", "limit", multiple=True, metavar="KEY=VALUE,...",
+              help="Limits on each tool call: cpu=SECONDS, mem=SIZE, procs=N, fsize=SIZE, "
+                   "files=N, at most the parent's (repeatable; inherited).")
+@click.option("--unconfined", is_flag=True, default=None,
+              help="Its tools run with the operator's whole power, outside the sandbox; "
+                   "only the operator gives it, and no child inherits it.")
 @click.argument("prompt", required=False)
 def cli(db_path, parent, name, role, model, system, at, window, budget, restart, max_restarts,
-        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, prompt):
+        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, ro, net, limit,
+        unconfined, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -68,9 +81,11 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         raise UsageError("empty prompt")
     if model is not None:
         modelspec.check_name(model)
-    cwd = os.path.abspath(cwd) if cwd is not None else os.getcwd()
-    if not os.path.isdir(cwd):
-        raise UsageError(f"--cwd {cwd}: not a directory")
+    if cwd is not None:
+        cwd = os.path.abspath(cwd)
+        if not os.path.isdir(cwd):
+            raise UsageError(f"--cwd {cwd}: not a directory")
+    limits_given = limits.parse(limit) if limit else None
     catalog = None
     if allow or ask:    # the tools a grant may name, found before taking the lock
         from agentctl.tools.catalog import Catalog  # (start-up: only a fork that grants)
@@ -79,6 +94,9 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     with transaction(conn):
         me = actor(conn)
         source = registry.resolve(conn, parent) if parent else (me or registry.get(conn, INIT_ID))
+        authority.check(conn, me, source, "fork")
+        if cwd is None:     # the parent's, else this one
+            cwd = source["cwd"] or os.getcwd()
         child = lifecycle.fork(conn, source, name=name, role=role, model=model, system=system,
                                at=at, prompt=body, actor=me["id"] if me else None,
                                context_window=window, budget_tokens=budget,
@@ -86,6 +104,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                restart_window=restart_window, reap_after=reap_after,
                                idle_exit=idle_exit, max_children=max_children,
                                allow=list(allow), ask=list(ask), cwd=cwd,
+                               ro=list(ro) or None, net=net, limits=limits_given,
+                               unconfined=unconfined,
                                tool_names=catalog and catalog.names)
     for pattern in catalog.unmatched(list(allow) + list(ask)) if catalog else ():
         warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "

@@ -8,7 +8,7 @@ from agentctl.cli.output import pick, render
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import stdin_words, warn
 from agentctl.errors import AgentctlError, Refused, UsageError
-from agentctl.ops import deadlines, lifecycle, signals
+from agentctl.ops import authority, deadlines, lifecycle, signals
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
@@ -37,6 +37,7 @@ def cli(db_path, sig, cascade, grace, wait, agents):
     for ref in targets:
         try:
             target = registry.resolve(conn, ref)
+            authority.check(conn, me, target, "signal")
             with transaction(conn):
                 count, refusal = signals.apply(conn, registry.get(conn, target["id"]), sig,
                                                cascade=cascade, actor=me["id"] if me else None,

@@ -12,7 +12,7 @@ from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import for_terminal
 from agentctl.errors import NotFound, UsageError
-from agentctl.ops import mail
+from agentctl.ops import authority, mail
 from agentctl.store import mailbox, registry
 from agentctl.store.db import INTEGER_MAX, transaction, wait_for_commit
 
@@ -50,7 +50,10 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     if deferred and (read or wait is not None or everything):
         raise UsageError("--deferred doesn't go with -r, -a or --wait: it is not mail yet")
     conn = connect(db_path)
-    owner = registry.resolve(conn, refs[0]) if refs else actor(conn)
+    me = actor(conn)
+    owner = registry.resolve(conn, refs[0]) if refs else me
+    if owner is not None:
+        authority.check(conn, me, owner, "read the mail of")
     if owner is None and not ids:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
     owner_id = owner["id"] if owner else None

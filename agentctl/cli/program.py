@@ -9,7 +9,7 @@ import click
 from agentctl import __version__, paths
 from agentctl.cli.stdio import (Interrupted, OutputFault, PipeClosed, discard_output, warn,
                                 whole_writes)
-from agentctl.errors import SOFTWARE, USAGE, AgentctlError, NotFound
+from agentctl.errors import SOFTWARE, USAGE, AgentctlError, NotFound, UsageError
 from agentctl.store import db, registry
 from agentctl.text import valid
 
@@ -46,6 +46,8 @@ _opened = []     # the database this program opened, for run() to check when a b
 
 
 def connect(db_path):
+    if db_path is not None and os.environ.get("AGENTCTL_PROXIED"):
+        raise UsageError("--db: a sandboxed tool's programs use its agent's database")
     _opened.append(db.resolve_path(db_path))
     return db.connect(db_path)
 
@@ -78,6 +80,9 @@ def run(command, argv=None):
     """Run a click command as a program: never a traceback (unless
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
+    if os.environ.get("AGENTCTL_SOCKET"):   # in a sandbox: the program runs as its agent
+        from agentctl.tools.proxy import forward   # (start-up: only in a sandbox)
+        return forward(name.removeprefix("agent-"), argv)
     _opened.clear()
     paths.settle()
     argv = _valid_but_paths(sys.argv[1:] if argv is None else argv)

@@ -31,7 +31,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
     forked_from fork_msg wake budget spent tokens failures restarts retry failure
-    allow ask cwd unconfined with -o.
+    allow ask cwd ro net limits unconfined with -o. In the table a ! after STAT
+    marks an agent whose tools run unconfined.
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
@@ -55,8 +56,6 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
     chosen = pick(COLUMNS, columns, default)
-    if any(c.key == "unconfined" for c in chosen):      # (only then: it reads the tool path)
-        mark_unconfined(conn, rows)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         chosen = chosen + [Column("depth", "DEPTH")]
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
@@ -124,7 +123,8 @@ COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", machine=lambda r: r["status"]),
+    Column("stat", "STAT", human=lambda r: r["status"] + ("!" if r["unconfined"] else ""),
+           machine=lambda r: r["status"]),
     _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),
@@ -149,17 +149,11 @@ COLUMNS = [
     _setting("allow"),
     _setting("ask"),
     _setting("cwd"),
-    Column("unconfined", "UNCONFINED", human=lambda r: "YES" if r["unconfined"] else "-"),
+    _setting("ro"),
+    _setting("net"),
+    _setting("limits"),
+    _setting("unconfined"),
 ]
-
-
-def mark_unconfined(conn, rows):
-    """Whether each agent may use a tool that can do whatever the operator's user can
-    (tools.catalog, imported only for -o unconfined)."""
-    from agentctl.tools.catalog import Catalog  # (start-up: only for -o unconfined)
-    catalog = Catalog(strict=True)
-    for row in rows:
-        row["unconfined"] = bool(row["allow"]) and catalog.usable(conn, row["id"]).unconfined()
 
 
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]

@@ -6,9 +6,10 @@ import sys
 import click
 
 from agentctl.cli.options import complete_agents
-from agentctl.cli.program import connect, program, run
+from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import for_terminal
 from agentctl.errors import UsageError
+from agentctl.ops import authority
 from agentctl.store import history, registry
 from agentctl.turn import context
 
@@ -33,6 +34,7 @@ def cli(db_path, fmt, ranges, full, agent):
     fmt = fmt or "text"
     conn = connect(db_path)
     target = registry.resolve(conn, agent)
+    authority.check(conn, actor(conn), target, "replay")
     if ranges:
         for owner, after, through in history.ranges(conn, target):
             click.echo(f"{owner}\t{after}\t{'-' if through is None else through}")

@@ -159,6 +159,10 @@ def _list_tools(conn, ref, fmt):
         rows = [{"id": n, "name": n, "source": source, "confined": confined,
                  "description": description, "parameters": schema}
                 for n, source, confined, description, schema in toolset.listing()]
+        unsafe = toolset.sandbox_problem()
+        if unsafe:
+            warn("agent-run", f"warning: no sandbox: {unsafe}: each call of its external "
+                              "tools will fail")
     finally:
         toolset.close()
     columns = [Column("name", "NAME"), Column("source", "SOURCE"),

@@ -63,10 +63,10 @@ def _when(at, delay):
 
 
 def _sender(conn, ref):
+    me = actor(conn)
     if ref is None:
-        me = actor(conn)
         return mail.sender(conn, me["id"]) if me else None
-    return mail.sender(conn, ref)
+    return mail.sender(conn, ref, me)
 
 
 def _bulk(conn, default_sender, default_at):
@@ -86,6 +86,7 @@ def _bulk(conn, default_sender, default_at):
         return cache[ref]
 
     default_id = _sender(conn, default_sender)
+    me = actor(conn)
     decode = json.JSONDecoder().decode      # json.loads would sniff each line's encoding
     while True:
         lines = [stream.readline() for _ in range(BATCH)]
@@ -112,7 +113,7 @@ def _bulk(conn, default_sender, default_at):
                     if frm is not None and not isinstance(frm, str):
                         raise ValueError('"from" must be a string (an agent, or - for the operator)')
                     from_id = default_id if frm is None else lookup(
-                        senders, frm, lambda r: mail.sender(conn, r))
+                        senders, frm, lambda r: mail.sender(conn, r, me))
                     at = item.get("at")
                     if at is not None and not isinstance(at, str):
                         raise ValueError('"at" must be a string (a TIME, as for --at)')

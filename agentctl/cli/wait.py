@@ -8,7 +8,7 @@ from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_words, stdin_is_data
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import deadlines, lifecycle, mail
+from agentctl.ops import authority, deadlines, lifecycle, mail
 from agentctl.store import registry
 
 
@@ -36,13 +36,18 @@ def cli(db_path, timeout, any_one, parent, fmt, columns, quiet, null, no_headers
     conn = connect(db_path)
     me = actor(conn)
     if refs:
-        ids = [registry.resolve(conn, ref)["id"] for ref in refs]
+        targets = [registry.resolve(conn, ref) for ref in refs]
+        for target in targets:
+            authority.check(conn, me, target, "wait for")
+        ids = [t["id"] for t in targets]
         if INIT_ID in ids:
             raise UsageError("init never exits: it can't be waited for")
         if me and me["id"] in ids:
             raise UsageError(f"{refs[ids.index(me['id'])]}: can't wait for itself ($AGENT_ID)")
     else:
-        owner = registry.resolve(conn, parent)["id"] if parent else (me["id"] if me else INIT_ID)
+        owner = registry.resolve(conn, parent) if parent else (me or registry.get(conn, INIT_ID))
+        authority.check(conn, me, owner, "wait for the children of")
+        owner = owner["id"]
         ids = registry.children(conn, owner)
     collected, pending = lifecycle.wait(conn, ids, timeout=timeout, any_one=any_one,
                                        actor=me["id"] if me else None,

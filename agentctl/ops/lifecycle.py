@@ -6,7 +6,7 @@ import time
 from agentctl import clock, env, settings, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
-from agentctl.ops import asks, budget, mail
+from agentctl.ops import asks, budget, confinement, mail
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction, wait_for_commit
 
@@ -97,6 +97,7 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
         if allow and tool_names is not None:
             grants.check_fork(conn, parent, allow, *tool_names())
     values.update(allow=allow or None, ask=ask or None)
+    confinement.settle(parent, values, actor)
     if name is not None:
         check_name(conn, name)
     if at is None:

@@ -27,12 +27,17 @@ def check_recipient(agent):
         raise Refused(f"{registry.label(agent)}: can't receive mail: it has exited")
 
 
-def sender(conn, ref):
+def sender(conn, ref, actor=None):
     """The id of the agent `ref` names as a sender (- for the operator: None); an
-    agent that has exited sends nothing (Refused)."""
-    if ref == "-":
+    agent that has exited sends nothing (Refused), and an agent acting (`actor`, a
+    row) sends only as itself (ops/authority.py)."""
+    agent = None if ref == "-" else registry.resolve(conn, ref)
+    if actor is not None and (agent is None or agent["id"] != actor["id"]):
+        raise Refused(f"{registry.label(actor)} can't send as "
+                      f"{registry.label(agent) if agent else 'the operator'}: an agent "
+                      "sends mail only as itself")
+    if agent is None:
         return None
-    agent = registry.resolve(conn, ref)
     if registry.has_exited(agent):
         raise Refused(f"{registry.label(agent)}: can't send mail: it has exited")
     return agent["id"]

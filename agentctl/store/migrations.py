@@ -276,6 +276,19 @@ def requests(db):
     """)
 
 
+@MIGRATIONS(name="0011_sandbox")
+def sandbox(db):
+    # The sandbox of an agent's tools (agentctl(7), SANDBOX): more paths they may read
+    # (one a line), the network, the limits on each call (KEY=VALUE,...), and the
+    # operator's grant of a tool's whole power.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN ro TEXT;
+    ALTER TABLE agents ADD COLUMN net INTEGER;
+    ALTER TABLE agents ADD COLUMN limits TEXT;
+    ALTER TABLE agents ADD COLUMN unconfined INTEGER
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

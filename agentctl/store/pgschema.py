@@ -178,7 +178,12 @@ CREATE INDEX requests_deadline ON requests(deadline) WHERE decision IS NULL
 """
 
 # (version, statements) after the baseline, in order: append only.
-MIGRATIONS = []
+MIGRATIONS = [
+    (11, [f"ALTER TABLE agents ADD COLUMN ro {_TEXT}",
+          "ALTER TABLE agents ADD COLUMN net BIGINT",
+          f"ALTER TABLE agents ADD COLUMN limits {_TEXT}",
+          "ALTER TABLE agents ADD COLUMN unconfined BIGINT"]),
+]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the
 # ids it copied).

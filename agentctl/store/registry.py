@@ -29,7 +29,7 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent, "
                  "restart, max_restarts, restart_window, restarts, window_start, "
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
-                 "last_failure, allow, ask, cwd")
+                 "last_failure, allow, ask, cwd, ro, net, limits, unconfined")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
@@ -235,7 +235,8 @@ def nearest_live_ancestor(conn, agent, dying=()):
 FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id", "role",
                           "model", "system_prompt", "context_window", "budget", "budget_id",
                           "restart", "max_restarts", "restart_window", "reap_after",
-                          "idle_exit", "max_children", "depth", "allow", "ask", "cwd"))
+                          "idle_exit", "max_children", "depth", "allow", "ask", "cwd", "ro",
+                          "net", "limits", "unconfined"))
 
 
 def insert(conn, **fields):

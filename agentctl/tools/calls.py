@@ -57,21 +57,56 @@ def settings(program):
 
 
 class Call:
-    """One run of a program tool: started, then waited for (`poll` is called every
-    0.25 s: it raises to cut the call short, which kills the process group)."""
+    """One run of a program tool: started (in `sandbox`, unless None: an unconfined
+    agent's), then waited for (`poll` is called every 0.25 s: it raises to cut the
+    call short, which kills the process group). Unavailable when the sandbox can't be
+    made."""
 
-    def __init__(self, program, arguments, agent_id, db_path, cwd, run_id=None):
+    def __init__(self, program, arguments, env, cwd, run_id=None, sandbox=None):
         import subprocess
         self.program = program
         self.timeout, self.cap = settings(program)
-        env = environment(agent_id, db_path)
+        env = dict(env if sandbox is None else sandbox.environment)
         if run_id is not None:      # what finds its processes after a crash (kill_run)
             env[RUN_MARK] = str(run_id)
-        self.proc = subprocess.Popen(
-            command(program.path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+        argv, self.status, self.group, fds = command(program.path), None, None, ()
+        if sandbox is not None:
+            self.status, status_w = os.pipe()
+            fds = (status_w,)
+            try:
+                argv, self.group = sandbox.wrap(argv, status_w, program.path)
+            except BaseException:
+                self._close_sandbox(status_w)
+                raise
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=cwd, env=env, start_new_session=True, pass_fds=fds)
+        except BaseException:
+            self._close_sandbox(*fds)
+            raise
+        for fd in fds:
+            os.close(fd)
         self.pgid = self.proc.pid
         self.arguments = arguments
+
+    def _close_sandbox(self, *fds):
+        for fd in fds + ((self.status,) if self.status is not None else ()):
+            os.close(fd)
+        self.status = None
+        if self.group is not None:
+            self.group.remove()
+            self.group = None
+
+    def _sandbox_failed(self, stderr):
+        """Whether the sandbox could not be made (bwrap never ran the command): its
+        status says no exit code."""
+        if self.status is None:
+            return False
+        with os.fdopen(os.dup(self.status), "rb") as f:
+            os.set_blocking(f.fileno(), False)
+            said = f.read() or b""
+        return b'"exit-code"' not in said
 
     def wait(self, poll):
         """The result text, or raise ToolFailed; the group is killed on a timeout and
@@ -149,11 +184,18 @@ class Call:
         except BaseException:
             self.kill()
             raise
+        try:
+            failed = self._sandbox_failed(err)
+        finally:
+            self._close_sandbox()
+        tail = err.decode("utf-8", "replace").strip()
+        if failed:
+            from agentctl.tools import sandbox      # (only for a sandbox that failed)
+            raise ToolFailed(voice.sandbox_failed(sandbox.explain(tail)))
         text = out[:self.cap].decode("utf-8", "replace")
         if len(out) > self.cap:
             text += voice.output_cut(self.cap)
         if proc.returncode != 0:
-            tail = err.decode("utf-8", "replace").strip()
             raise ToolFailed(voice.exit_status(proc.returncode, tail))
         return text
 
@@ -172,6 +214,7 @@ class Call:
             self.proc.wait(5)
         except Exception:
             pass
+        self._close_sandbox()
 
 
 class ToolFailed(Exception):

@@ -1,6 +1,5 @@
 """Which external tools exist, and which of them an agent may use: the one answer
-that agent-fork and the fork tool (what a grant may name), agent-ps (who holds a tool
-that is not confined) and a turn's toolset ask.
+that agent-fork and the fork tool (what a grant may name) and a turn's toolset ask.
 
 Precedence on a clash of names: built-in, then program, then MCP; each clash is a
 warning. No MCP server is started here: a server's tools are named SERVER__TOOL, so
@@ -76,8 +75,3 @@ class Usable:
         else:
             return name
         return None
-
-    def unconfined(self):
-        """Whether the agent may use a tool that can do whatever the operator's user
-        can: a program tool not confined, or any MCP tool."""
-        return any(not p.confined for p in self.programs.values()) or bool(self.servers)

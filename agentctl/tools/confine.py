@@ -24,11 +24,10 @@ class Refused(Exception):
 REFUSED = "{}: the tool path, the MCP configuration and the database are not for tools"
 
 
-def tool(description, parameters, handler, confined=True, timeout=None):
+def tool(description, parameters, handler, timeout=None):
     """Run a tool program: `--describe`, or one call."""
     if sys.argv[1:] == ["--describe"]:
-        described = {"description": description, "parameters": parameters,
-                     "confined": confined}
+        described = {"description": description, "parameters": parameters}
         if timeout:
             described["timeout"] = timeout
         print(json.dumps(described))
@@ -51,11 +50,20 @@ def _fail(message):
     return 1
 
 
-def _forbidden():
+FORBIDDEN = "AGENTCTL_FORBIDDEN"     # forbidden() as agent-run found it, for a sandbox
+
+
+def forbidden():
     """What no confined tool may open or create (paths.forbidden_to_tools), known by
     (device, inode) where it exists, and by (device, inode of its directory, name)
     whether it exists or not, so that a missing MCP configuration can't be written
-    into being."""
+    into being. In a sandbox, where the tool path is not to be seen, as agent-run found
+    it outside ($AGENTCTL_FORBIDDEN): a hard link in the working directory to a tool
+    program is still that program."""
+    given = os.environ.get(FORBIDDEN)
+    if given:
+        found = json.loads(given)
+        return ({tuple(i) for i in found["inodes"]}, {tuple(n) for n in found["names"]})
     inodes, names = set(), set()
     for path in paths.forbidden_to_tools():
         path = os.path.abspath(path)
@@ -81,16 +89,16 @@ def open_inside(path, flags, mode=0o644):
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise Refused(f"{path}: .. is not allowed: paths stay inside {root}")
-    forbidden = _forbidden()
+    forbidden_ = forbidden()
     truncate = flags & os.O_TRUNC       # only once the file is known to be allowed
     flags &= ~os.O_TRUNC
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _check(fd, forbidden, path)
+        _check(fd, forbidden_, path)
         for n, part in enumerate(parts):
             last = n == len(parts) - 1
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino, part) in forbidden[1]:
+            if (st.st_dev, st.st_ino, part) in forbidden_[1]:
                 raise Refused(REFUSED.format(path))
             try:
                 nfd = os.open(part, (flags if last else os.O_RDONLY | os.O_DIRECTORY)
@@ -101,7 +109,7 @@ def open_inside(path, flags, mode=0o644):
                 raise
             os.close(fd)
             fd = nfd
-            _check(fd, forbidden, path)
+            _check(fd, forbidden_, path)
         if truncate:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise Refused(f"{path}: not a regular file")

@@ -38,9 +38,13 @@ def servers():
         if not isinstance(spec, dict) or not isinstance(spec.get("command"), str) or \
                 not isinstance(spec.get("args", []), list) or \
                 not all(isinstance(a, str) for a in spec.get("args", [])) or \
-                not isinstance(spec.get("env", {}), dict):
+                not isinstance(spec.get("env", {}), dict) or \
+                not isinstance(spec.get("ro", []), list) or \
+                not all(isinstance(p, str) and os.path.isabs(p) for p in spec.get("ro", [])) \
+                or not isinstance(spec.get("net", False), bool):
             raise UsageError(f"{path}: server {name!r}: want command (text), args (a list "
-                             "of texts) and env (an object)")
+                             "of texts), env (an object), and for its sandbox ro (a list "
+                             "of absolute paths) and net (true or false)")
     return found
 
 
@@ -74,16 +78,25 @@ class Servers:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.sessions, self.stops, self.tasks = {}, {}, {}
+        self.groups = []        # the pids cgroups of sandboxed servers (root's)
 
     def _run(self, coroutine, timeout):
         future = self.asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         return future.result(timeout)
 
-    def start(self, name, spec, cwd, environment):
-        """Start server `name`; its tools: [(name, description, input schema)]."""
+    def start(self, name, spec, cwd, environment, sandbox=None):
+        """Start server `name` (in `sandbox` unless None); its tools: [(name,
+        description, input schema)]."""
         ClientSession, Parameters, stdio_client = _sdk()
         ready = self.asyncio.run_coroutine_threadsafe(self._ready_event(), self.loop).result()
-        params = Parameters(command=spec["command"], args=list(spec.get("args", [])),
+        argv = [spec["command"], *spec.get("args", [])]
+        if sandbox is not None:
+            environment = sandbox.environment
+            argv, group = sandbox.wrap(argv, per_call=False, ro=spec.get("ro", []),
+                                       net=spec.get("net") is True)
+            if group is not None:
+                self.groups.append(group)
+        params = Parameters(command=argv[0], args=argv[1:],
                             env={**environment, **{k: str(v) for k, v in
                                                    spec.get("env", {}).items()}}, cwd=cwd)
 
@@ -156,3 +169,5 @@ class Servers:
                 pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        for group in self.groups:
+            group.remove()

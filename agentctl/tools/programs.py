@@ -1,7 +1,7 @@
 """Tools from programs (agentctl(7), TOOLS): an executable on the tool path is a tool.
 
 `PROG --describe` prints {"description", "parameters" (JSON Schema)[, "timeout",
-"confined"]}; descriptions are cached by the file's path, size and mtime. How a call
+"confined" (ignored now: every call runs in the sandbox)]}; descriptions are cached by the file's path, size and mtime. How a call
 runs is calls.py.
 """
 
@@ -16,14 +16,13 @@ DESCRIBE_TIMEOUT = 10.0
 
 
 class Program:
-    __slots__ = ("name", "path", "description", "parameters", "timeout", "confined")
+    __slots__ = ("name", "path", "description", "parameters", "timeout")
 
     def __init__(self, name, path, described):
         self.name, self.path = name, path
         self.description = described["description"]
         self.parameters = described["parameters"]
         self.timeout = described.get("timeout")
-        self.confined = described.get("confined") is True
 
     def spec(self):
         return {"type": "function", "function": {

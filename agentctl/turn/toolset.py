@@ -8,6 +8,7 @@ resumed turn that finds a run started and never ended kills what is left of it a
 gives the model "interrupted, outcome unknown" instead of running it again.
 """
 
+import os
 import time
 
 from agentctl import jsonin, voice
@@ -15,7 +16,7 @@ from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, registry, toolruns
-from agentctl.tools import calls, mcp
+from agentctl.tools import calls, mcp, proxy, sandbox
 from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
 
@@ -33,6 +34,7 @@ class Toolset:
         self.allowance = grants.Allowance(conn, agent["id"])
         self.builtin = {s["function"]["name"]: s for s in tools.specs()}
         self.programs, self.mcp_tools, self.servers = {}, {}, None
+        self.proxy = self._sandbox = self._environment = None
         if agent["allow"]:          # no grant, no search of the tool path
             usable = Catalog(self.warnings, strict=True).usable(conn, agent["id"],
                                                                self.builtin)
@@ -42,14 +44,32 @@ class Toolset:
             if warn:
                 warn(line)
 
+    def environment(self):
+        """The environment of its tools (and of the programs they call, through the
+        proxy): the operator's, without the keys, as the agent."""
+        if self._environment is None:
+            self._environment = calls.environment(self.agent["id"], db.path_of(self.conn))
+        return self._environment
+
+    def sandbox(self):
+        """The sandbox its calls and MCP servers run in, with the proxy through which
+        they call agentctl's programs; None for an agent the operator made
+        --unconfined. Made at the first use."""
+        if self.agent["unconfined"]:
+            return None
+        if self._sandbox is None:
+            self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd())
+            self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy.dir)
+        return self._sandbox
+
     def _mcp(self, usable):
         if not usable.servers:
             return
         self.servers = mcp.Servers()
-        environment = calls.environment(self.agent["id"], db.path_of(self.conn))
         for server, spec in usable.servers.items():
             for tool, description, schema in self.servers.start(server, spec, self.cwd(),
-                                                                environment):
+                                                                self.environment(),
+                                                                self.sandbox()):
                 name = usable.mcp_name(server, tool)
                 if name is not None:
                     self.mcp_tools[name] = (server, tool, description, schema)
@@ -66,14 +86,24 @@ class Toolset:
         return offered
 
     def listing(self):
-        """(name, source, confined, description, schema) of every tool offered."""
+        """(name, source, confined, description, schema) of every tool offered: an
+        external tool is confined when its calls run in the sandbox (unless the agent
+        is --unconfined)."""
+        confined = not self.agent["unconfined"]
         rows = [(n, "built-in", True, s["function"]["description"],
                  s["function"]["parameters"]) for n, s in self.builtin.items()]
-        rows += [(n, f"program {p.path}", p.confined, p.description, p.parameters)
+        rows += [(n, f"program {p.path}", confined, p.description, p.parameters)
                  for n, p in self.programs.items()]
-        rows += [(n, f"mcp {server}", False, d, s)
+        rows += [(n, f"mcp {server}", confined, d, s)
                  for n, (server, _, d, s) in self.mcp_tools.items()]
         return rows
+
+    def sandbox_problem(self):
+        """Why its external tools' sandbox can't be made here (the fix named), or None:
+        for agent-run --list-tools to say loudly."""
+        if self.agent["unconfined"] or not (self.programs or self.mcp_tools):
+            return None
+        return sandbox.problem()
 
     def is_external(self, name):
         return name in self.programs or name in self.mcp_tools
@@ -82,6 +112,9 @@ class Toolset:
         if self.servers is not None:
             self.servers.close()
             self.servers = None
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
 
     def execute(self, conn, agent_id, turn_id, call):
         """Run one call, built-in or external; returns the result text. A question (the
@@ -183,8 +216,10 @@ class Toolset:
         if name in self.programs:
             program = self.programs[name]
             try:
-                running = calls.Call(program, json.dumps(arguments), agent_id,
-                                        db.path_of(conn), self.cwd(), run_id)
+                running = calls.Call(program, json.dumps(arguments), self.environment(),
+                                     self.cwd(), run_id, self.sandbox())
+            except sandbox.Unavailable as e:
+                raise calls.ToolFailed(voice.sandbox_failed(e))
             except OSError as e:
                 raise calls.ToolFailed(voice.cant_run(program.path, e.strerror or e))
             with lease.holding(conn, agent_id):
