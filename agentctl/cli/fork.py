@@ -53,9 +53,16 @@ from agentctl.store.db import transaction
 @click.option("--cwd", metavar="DIR",
               help="The child's working directory, where its tools run (default: this "
                    "one); its children inherit it.")
+@click.option("-o", "--model-option", "options", multiple=True, metavar="KEY=VALUE",
+              help="A model option (temperature=0.2, max_tokens=800 ...: agentctl(7), "
+                   "Models); repeatable (default: the parent's).")
+@click.option("--schema", metavar="FILE|JSON",
+              help="The child's final reply must be a JSON value that fits this JSON "
+                   "Schema (a file, or the JSON itself).")
 @click.argument("prompt", required=False)
 def cli(db_path, parent, name, role, model, system, at, window, budget, restart, max_restarts,
-        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, prompt):
+        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, options, schema,
+        prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -68,6 +75,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         raise UsageError("empty prompt")
     if model is not None:
         modelspec.check_name(model)
+    if schema is not None:
+        schema = settings.get("schema").parse(schema)
     cwd = os.path.abspath(cwd) if cwd is not None else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd}: not a directory")
@@ -86,6 +95,7 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                restart_window=restart_window, reap_after=reap_after,
                                idle_exit=idle_exit, max_children=max_children,
                                allow=list(allow), ask=list(ask), cwd=cwd,
+                               model_options=list(options) or None, schema=schema,
                                tool_names=catalog and catalog.names)
     for pattern in catalog.unmatched(list(allow) + list(ask)) if catalog else ():
         warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "

@@ -30,8 +30,9 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
-    forked_from fork_msg wake budget spent tokens failures restarts retry failure
-    allow ask cwd unconfined with -o.
+    forked_from fork_msg wake budget spent tokens failures restarts retry held failure
+    allow ask cwd options schema unconfined with -o. An agent held after a failure
+    shows H after its STAT in a table (agent-why says why).
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
@@ -42,7 +43,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
         bad = [s for s in statuses if s not in known]
         if bad:
             raise UsageError(f"unknown status: {bad[0]} ({', '.join(known[:-1])} or {known[-1]})")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     parent_id = registry.resolve(conn, parent)["id"] if parent else None
     rows = proctable.rows(conn, everything=everything, statuses=statuses,
                           parent=parent_id, role=role)
@@ -124,7 +125,8 @@ COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", machine=lambda r: r["status"]),
+    Column("stat", "STAT", machine=lambda r: r["status"],
+           human=lambda r: r["status"] + ("H" if r["held_at"] is not None else "")),
     _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),
@@ -144,11 +146,15 @@ COLUMNS = [
     Column("restarts", "RESTARTS"),
     Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",
            machine=lambda r: iso(r["retry_at"])),
+    Column("held", "HELD", human=lambda r: "held" if r["held_at"] is not None else "-",
+           machine=lambda r: iso(r["held_at"])),
     Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
            human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
     _setting("allow"),
     _setting("ask"),
     _setting("cwd"),
+    _setting("options"),
+    _setting("schema"),
     Column("unconfined", "UNCONFINED", human=lambda r: "YES" if r["unconfined"] else "-"),
 ]
 

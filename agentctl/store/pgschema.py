@@ -178,7 +178,11 @@ CREATE INDEX requests_deadline ON requests(deadline) WHERE decision IS NULL
 """
 
 # (version, statements) after the baseline, in order: append only.
-MIGRATIONS = []
+MIGRATIONS = [
+    (11, ["ALTER TABLE agents ADD COLUMN held_at DOUBLE PRECISION",
+          f"ALTER TABLE agents ADD COLUMN options {_TEXT}",
+          f"ALTER TABLE agents ADD COLUMN schema {_TEXT}"]),      # 0012_daily
+]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the
 # ids it copied).
