@@ -46,11 +46,14 @@ def test_created_private_with_wal_and_shm_private_too(tmp_path, monkeypatch):
     conn.close()
 
 
-def test_db_flag_wins(tmp_path):
+def test_db_flag_wins(tmp_path, home):
     other = tmp_path / "other.db"
     assert agent("fork", "--db", other, "-n", "x").code == 0
     assert agent("ps", "--db", other, "-q").lines[1:] != []
-    assert agent("ps", "-q").code == 1          # nothing at the default: a reader makes none
+    if str(home).startswith("postgresql://"):   # a database that exists, its tables made
+        assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
+    else:                                       # no file: a reader makes none
+        assert agent("ps", "-q").code == 1 and not home.exists()
 
 
 @pytest.mark.sqlite_only
