@@ -91,9 +91,14 @@ def _may_widen(conn, setting, agent, actor, above, old, new, tool_names):
                       "own settings; its ancestors or the operator may change them")
     if actor is None:
         return
-    if setting.narrows == settings.SUBSET and new and tool_names is not None:
-        from agentctl.ops import grants  # (start-up: fnmatch, only for a grant)
-        grants.check_fork(conn, actor, new, *tool_names())
+    if setting.narrows == settings.SUBSET and setting.kind == "patterns":
+        if new and tool_names is not None:      # globs over tool names: grants judges them
+            from agentctl.ops import grants  # (start-up: fnmatch, only for a grant)
+            grants.check_fork(conn, actor, new, *tool_names())
+    elif setting.narrows == settings.SUBSET:    # any other list: only what it holds itself
+        if not settings.narrows(setting, actor[setting.name], new):
+            raise Refused(f"{setting.name}={setting.text(new)}: {who} holds "
+                          f"{setting.text(actor[setting.name])} itself, so it can't give more")
     elif setting.narrows == settings.MIN:
         held = actor[setting.name]
         if held is not None and (new is None or new > held):
