@@ -4,14 +4,14 @@ its fork doesn't give it, in which direction a change narrows what the agent may
 how a value is read from text and how it is shown.
 
 ops.lifecycle.fork builds a child's row from SETTINGS (child()); agent-ps's -o
-columns for them come from here; agent-set (KEY=VALUE) is to use get(), parse() and
-narrows()."""
+columns for them come from here; agent-set(1) (KEY=VALUE) changes them with get(),
+parse() and narrows(), each but those `fixed` at fork."""
 
 import math
 import os
 from dataclasses import dataclass, field
 
-from agentctl import env, limits, modelspec
+from agentctl import env, limits, modelspec, shape
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES
@@ -38,7 +38,8 @@ class Setting:
     `by_role` names the role, else the parent's when `inherit`, else `default`."""
     name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
     kind: str                   # text, model, choice, count, duration, patterns, dir,
-                                # paths, flag or limits
+                                # paths, flag, limits, options (KEY=VALUE, a line each)
+                                # or schema (JSON text)
     doc: str
     inherit: bool = False
     default: object = None
@@ -48,6 +49,7 @@ class Setting:
     header: str = None          # agent-ps's column header; None: agent-ps doesn't show it
     least: int = 0              # a count's least value
     choices: tuple = ()
+    fixed: bool = False         # set once, at fork: agent-set refuses it
 
     @property
     def key(self):
@@ -70,6 +72,12 @@ class Setting:
             return text
         if self.kind == "patterns":
             return [p.strip() for p in text.split(",") if p.strip()]
+        if self.kind == "options":
+            lines = [p.strip() for p in text.split(",") if p.strip()]
+            modelspec.parse_options(lines, None)    # each checked again against the model
+            return lines
+        if self.kind == "schema":
+            return shape.load(text)
         if self.kind == "model":
             modelspec.check_name(text)
             return text
@@ -106,7 +114,7 @@ class Setting:
 
     def text(self, value):
         """The stored value as people read it: - for none, patterns joined by commas."""
-        if self.kind in ("patterns", "paths"):
+        if self.kind in ("patterns", "paths", "options"):
             return ",".join(value.split("\n")) if value else "-"
         if self.kind == "flag":
             return "yes" if value else "-"
@@ -122,12 +130,16 @@ class Setting:
             return bool(value)
         if self.kind == "limits":
             return limits.read(value)
+        if self.kind == "options":
+            return options(value)
+        if self.kind == "schema" and value:
+            return shape.loads(value)
         return value
 
 
 SETTINGS = (    # role first: the others' rules read the child's role
     Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
-            default="agent", choices=ROLES, header="ROLE"),
+            default="agent", choices=ROLES, header="ROLE", fixed=True),
     Setting("model", "model", "The model its turns call, PROVIDER:MODEL or echo.",
             inherit=True, header="MODEL"),
     Setting("system_prompt", "text", "Its system prompt.", inherit=True, keyword="system"),
@@ -163,10 +175,23 @@ SETTINGS = (    # role first: the others' rules read the child's role
     Setting("unconfined", "flag", "Its tools run outside the sandbox, with the "
             "operator's power: only the operator gives it, and no child inherits it.",
             narrows=OPERATOR, header="UNCONFINED"),
+    Setting("options", "options", "Options of its model's calls, KEY=VALUE separated by "
+            "commas (temperature, max_tokens ...: agentctl(7), Models).", inherit=True,
+            keyword="model_options", header="OPTIONS"),
+    Setting("schema", "schema", "The JSON Schema its final reply must fit: a file, or the "
+            "JSON itself (agentctl(7), RESULTS AS DATA).", header="SCHEMA"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
 KEYS = frozenset(s.key for s in SETTINGS)
+
+
+def options(stored):
+    """Stored model options (KEY=VALUE, one a line) as {KEY: value}, each typed as the
+    providers declare it (modelspec.OPTIONS)."""
+    if not stored:
+        return {}
+    return modelspec.parse_options(stored.split("\n"), None)
 
 
 def get(name):

@@ -84,8 +84,8 @@ def failure_notice(label, agent_id, how, why):
     return f"{label} ({agent_id}) {how}\nerror:\n{why}"
 
 
-NOT_RESTARTED = ("failed (69); not restarted (--restart never): its input stays taken, and "
-                 "it waits for new input")
+NOT_RESTARTED = ("failed; not restarted (--restart never): held, its input kept, until the "
+                 "operator runs it again or changes its settings")
 
 
 def restarting(delay, count, limit, window):
@@ -163,6 +163,14 @@ def request_result(decision, answer, by_operator):
 def timer(wake_at):
     return f"[TIMER] You asked to be woken at {iso(wake_at)}."
 
+
+
+# -- a final reply that does not fit the agent's JSON Schema (agent-fork --schema)
+
+def misfit(problem):
+    """Said to the model after a final reply that does not fit its schema."""
+    return (f"[SCHEMA] Your reply does not fit the JSON Schema it must: {problem}. Reply "
+            "again with only a JSON value that fits it, no other text.")
 
 
 # -- compaction

@@ -46,11 +46,14 @@ def test_created_private_with_wal_and_shm_private_too(tmp_path, monkeypatch):
     conn.close()
 
 
-def test_db_flag_wins(tmp_path):
+def test_db_flag_wins(tmp_path, home):
     other = tmp_path / "other.db"
     assert agent("fork", "--db", other, "-n", "x").code == 0
     assert agent("ps", "--db", other, "-q").lines[1:] != []
-    assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
+    if str(home).startswith("postgresql://"):   # a database that exists, its tables made
+        assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
+    else:                                       # no file: a reader makes none
+        assert agent("ps", "-q").code == 1 and not home.exists()
 
 
 @pytest.mark.sqlite_only
@@ -143,13 +146,22 @@ def test_a_database_of_schema_5_gets_each_agents_depth(tmp_path):
         {"init": 0, "a": 1, "b": 2, "c": 3}
 
 
-def test_directory_that_cant_be_made(tmp_path):
+def test_directory_that_cant_be_made(tmp_path, monkeypatch):
+    """Only the default location's directories are made: an explicit --db in a directory
+    that does not exist is a typo (2; a reader: no database, 1)."""
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = agent("ps", "--db", blocker / "sub" / "agents.db")
+    result = agent("fork", "--db", blocker / "sub" / "agents.db")
+    assert (result.code, result.err) == (2, f"agent-fork: {blocker}/sub/agents.db: no such "
+                                            f"directory: {blocker}/sub (only the default "
+                                            "database's directories are made)\n")
+    assert agent("ps", "--db", blocker / "sub" / "agents.db").code == 1
+    monkeypatch.delenv("AGENTCTL_DB")
+    monkeypatch.setenv("XDG_DATA_HOME", str(blocker / "sub"))
+    result = agent("fork")
     assert result.code == 74
-    assert result.err == (f"agent-ps: {blocker}/sub/agents.db: can't create the database: "
-                          "Not a directory\n")
+    assert result.err == (f"agent-fork: {blocker}/sub/agentctl/agents.db: can't create the "
+                          "database: Not a directory\n")
 
 
 def test_locked_longer_than_busy_timeout_is_tempfail(home, monkeypatch):
@@ -220,8 +232,8 @@ def test_a_full_disk_is_said_and_is_temporary_with_nothing_half_written(home, mo
     assert agent("fork", "-n", "a").code == 0
     real = db.connect
 
-    def small(path=None):
-        conn = real(path)
+    def small(path=None, create=True):
+        conn = real(path, create)
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {pages + 1}")
         return conn

@@ -35,6 +35,9 @@ OPTIONS = {
     "answer": ["-c", "--check", "--approve", "--deny", "AAAA", "blue"],
     "log": ["--tree", "--kind", "--since", "--after", "-n", "--lines", "--prune-before", "fork",
             "turn-end", "1h", "1"],
+    "set": ["-o", "--model-option", "model=echo", "budget=5", "allow=read_file", "ask=run:1h",
+            "max_children=2", "options=max_tokens=5", "schema={}", "temperature=0.2", "a"],
+    "why": ["a", "b", "c", "init"],
 }
 LISTING = ["--format", "-o", "-q", "--quiet", "-0", "--null", "--no-headers"]
 COMMON = ["--db", "-h", "--help", "--version", "--", "-"]
@@ -186,7 +189,7 @@ def test_a_database_path_with_a_nul_byte_is_a_usage_error(program, home):
     """Found by the fuzzer (make soak): a NUL in --db was an internal error."""
     args = {"wait": ["--timeout=0", "init"], "doc": ["ls"], "replay": ["init"],
             "run": ["init"], "kill": ["init"], "send": ["init", "hi"],
-            "db": ["check"]}.get(program, [])
+            "db": ["check"], "set": ["init", "model=echo"], "why": ["init"]}.get(program, [])
     if program in ("doc", "db"):
         result = agent(program, "--db", "a\x00b", *args)
     else:

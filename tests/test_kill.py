@@ -193,12 +193,15 @@ def test_hup_on_an_open_turn_clears_after_it(conn, tmp_path, stopped):
 
 
 def test_a_hup_waiting_for_a_refused_turn_is_recorded_as_it_ends(conn, tmp_path):
-    """A turn refused (exit 69) after a completed step ends as it stands, its
-    step kept: the clear that waited for it follows it."""
+    """A turn refused (exit 69) after a completed step is held open, its step kept:
+    the clear that waited for it follows it when it ends."""
     second_step = interrupted(tmp_path)
     assert agent("kill", "-s", "HUP", "a").code == 0
     second_step({"fail": "error"})
     assert agent("run", "a").code == 69
+    assert "clear" not in kinds(conn, "a") and registry.resolve(conn, "a")["hup_pending"] == 1
+    second_step({"content": "done"})
+    assert agent("run", "a").out == "done\n"      # resumed where it failed
     assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
     assert registry.resolve(conn, "a")["hup_pending"] == 0
     assert agent("run", "a").code == 1           # its input was taken, once

@@ -201,14 +201,19 @@ def test_a_restart_backs_off_longer_each_time_and_resets_after_a_success(
     assert (d["failures"], d["retry_at"], d["restarts"]) == (0, None, 3)
 
 
-def test_never_keeps_the_failed_input_and_tells_the_parent(conn, tmp_path):
+def test_never_holds_the_failed_input_and_tells_the_parent(conn, tmp_path):
     fork("-n", "lead")
+    agent("kill", "-s", "STOP", "lead")                         # its mail would run it
     fork("-p", "lead", "-n", "w", "-r", "worker", "-m", rules(tmp_path, FAILING), "work")
     assert agent("run", "w").code == 69
     w = row(conn, "w")
     assert (w["status"], w["restarts"], w["retry_at"]) == ("S", 0, None)
-    assert agent("run", "w").code == 1                          # nothing pending
+    assert w["held_at"] is not None
+    assert agent("run", "--all").code == 1                      # held: left alone
+    assert agent("run", "w").code == 69                         # the input kept: tried again
+    assert len(mails(conn, "lead", "failure")) == 1             # told once
     assert "not restarted" in mails(conn, "lead", "failure")[0]
+    w = row(conn, "w")
     assert w["last_failure"].startswith("model API error")
     shown = agent("ps", "-o", "name,failure", "--format", "json", "--parent", "lead")
     assert json.loads(shown.out) == [{"name": "w", "failure": w["last_failure"]}]

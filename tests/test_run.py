@@ -152,7 +152,7 @@ def test_task_exits_with_its_result_and_cant_fork(conn, tmp_path):
     assert (t["status"], t["result"], t["exit_code"]) == ("Z", "the answer is 42", 0)
     results = conn.execute("SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result'",
                            (t["id"],)).fetchall()
-    assert results[0][0] == "error: t: a task can't fork"
+    assert results[0][0].startswith("error: unknown tool: fork (tools: send, ")    # not offered
     assert "the answer is 42" in agent("mail", "-r", "lead").out
     assert agent("fork", "-p", "t").code == 3
 
@@ -367,7 +367,7 @@ def test_all_runs_every_agent_with_input_in_parallel_and_skips_stopped(conn):
     assert result.code == 0, result.err
     texts = sorted(json.loads(line)["text"] for line in result.out.splitlines())
     assert texts == ["hi a", "hi b", "hi c"]
-    assert result.err.strip() == "agent-run: 3 agents: 3 ran, 0 had nothing to do, 0 skipped, 0 busy or temporarily failing, 0 failed"
+    assert result.err == ""                 # every turn ran: nothing to add
     assert shell("agent-run --all").code == 1
 
 
@@ -554,7 +554,7 @@ def test_several_forks_in_one_step_give_each_child_a_valid_context(conn, tmp_pat
         assert messages[-1] == {"role": "user", "content": {"c1": "one", "c2": "two"}[child]}
 
 
-def test_init_runs_no_turns():
+def test_init_runs_no_turns(conn):
     result = agent("run", "init")
     assert (result.code, result.err) == (3, "agent-run: init doesn't run turns\n")
     assert agent("run", "-j", "2", "x").code == 2

@@ -185,7 +185,11 @@ def test_a_tool_that_leaves_a_daemon_behind(world, tmp_path, mode):
     """setsid -f leaves a process in no group of the call's: unconfined, it outlives the
     call (agent-run(1) says so); sandboxed, it dies with the call's pid namespace."""
     mark = marker()
-    result = attempt(world, tmp_path, f"setsid -f sleep {mark}; echo left", *flags(mode))
+    # setsid -f forks before its child leaves the session: the tool waits until it has
+    left = (f'setsid -f sleep {mark}; for i in $(seq 1000); do pid=$(pgrep -xf "sleep {mark}"); '
+            f'[ -n "$pid" ] && [ "$(ps -o sid= -p $pid)" != "$(ps -o sid= -p $$)" ] && break; '
+            'done; echo left')
+    result = attempt(world, tmp_path, left, *flags(mode))
     assert result == "left\n"
     try:
         if mode == "unconfined":
@@ -325,3 +329,31 @@ def test_the_process_limit_binds_a_user_other_than_root(tmp_path):
         assert 0 < forked < 10, proc.stdout
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_agent_set_narrows_the_sandbox_and_widens_it_within_the_ancestors(world, tmp_path):
+    """agent-set, driven by the settings' declaration: an agent narrows its own sandbox;
+    an ancestor gives a descendant what its own tools have; only the operator gives
+    --unconfined."""
+    work = tmp_path / "work"
+    fork("-n", "lead", "--cwd", str(work), "--net", "--limit", "procs=50")
+    fork("-p", "lead", "-n", "kid", "--no-net", "--limit", "procs=10")
+
+    def as_(who, *words):
+        return shell(f"AGENT_ID={who} agent-set " + " ".join(words))
+
+    assert as_("kid", "kid", "limits=procs=5").code == 0                  # narrows its own
+    assert as_("kid", "kid", "net=yes").code == 3                         # widens its own
+    assert as_("lead", "kid", "net=yes", "limits=procs=50").code == 0      # what lead has
+    over = as_("lead", "kid", "limits=procs=51")
+    assert over.code == 3 and "lead holds procs=50 itself" in over.err, over
+    outside = as_("lead", "kid", f"ro={tmp_path / 'outside'}")
+    assert outside.code == 3, outside
+    assert as_("lead", "kid", f"ro={work}").code == 0           # its own cwd, read-only
+    refused = as_("lead", "kid", "unconfined=yes")
+    assert refused.code == 3 and "only the operator gives it" in refused.err
+    assert agent("set", "kid", "unconfined=yes").code == 0        # the operator
+    rows = {r["name"]: r for r in json.loads(
+        agent("ps", "-o", "name,net,ro,limits,unconfined", "--format", "json").out)}
+    assert rows["kid"]["net"] is True and rows["kid"]["unconfined"] is True
+    assert rows["kid"]["limits"]["procs"] == 50 and rows["kid"]["ro"] == [str(work)]

@@ -23,9 +23,12 @@ def mode(path):
 
 
 def test_private_modes_whatever_the_umask(tmp_path):
-    path = tmp_path / "deep" / "er" / "agents.db"
+    """The default location, whose directories are made (each 0700), whatever the umask."""
+    path = tmp_path / "deep" / "er" / "agentctl" / "agents.db"
     code = ("import os, sys; os.umask(0); from agentctl.store.db import connect, transaction\n"
-            "conn = connect(sys.argv[1])\n"
+            "os.environ.pop('AGENTCTL_DB', None)\n"
+            "os.environ['XDG_DATA_HOME'] = os.path.dirname(os.path.dirname(sys.argv[1]))\n"
+            "conn = connect()\n"
             "with transaction(conn):\n"
             "    conn.execute(\"INSERT INTO events (agent_id, kind, created_at) "
             "VALUES ('AAAAAAAAAAAAAAAAAAAAAA', 'x', 0)\")\n"
@@ -35,6 +38,7 @@ def test_private_modes_whatever_the_umask(tmp_path):
                           capture_output=True, text=True)
     assert proc.stdout.split() == ["0o600", "0o600"], proc.stderr
     assert mode(path) == 0o600 and mode(path.parent) == 0o700 and mode(path.parent.parent) == 0o700
+    assert mode(path.parent.parent.parent) == 0o700
 
 
 @pytest.mark.parametrize("model", ["openai:gpt-test", "anthropic:claude-test"])
@@ -98,7 +102,8 @@ def digest(path):
 ARGS = {"fork": ["-n", "x"], "kill": ["init"], "ps": [], "send": ["init", "hi"],
         "mail": ["-c", "init"], "replay": ["init"], "run": ["init"], "wait": ["--timeout", "0", "init"],
         "doc": ["put", "notes", "hi"], "db": ["check"], "log": ["-n", "1"],
-        "answer": []}
+        "answer": [], "set": ["init", "model=echo"], "why": ["init"]}
+MAKERS = ("fork", "doc")        # the programs that make a database (agentctl(7), EXIT STATUS)
 
 
 @pytest.mark.sqlite_only
@@ -112,10 +117,11 @@ def test_every_program_meets_a_database_fault_with_one_line_and_74(home, fault, 
         raw = sqlite3.connect(home)
         raw.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 7}")
         raw.close()
-    else:
+    else:       # the default location, whose directories are made: one can't be
         (tmp_path / "blocker").write_text("a file where a directory should be")
-        home = tmp_path / "blocker" / "agents.db"
-        monkeypatch.setenv("AGENTCTL_DB", str(home))
+        home = tmp_path / "blocker" / "agentctl" / "agents.db"
+        monkeypatch.delenv("AGENTCTL_DB")
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "blocker"))
     before = digest(home) if home.exists() else None
     for program in PROGRAMS:
         result = agent(program, *ARGS[program])
@@ -123,6 +129,9 @@ def test_every_program_meets_a_database_fault_with_one_line_and_74(home, fault, 
             assert result.code == 1 and fault.split()[-1] in result.out, result
             assert result.err.startswith("agent-db: ") and result.err.count("\n") == 1
             continue
+        if fault == "missing directory" and program not in MAKERS + ("db",):
+            assert result.code == 1 and "no database" in result.err, (program, result)
+            continue        # a program that makes no database: nothing there
         assert result.code == 74 and result.out == "", (program, result)
         assert result.err.startswith(f"agent-{program}: ") and result.err.count("\n") == 1
         assert (digest(home) if home.exists() else None) == before, program
@@ -134,8 +143,9 @@ def files(directory):
 
 READ_ONLY_ARGS = {"fork": "-n x", "kill": "a", "ps": "", "send": "a hi", "mail": "-c a",
                   "replay": "a", "run": "a", "wait": "--timeout 0 a", "doc": "put notes hi",
-                  "db": "check", "log": "-n 1", "answer": ""}
-WRITERS = ("fork", "kill", "send", "run", "doc")
+                  "db": "check", "log": "-n 1", "answer": "", "set": "a model=echo",
+                  "why": "a"}
+WRITERS = ("fork", "kill", "send", "run", "doc", "set")
 
 
 @pytest.mark.sqlite_only
@@ -182,7 +192,7 @@ def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp
     else:
         assert codes == {"fork": "74", "kill": "74", "ps": "0", "send": "74", "mail": "1",
                          "replay": "0", "run": "74", "wait": "1", "doc": "74", "db": "0",
-                         "log": "0", "answer": "0"}, result
+                         "log": "0", "answer": "0", "set": "74", "why": "0"}, result
         assert sorted(errors) == sorted(f"agent-{p}" for p in WRITERS), result.err
         assert all(line.endswith("database is read-only") for line in errors.values())
     assert len(result.err.splitlines()) == len(errors)

@@ -69,14 +69,17 @@ def test_a_child_of_a_voided_forking_turn_gets_no_result_without_its_call(tmp_pa
 
 
 def test_a_turn_refused_after_it_forked_keeps_the_fork(tmp_path, sent, conn):
-    """A request refused for good (exit 69) after a step ran its calls ends the turn
-    as it stands: the fork happened, so the step stays, and is not done again."""
+    """A request refused for good (exit 69) after a step ran its calls holds the agent
+    with its turn open: the fork happened, so the step stays, and is not done again
+    when the turn resumes."""
     steps = dict(FORKING, steps=FORKING["steps"][:1] + [{"fail": "error"}])
-    fork("-n", "a", "-m", script(tmp_path, steps, {"reply": {"content": "done"}}), "go")
+    fork("-n", "a", "-m", script(tmp_path, steps), "go")
     assert agent("run", "a").code == 69
-    assert agent("run", "a").code == 1                       # nothing to redo
+    assert agent("why", "a").out.startswith("held after a failure")
+    assert conn.execute("SELECT status FROM turns").fetchone()[0] == "running"
+    script(tmp_path, dict(FORKING, steps=FORKING["steps"][:1] + [{"content": "done"}]))
+    assert agent("run", "a").out == "done\n"                  # resumed, not redone
     assert conn.execute("SELECT count(*) FROM agents WHERE name = 'kid'").fetchone()[0] == 1
-    assert conn.execute("SELECT status FROM turns").fetchone()[0] == "failed"
     context = openai("kid")
     assert paired(context)
     assert [m["role"] for m in context] == ["user", "assistant", "tool", "user"]
@@ -98,15 +101,20 @@ def test_a_child_forked_at_a_call_sees_it_answered(tmp_path, sent, conn):
     assert paired(sent[-1]) and sent[-1][:3] == context
 
 
-def test_a_task_refused_after_a_step_exits_failed(tmp_path, conn):
-    """Its input was taken and its steps kept: nothing is left to run, so a task
-    would wait for ever; it exits 69 instead, and its parent learns."""
+def test_a_task_refused_after_a_step_is_held_and_its_parent_told(tmp_path, conn):
+    """Its steps kept and its turn open: held, not exited (a fix resumes it); its
+    parent learns by a failure mail."""
     steps = dict(FORKING, steps=[{"tool_calls": [{"name": "ps", "arguments": {}}]},
                                  {"fail": "error"}])
     fork("-n", "boss")
     fork("-p", "boss", "-n", "t", "-r", "task", "-m", script(tmp_path, steps), "go")
     assert agent("run", "t").code == 69
+    assert agent("wait", "--timeout", "0", "t").code == 1     # not exited
+    assert agent("mail", "-c", "boss").out == "1\n"          # the failure notice
+    script(tmp_path, dict(FORKING, steps=[steps["steps"][0], {"content": "listed"}]))
+    assert agent("run", "t").out == "listed\n"
     result = agent("wait", "--format", "json", "-o", "name,status,exit_code", "t")
-    assert result.code == 3 and json.loads(result.out) == [
-        {"name": "t", "status": "failed", "exit_code": 69}]
-    assert agent("mail", "-c", "boss").out == "1\n"          # the exit notification
+    assert result.code == 0 and json.loads(result.out) == [
+        {"name": "t", "status": "exited", "exit_code": 0}]
+
+

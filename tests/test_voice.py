@@ -20,7 +20,7 @@ STARTS = ("error: ", "[TIMER]", "[COMPACT", "[DOCUMENT", "INBOX", "MID-TURN UPDA
           "no answer in time", "sleeping until", "exiting after this", "unknown tool: ",
           "interrupted: ", "timed out after", "arguments are not valid JSON",
           "(no result in this context", "the agent exited", "the agent was sent TERM",
-          "the server said the call failed")
+          "the server said the call failed", "[SCHEMA]")
 WITHIN = (" new]", "exit notification", "failure notice", "budget notice", "is over budget",
           ") asks", "Answer with the answer tool", "Decide with the answer tool",
           "; exit status ", "\nresult:\n", "\nerror:\n", "restarting in", "not restarted",
@@ -114,6 +114,7 @@ SAMPLES = {
     "inbox": (voice.INBOX, [(DEFERRED, "the operator"), (MAIL, "b (AAAA)")], T),
     "exit_notice": ("b", "AAAA", 0, None, "done"),
     "failure_notice": ("b", "AAAA", voice.NOT_RESTARTED, "model API error: 400"),
+    "misfit": ("$: 'answer' is missing",),
     "restarting": (30.0, 1, 5, 3600.0),
     "restarts_used_up": (5, 3600.0, "model API error: 400"),
     "idle_exit": (600.0,),

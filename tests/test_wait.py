@@ -25,7 +25,8 @@ def test_collects_a_zombie_and_prints_its_result(conn, home):
     finish(home, "w", result="42 pages\nmore")
     result = agent("wait", "w", "--format", "json")
     assert result.code == 0
-    assert json.loads(result.out) == [{"id": w, "name": "w", "status": "exited", "result": "42 pages\nmore"}]
+    assert json.loads(result.out) == [{"id": w, "name": "w", "status": "exited",
+                                       "result": "42 pages\nmore", "value": None}]
     assert registry.get(conn, w)["status"] == "X"
     assert conn.execute("SELECT count(*) FROM events WHERE agent_id = ? AND kind = 'reap'",
                         (w,)).fetchone()[0] == 1
@@ -90,7 +91,7 @@ def test_ids_from_a_pipe():
     assert (result.code, result.out) == (3, "killed\n")
 
 
-def test_unknown_agent():
+def test_unknown_agent(conn):
     result = agent("wait", "nobody")
     assert (result.code, result.err) == (1, "agent-wait: no such agent: nobody\n")
 

@@ -37,7 +37,7 @@ def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, re
     if req is None:
         if approve or deny or text is not None:
             raise UsageError("missing REQ")
-        conn = connect(db_path)
+        conn = connect(db_path, create=False)
         rows = [item(r) for r in asks_store.pending(conn)]
         if check:
             click.echo(len(rows))
@@ -57,7 +57,7 @@ def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, re
         how, body = "answer", read_body(text)
         if body is None:
             raise UsageError("missing TEXT (give it, or - to read it from stdin)")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     with transaction(conn):
         me = actor(conn)
         row = asks.decide(conn, req, me["id"] if me else None, how, body)
@@ -68,7 +68,7 @@ def cli(db_path, check, approve, deny, fmt, columns, quiet, null, no_headers, re
 def _complete_requests(ctx, word):
     """Shell completion: the ids of the requests that wait."""
     try:
-        conn = connect(ctx.params.get("db_path"))
+        conn = connect(ctx.params.get("db_path"), create=False)
         return [r["id"] for r in asks_store.pending(conn) if r["id"].startswith(word)]
     except Exception:
         return []

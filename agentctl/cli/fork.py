@@ -65,10 +65,16 @@ from agentctl.store.db import transaction
 @click.option("--unconfined", is_flag=True, default=None,
               help="Its tools run with the operator's whole power, outside the sandbox; "
                    "only the operator gives it, and no child inherits it.")
+@click.option("-o", "--model-option", "options", multiple=True, metavar="KEY=VALUE",
+              help="A model option (temperature=0.2, max_tokens=800 ...: agentctl(7), "
+                   "Models); repeatable (default: the parent's).")
+@click.option("--schema", metavar="FILE|JSON",
+              help="The child's final reply must be a JSON value that fits this JSON "
+                   "Schema (a file, or the JSON itself).")
 @click.argument("prompt", required=False)
 def cli(db_path, parent, name, role, model, system, at, window, budget, restart, max_restarts,
         restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, ro, net, limit,
-        unconfined, prompt):
+        unconfined, options, schema, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -81,6 +87,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         raise UsageError("empty prompt")
     if model is not None:
         modelspec.check_name(model)
+    if schema is not None:
+        schema = settings.get("schema").parse(schema)
     if cwd is not None:
         cwd = os.path.abspath(cwd)
         if not os.path.isdir(cwd):
@@ -106,6 +114,7 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                allow=list(allow), ask=list(ask), cwd=cwd,
                                ro=list(ro) or None, net=net, limits=limits_given,
                                unconfined=unconfined,
+                               model_options=list(options) or None, schema=schema,
                                tool_names=catalog and catalog.names)
     for pattern in catalog.unmatched(list(allow) + list(ask)) if catalog else ():
         warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "

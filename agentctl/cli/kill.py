@@ -30,7 +30,7 @@ def cli(db_path, sig, cascade, grace, wait, agents):
     if grace is not None and sig != "TERM":
         raise UsageError(f"--grace goes with TERM (the KILL that follows it), not {sig}")
     targets = stdin_words(agents)
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     me = actor(conn)
     deadlines.carry_out(conn)
     status, signalled = 0, []

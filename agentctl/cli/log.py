@@ -58,7 +58,7 @@ def cli(db_path, tree, kinds, since, after, last, follow, prune_before, fmt, col
     unknown = [k for k in kinds or () if k not in events.KINDS]
     if unknown:         # a typo would list nothing, silently
         raise UsageError(f"unknown kind: {unknown[0]} (one of {', '.join(events.KINDS)})")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     agents = None
     if refs:
         chosen = [registry.resolve(conn, ref) for ref in refs]
@@ -119,7 +119,7 @@ def starting(text):
 
 def prune(db_path, before):
     starting(before)                    # a bad time is a usage error before the database
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     cut = starting(before)              # by the database's clock, known once connected
     with transaction(conn):
         count = events.prune(conn, cut)

@@ -49,7 +49,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
     ids = [int(w) for w in words]
     if deferred and (read or wait is not None or everything):
         raise UsageError("--deferred doesn't go with -r, -a or --wait: it is not mail yet")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     me = actor(conn)
     owner = registry.resolve(conn, refs[0]) if refs else me
     if owner is not None:

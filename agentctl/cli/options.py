@@ -70,7 +70,7 @@ def complete_agents(ctx, param, incomplete):
     """Shell completion: names and ids of agents not yet dead."""
     from click.shell_completion import CompletionItem
     try:
-        conn = db.connect(ctx.params.get("db_path"))
+        conn = db.connect(ctx.params.get("db_path"), create=False)
         rows = registry.not_dead(conn)
     except Exception:
         return []

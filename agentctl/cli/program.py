@@ -45,11 +45,12 @@ def program(name, cls=click.Command, **kwargs):
 _opened = []     # the database this program opened, for run() to check when a bug shows
 
 
-def connect(db_path):
+def connect(db_path, create=True):
+    """The database; `create` False for a program that only reads (db.connect)."""
     if db_path is not None and os.environ.get("AGENTCTL_PROXIED"):
         raise UsageError("--db: a sandboxed tool's programs use its agent's database")
     _opened.append(db.resolve_path(db_path))
-    return db.connect(db_path)
+    return db.connect(db_path, create)
 
 
 def actor(conn):

@@ -30,9 +30,10 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
-    forked_from fork_msg wake budget spent tokens failures restarts retry failure
-    allow ask cwd ro net limits unconfined with -o. In the table a ! after STAT
-    marks an agent whose tools run unconfined.
+    forked_from fork_msg wake budget spent tokens failures restarts retry held failure
+    allow ask cwd ro net limits unconfined options schema with -o. In the table, an H
+    after STAT marks an agent held after a failure (agent-why says why), a ! one whose
+    tools run unconfined.
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
@@ -43,7 +44,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
         bad = [s for s in statuses if s not in known]
         if bad:
             raise UsageError(f"unknown status: {bad[0]} ({', '.join(known[:-1])} or {known[-1]})")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     parent_id = registry.resolve(conn, parent)["id"] if parent else None
     rows = proctable.rows(conn, everything=everything, statuses=statuses,
                           parent=parent_id, role=role)
@@ -123,8 +124,9 @@ COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", human=lambda r: r["status"] + ("!" if r["unconfined"] else ""),
-           machine=lambda r: r["status"]),
+    Column("stat", "STAT", machine=lambda r: r["status"],
+           human=lambda r: r["status"] + ("H" if r["held_at"] is not None else "")
+           + ("!" if r["unconfined"] else "")),
     _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),
@@ -144,6 +146,8 @@ COLUMNS = [
     Column("restarts", "RESTARTS"),
     Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",
            machine=lambda r: iso(r["retry_at"])),
+    Column("held", "HELD", human=lambda r: "held" if r["held_at"] is not None else "-",
+           machine=lambda r: iso(r["held_at"])),
     Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
            human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
     _setting("allow"),
@@ -153,6 +157,8 @@ COLUMNS = [
     _setting("net"),
     _setting("limits"),
     _setting("unconfined"),
+    _setting("options"),
+    _setting("schema"),
 ]
 
 

@@ -32,7 +32,7 @@ def cli(db_path, fmt, ranges, full, agent):
     if full and fmt == "openai":
         raise UsageError("--full is the record, not a context: use it with text or jsonl")
     fmt = fmt or "text"
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     target = registry.resolve(conn, agent)
     authority.check(conn, actor(conn), target, "replay")
     if ranges:

@@ -5,12 +5,12 @@ import sys
 
 import click
 
-from agentctl import clock, keys
+from agentctl import keys
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
-from agentctl.cli.stdio import for_terminal, warn
-from agentctl.errors import UsageError
+from agentctl.cli.stdio import Interrupted, for_terminal, warn
+from agentctl.errors import NotFound, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, budget, deadlines, turns
 from agentctl.store import asks as asks_store, registry
@@ -54,16 +54,12 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     agent = agent or os.environ.get("AGENT_ID")
     if not agent:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     if list_tools:
         return _list_tools(conn, agent, fmt if fmt != "text" or not as_json else "json")
     deadlines.carry_out(conn)
-    prompt = None if no_prompt or not _terminals() else \
-        (lambda row: _prompt(row, registry.label(registry.get(conn, row["agent_id"]))))
-    if prompt is not None:
-        _answer_waiting(conn, agent, prompt)
     stream = sys.stdout.isatty() and not as_json
-    streamed = []
+    streamed, interrupted = [], []
 
     def show(text):
         sys.stdout.write(for_terminal(text))
@@ -75,6 +71,25 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         streamed.append(chunk)
         shown(chunk)
 
+    def ask(row):
+        """The operator asked at the terminal, on a line of its own after streamed text;
+        ^C at the question leaves the request waiting and the agent paused (P)."""
+        shown.flush()
+        if streamed and not streamed[-1].endswith("\n"):
+            show("\n")
+            streamed.append("\n")
+        try:
+            return _prompt(row, registry.label(registry.get(conn, row["agent_id"])))
+        except (KeyboardInterrupt, Interrupted):
+            sys.stderr.write("\n")
+            interrupted.append(row["id"])
+            return None
+
+    prompt = None if no_prompt or not _terminals() else ask
+    if prompt is not None:
+        _answer_waiting(conn, agent, prompt)
+        if interrupted:
+            raise Interrupted()
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,
@@ -105,6 +120,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
                           "killed by KILL during its turn (voided)")
         return 3
+    if interrupted:
+        raise Interrupted()         # the request waits; agent-run says so and exits 130
     return 0
 
 
@@ -175,25 +192,23 @@ def _list_tools(conn, ref, fmt):
     return 0
 
 
-def _all(db_path, jobs, model, max_steps, as_json):
+def _all(db_path, jobs, model, max_steps, fmt):
     """Each turn in its own process (as cron would run it): a crash or a hung
-    model call of one agent can't take the others down."""
+    model call of one agent can't take the others down. Each reply is printed as it
+    comes, each line prefixed by its agent's name (with `fmt`, json or jsonl: the
+    turn's record, a line each); nothing at all when nothing ran, so that cron mails
+    only when something happened (why an agent did not run: agent-why)."""
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
-    conn = connect(db_path)
+    try:
+        conn = connect(db_path, create=False)
+    except NotFound:
+        return 1            # no database yet: nothing to do, and nothing to say
     deadlines.carry_out(conn)
     ids = turns.runnable(conn)
     labels = {i: registry.label(registry.get(conn, i)) for i in ids}
-    waiting = turns.backing_off(conn)
     conn.close()
     if not ids:
-        if waiting:     # why nothing runs, and until when
-            first = min(r["retry_at"] for r in waiting)
-            warn("agent-run", f"nothing to do now: {len(waiting)} "
-                              f"agent{'s' if len(waiting) > 1 else ''} with input backing off "
-                              f"after failures, the first until {clock.iso(first)}")
-        else:
-            warn("agent-run", "nothing to do")
         return 1
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -219,16 +234,29 @@ def _all(db_path, jobs, model, max_steps, as_json):
             if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
                 codes[agent_id] = 128 - proc.returncode
                 warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
-            if as_json and proc.stdout:
-                sys.stdout.write(proc.stdout)
+            if proc.stdout:
+                sys.stdout.write(proc.stdout if fmt else _replies(proc.stdout, labels[agent_id]))
+                sys.stdout.flush()
     # 3: stopped, exited, killed or out of budget since the list was made: skipped, not failed
     counts = {c: sum(1 for code in codes.values() if code == c) for c in (0, 1, 3, 75)}
     failed = len(codes) - sum(counts.values())
-    warn("agent-run", f"{len(codes)} agents: {counts[0]} ran, {counts[1]} had nothing to do, "
-                      f"{counts[3]} skipped, {counts[75]} busy or temporarily failing, "
-                      f"{failed} failed")
+    if counts[0] != len(codes):     # all ran: their replies say so; else say what did not
+        warn("agent-run", f"{len(codes)} agents: {counts[0]} ran, {counts[1]} had nothing "
+                          f"to do, {counts[3]} skipped, {counts[75]} busy or temporarily "
+                          f"failing, {failed} failed")
     bad = [c for c in codes.values() if c not in (0, 1, 3)]
     return bad[0] if bad else 0
+
+
+def _replies(records, label):
+    """The replies of a child run's records (its --json lines), each line prefixed by
+    the agent's name, as `parallel --tag` does: grep and cron mail read them."""
+    import json
+    lines = []
+    for record in records.splitlines():
+        text = json.loads(record).get("text") or ""
+        lines += [f"{label}: {line}" for line in for_terminal(text).splitlines()]
+    return "".join(line + "\n" for line in lines)
 
 
 def _named(text, label):

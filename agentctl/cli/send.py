@@ -31,7 +31,7 @@ def cli(db_path, sender, jsonl, at, after, args):
     print the new mail ids. With --at or --in the mail is deferred: invisible
     to its recipient until then, then ordinary unread mail."""
     _when(at, after)                    # a bad time is a usage error before the database
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     deliver_at = _when(at, after)       # by the database's clock, known once connected
     if jsonl:
         if args:

@@ -8,7 +8,7 @@ from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_words, stdin_is_data
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import authority, deadlines, lifecycle, mail
+from agentctl.ops import authority, deadlines, ending, lifecycle, mail
 from agentctl.store import registry
 
 
@@ -33,7 +33,7 @@ def cli(db_path, timeout, any_one, parent, fmt, columns, quiet, null, no_headers
         refs = read_words()
         if not refs:
             return 0        # an empty pipe: nothing to wait for (as xargs -r)
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     me = actor(conn)
     if refs:
         targets = [registry.resolve(conn, ref) for ref in refs]
@@ -53,8 +53,9 @@ def cli(db_path, timeout, any_one, parent, fmt, columns, quiet, null, no_headers
                                        actor=me["id"] if me else None,
                                        tick=lambda: deadlines.carry_out(conn),
                                        next_due=lambda: deadlines.next_due(conn))
+    default = ["id", "name", "status", "result"] + (["value"] if fmt in ("json", "jsonl") else [])
     render([dict(r) | {"how": lifecycle.how(r)} for r in collected],
-           pick(wait_columns(), columns, ["id", "name", "status", "result"]),
+           pick(wait_columns(), columns, default),
            fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
     if pending and not (any_one and collected):
         return 1
@@ -73,6 +74,8 @@ def wait_columns():
         Column("exit_code", "CODE"),
         Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
         Column("result", "RESULT", human=lambda r: mail.first_line(r["result"] or "") or "-"),
+        # the result of an agent with a schema as the JSON value itself (agent-fork --schema)
+        Column("value", "VALUE", machine=lambda r: ending.value(r, r["result"])),
     ]
 
 

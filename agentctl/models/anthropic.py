@@ -41,7 +41,9 @@ class AnthropicModel(HTTPModel):
         return headers
 
     def request_body(self, messages, tools, stream, endpoint):
-        return request_body(self.model, messages, tools, endpoint.options["max_tokens"], stream)
+        body = request_body(self.model, messages, tools,
+                            self.model_options.get("max_tokens", endpoint.options["max_tokens"]), stream)
+        return {**body, **options_body(self.model_options, self.schema)}
 
     def parse_plain(self, body, messages):
         return parse_message(body, messages)
@@ -61,6 +63,22 @@ def request_body(model, messages, tools, max_tokens, stream):
         body["tools"] = [convert_tool(t) for t in tools]
     if stream:
         body["stream"] = True
+    return body
+
+
+def options_body(options, schema=None):
+    """The agent's model options (but max_tokens, which every request has) and schema in
+    the Messages API's form: stop as stop_sequences, effort and the schema (structured
+    outputs) in output_config."""
+    body, config = {}, {}
+    if "stop" in options:
+        body["stop_sequences"] = [options["stop"]]
+    if "effort" in options:
+        config["effort"] = options["effort"]
+    if schema is not None:
+        config["format"] = {"type": "json_schema", "schema": schema}
+    if config:
+        body["output_config"] = config
     return body
 
 

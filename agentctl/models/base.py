@@ -58,6 +58,8 @@ class Model:
     """A conversation in, one reply out. Subclasses: the API providers and the offline models."""
 
     name = ""
+    model_options = {}  # model options by agentctl's name (modelspec.OPTIONS), checked
+    schema = None       # a JSON Schema the final reply must fit (agentctl.shape's subset)
 
     def complete(self, messages, tools, on_text=None):
         """Return the model's Reply to `messages` (OpenAI chat form), offering `tools` (OpenAI form).

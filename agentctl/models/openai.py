@@ -33,14 +33,30 @@ class OpenAIModel(HTTPModel):
         return {"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}
 
     def request_body(self, messages, tools, stream, endpoint):
-        return {**request_body(self.model, messages, tools, stream),
+        body = {**request_body(self.model, messages, tools, stream),
                 **endpoint.options["token_limit"]}
+        return {**body, **options_body(self.model_options, endpoint.url, self.schema)}
 
     def parse_plain(self, body, messages):
         return parse_completion(body, messages)
 
     def parse_stream(self, events, messages, on_text):
         return read_stream(events, messages, on_text)
+
+
+def options_body(options, url, schema=None):
+    """The agent's model options and schema in Chat Completions' form: max_tokens under
+    the name the server reads, a schema as response_format json_schema."""
+    body = {}
+    for name, value in options.items():
+        if name == "max_tokens":
+            body[max_tokens_field(url)] = value
+        else:       # temperature, top_p, seed, stop ...: Chat Completions' own names
+            body[name] = value
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "result", "schema": schema}}
+    return body
 
 
 def max_tokens_field(url):

@@ -46,6 +46,42 @@ def carve(conn, parent, tokens):
     accounts.shrink(conn, acc["id"], tokens)
 
 
+def source(conn, agent):
+    """The account a change of `agent`'s budget takes from or gives back to: the one its
+    own was carved out of, or the one it is charged to when it has none; or None."""
+    if agent["budget_id"] == agent["id"]:
+        return accounts.carved_from(conn, agent["id"])
+    return agent["budget_id"]
+
+
+def pays_for(conn, agent, actor):
+    """Whether a raise of `agent`'s budget would come out of `actor`'s account."""
+    paying = source(conn, agent)
+    return paying is not None and paying == actor["budget_id"]
+
+
+def resize(conn, agent, tokens):
+    """Make `agent`'s own budget `tokens` (agent-set budget=N): more comes out of the
+    account it was carved from (refused beyond what that one has left), less gives
+    that account back what is no longer the agent's to spend; an agent charged to
+    another's account gets one of its own, carved out of that one."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise UsageError(f"bad budget: {tokens!r} (want a positive number of tokens)")
+    paying = source(conn, agent)
+    if agent["budget_id"] != agent["id"]:
+        if paying is not None:
+            carve(conn, registry.get(conn, paying), tokens)
+        accounts.set_budget(conn, agent["id"], tokens)
+        return
+    spent, old = agent["spent"], agent["budget"]
+    more = max(tokens - spent, 0) - max(old - spent, 0)     # what it may spend, from now
+    if more > 0 and paying is not None:
+        carve(conn, registry.get(conn, paying), more)
+    elif more < 0 and paying is not None:
+        accounts.grow(conn, paying, -more)
+    accounts.set_budget(conn, agent["id"], tokens)
+
+
 def charge(conn, agent_id, tokens):
     """Charge a model call's tokens to the agent's account; tell the owner's
     parent when this call exhausts it. The caller holds the transaction."""

@@ -2,6 +2,7 @@
 with the signal that waited for it; and what the turn's record says of it. Each
 ending is a step of the run: a transaction of its own (lease.holding)."""
 
+from agentctl import shape
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
 from agentctl.store import asks, events, history, registry, turnlog
@@ -14,23 +15,35 @@ class Outcome:
     token limit. (A plain class: dataclasses costs agent-run's start-up.)"""
 
     def __init__(self, agent_id, turn_id, status, text="", steps=0, input_tokens=0,
-                 output_tokens=0, mail_read=0, model="", exited=None, cut=False):
+                 output_tokens=0, mail_read=0, model="", exited=None, cut=False, value=None):
         self.agent_id, self.turn_id, self.status, self.text = agent_id, turn_id, status, text
         self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
         self.mail_read, self.model, self.exited, self.cut = mail_read, model, exited, cut
+        self.value = value      # the reply as a JSON value, for an agent with a schema
 
     def record(self):
         return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,
                 "model": self.model, "steps": self.steps, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "mail_read": self.mail_read,
-                "exited": self.exited, "text": self.text, "cut": self.cut}
+                "exited": self.exited, "text": self.text, "cut": self.cut, "value": self.value}
 
 
 def outcome(conn, agent_id, turn_id, status, spec, exited=None):
     turn = turnlog.get(conn, turn_id)
-    return Outcome(agent_id, turn_id, status, turnlog.final_text(conn, turn_id), turn["steps"],
+    text = turnlog.final_text(conn, turn_id)
+    return Outcome(agent_id, turn_id, status, text, turn["steps"],
                    turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited,
-                   turn["stop_reason"] == "length")
+                   turn["stop_reason"] == "length",
+                   value(registry.get(conn, agent_id), text) if status == "done" else None)
+
+
+def value(agent, text):
+    """The JSON value of a reply (a turn's, or an agent's result) of an agent with a
+    schema, which was checked to fit it before it was committed; else None."""
+    if not agent["schema"] or not text:
+        return None
+    found, wrong = shape.parse_reply(text, shape.loads(agent["schema"]))
+    return None if wrong else found
 
 
 def how_it_ends(conn, turn_id, validate):
@@ -72,7 +85,8 @@ def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
         signal = registry.get(conn, agent_id)["pending_signal"]
         turnlog.finish(conn, turn_id, status)
         history.clear_if_pending(conn, agent_id)
-        registry.update(conn, agent_id, failures=0, retry_at=None, pending_signal=None)
+        registry.update(conn, agent_id, failures=0, retry_at=None, held_at=None,
+                        pending_signal=None)
         registry.release(conn, agent_id, "T" if signal == "STOP" else "S")
         agent = registry.get(conn, agent_id)
         text = turnlog.final_text(conn, turn_id)

@@ -3,7 +3,7 @@ the parent's notice, waiting for children, and collecting them (reaping: Z -> X)
 
 import time
 
-from agentctl import clock, env, settings, voice
+from agentctl import clock, env, modelspec, settings, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import asks, budget, confinement, mail
@@ -59,6 +59,18 @@ def overdue(agent, now=None):
     return None
 
 
+def check_options(options, model):
+    """Model options (KEY=VALUE texts, or as stored: one a line) checked against what
+    `model` takes (modelspec.OPTIONS): as stored, or None for none."""
+    if isinstance(options, str):
+        options = options.split("\n")
+    if not options:
+        return None
+    modelspec.parse_options(options, model)
+    last = {line.partition("=")[0].strip(): line.strip() for line in options}  # the last wins
+    return "\n".join(last.values())
+
+
 def check_limits(conn, parent):
     """Refused (exit 3; a tool error for a model) when a fork of `parent` would go
     beyond its --max-children or the tree's depth limit."""
@@ -98,6 +110,7 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
             grants.check_fork(conn, parent, allow, *tool_names())
     values.update(allow=allow or None, ask=ask or None)
     confinement.settle(parent, values, actor)
+    values["options"] = check_options(values["options"], values["model"])
     if name is not None:
         check_name(conn, name)
     if at is None:

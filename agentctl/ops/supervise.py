@@ -1,15 +1,20 @@
 """Supervision (agentctl(7), LIFECYCLE): what an agent's restart policy makes of a
 failed turn, as an Erlang/OTP supervisor would.
 
-A failed turn is one the model's API refused for good (exit 69). A temporary
+A failed turn is one the model's API refused for good (exit 69), or one whose
+model can't be used as the agent's settings and the environment name it (no key,
+a scripted model's file that can't be read: exit 2, before any input is taken). A temporary
 fault (75) or a bug (70) leaves the turn open, to be resumed after a backoff; a
 crash of agent-run leaves it open too, and the next run resumes it where it
 stopped; a turn ended over budget or at --max-steps is committed. None of those
 is a failure.
 
-  never       the agent is not restarted: the failed turn is kept as it is (its
-              input taken), the agent sleeps until new input, and its parent is
-              told; a task, whose one turn this was, exits failed (69)
+  never       the agent is held: the failed turn stays open, its input (prompt,
+              mail, timer) kept in it, and `agent-run --all` leaves the agent
+              alone until the operator runs it (`agent-run AGENT`, which resumes
+              the turn where it failed) or changes a setting (agent-set); its
+              parent is told. A task too: held, not exited, so that a typo
+              costs nothing that a fix can't give back
   on-failure  the agent is restarted: the failed turn is voided, its input
               pending again, and the next run after a backoff takes it again;
               more than --max-restarts restarts within --restart-window seconds
@@ -35,20 +40,41 @@ def restarts(agent):
 
 
 def failed(conn, agent_id, error):
-    """The turn in progress failed for good; apply the agent's restart policy.
-    The caller holds the run's transaction."""
+    """The turn in progress (if one was opened) failed for good; apply the agent's
+    restart policy. The caller holds the run's transaction."""
     agent = registry.get(conn, agent_id)
     turn = turns.open_turn(conn, agent_id)
     first = agent["failures"] == 0
     registry.update(conn, agent_id, last_failure=error)
     if not restarts(agent):
-        turns.fail(conn, turn, error, keep_input=True)
-        registry.update(conn, agent_id, failures=agent["failures"] + 1)
-        if first and registry.is_live(registry.get(conn, agent_id)):
+        hold(conn, agent, turn, error)
+        if first:
             _tell(conn, agent, voice.NOT_RESTARTED, error)
         return
-    turns.void(conn, turn, "failed", error)
+    if turn is not None:
+        turns.void(conn, turn, "failed", error)
     restart(conn, agent, error, first)
+
+
+def hold(conn, agent, turn, error):
+    """Hold the agent after a failure: its turn stays open with its input, and --all
+    leaves it alone until someone tries again (release())."""
+    registry.update(conn, agent["id"], failures=agent["failures"] + 1, held_at=clock.now(),
+                    retry_at=None)
+    events.record(conn, agent["id"], "held", turn=turn and turn["id"], error=_short(error))
+
+
+def release(conn, agent, actor=None, why="set"):
+    """Let --all try a held (or backing off) agent again: its settings changed."""
+    if agent["held_at"] is None and agent["retry_at"] is None:
+        return False
+    registry.update(conn, agent["id"], held_at=None, retry_at=None)
+    events.record(conn, agent["id"], "release", actor, by=why)
+    return True
+
+
+def _short(text):
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def restart(conn, agent, why, first=False):
@@ -70,7 +96,7 @@ def restart(conn, agent, why, first=False):
         return
     delay = turns.back_off(conn, agent["id"])
     events.record(conn, agent["id"], "restart", count=count, limit=limit, delay=delay,
-                  error=why if len(why) <= 200 else why[:200] + "...")
+                  error=_short(why))
     if first:
         _tell(conn, agent, voice.restarting(delay, count, limit, window), why)
 

@@ -5,13 +5,15 @@ is undone. How a turn ends is ops/ending.py's; the loop is turn/runner.py's.
 A turn is a row in `turns`. Its messages carry its id, and every step is
 written as it happens, so a turn interrupted by a crash, a temporary fault
 or STOP is resumed by the next agent-run from exactly where it stopped.
-A killed or failed turn is voided: its messages stay in the table but are
-never replayed, and the mail it had taken is unread again.
+A killed turn, or a failed one of an agent restarted on failure, is voided: its
+messages stay in the table but are never replayed, and the mail it had taken is
+unread again. A failed turn of an agent that is not restarted stays open, its
+agent held (ops/supervise.py).
 """
 
 from agentctl import clock, env, voice
-from agentctl.errors import UNAVAILABLE, NotFound, Refused
-from agentctl.ops import budget, lifecycle, mail
+from agentctl.errors import NotFound, Refused
+from agentctl.ops import budget, mail
 from agentctl.ops.lease import effective_status, holding, renew
 from agentctl.store import accounts, events, history, mailbox, registry, turnlog
 
@@ -98,23 +100,6 @@ def void(conn, turn, status, error=None):
     turnlog.finish(conn, turn["id"], status, error)
 
 
-def fail(conn, turn, error, keep_input=False):
-    """End a turn the model's API refused for good. The steps it completed stay
-    in the history, their input taken: their tool calls' effects happened, and
-    a turn redone from its input would do them twice. A turn with no step is
-    voided, its input pending again, unless `keep_input`. A clear waiting for
-    the turn follows it. A task, whose one turn this was, exits failed (status
-    69, the error as its result), so that whoever waits for it learns."""
-    if not turn["steps"] and not keep_input:
-        void(conn, turn, "failed", error)
-        return
-    turnlog.finish(conn, turn["id"], "failed", error)
-    history.clear_if_pending(conn, turn["agent_id"])
-    agent = registry.get(conn, turn["agent_id"])
-    if agent["role"] == "task":
-        lifecycle.exit(conn, agent, code=UNAVAILABLE, result=error)
-
-
 def backoff(failures):
     """The wait after `failures` failures in a row: AGENTCTL_BACKOFF=FIRST[,MAX]
     (durations; 0 means none), by default 30 s doubling up to an hour."""
@@ -140,11 +125,11 @@ def backing_off(conn, now=None):
 
 def runnable(conn, now=None):
     """Ids of the agents `agent-run --all` should run: sleeping (or holding a
-    dead lease), with pending input or a due timer, not backing off."""
+    dead lease), with pending input or a due timer, not backing off, not held."""
     now = now or clock.now()
     spent = accounts.exhausted_ids(conn)
     return [r["id"] for r in registry.sleeping_or_running(conn)
             if effective_status(r, now) != "R"      # sleeping, or its run died
-            and (r["retry_at"] is None or r["retry_at"] <= now)
+            and (r["retry_at"] is None or r["retry_at"] <= now) and r["held_at"] is None
             and (r["budget_id"] not in spent or open_turn(conn, r["id"]))
             and has_pending_input(conn, r, now)]

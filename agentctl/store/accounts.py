@@ -23,6 +23,11 @@ def grow(conn, account_id, tokens):
     conn.execute("UPDATE agents SET budget = budget + ? WHERE id = ?", (tokens, account_id))
 
 
+def set_budget(conn, agent_id, tokens):
+    """The agent's own account, with a budget of `tokens`: it is charged to it from now."""
+    conn.execute("UPDATE agents SET budget = ?, budget_id = id WHERE id = ?", (tokens, agent_id))
+
+
 def spend(conn, account_id, tokens):
     conn.execute("UPDATE agents SET spent = spent + ? WHERE id = ?", (tokens, account_id))
 

@@ -14,11 +14,11 @@ import time
 from contextlib import contextmanager
 
 from agentctl import clock, env, paths
-from agentctl.errors import DatabaseFault, TempFail, UsageError
+from agentctl.errors import DatabaseFault, NotFound, TempFail, UsageError
 from agentctl.store.dialect import SQLite
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 
@@ -111,11 +111,24 @@ def _create_private(path):
         raise DatabaseFault(f"{path}: can't create the database: {e.strerror}")
 
 
-def connect(path=None):
-    """Open (creating and migrating when needed) the database at `path`."""
+def connect(path=None, create=True):
+    """Open (creating and migrating when needed) the database at `path`. A SQLite file
+    that does not exist is made only when `create` (a program that only reads makes
+    none: NotFound), and only in a directory that exists, but for the default
+    location, whose directories are made (a mistyped --db is a usage error, not a
+    new empty database)."""
     path = resolve_path(path)
+    busy_seconds()      # a bad $AGENTCTL_BUSY_TIMEOUT: a usage error before anything else
     if is_url(path):
         return _connect_postgresql(path)
+    if path != ":memory:" and not os.path.exists(path):
+        if not create:
+            raise NotFound(f"{path}: no database (nothing was forked there; agent-fork "
+                           "makes it)")
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory) and path != paths.default_database():
+            raise UsageError(f"{path}: no such directory: {directory} (only the default "
+                             "database's directories are made)")
     if path != ":memory:":
         _create_private(path)
     clock.skew = 0.0        # a file's clock is this host's

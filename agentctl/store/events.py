@@ -27,6 +27,9 @@ KINDS = {
     "wake": "turn at",
     "budget": "spent budget",
     "restart": "count limit delay error",
+    "held": "turn? error",
+    "release": "by",
+    "set": "setting old? new?",
     "ask": "request type tool?",
     "answer": "request decision",
 }

@@ -289,6 +289,18 @@ def sandbox(db):
     """)
 
 
+@MIGRATIONS(name="0012_daily")
+def daily(db):
+    # An agent held after a failed turn until someone tries again (held_at), its model
+    # options (KEY=VALUE, one a line) and the JSON Schema its final reply must fit;
+    # agentctl(5), agents.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN held_at REAL;
+    ALTER TABLE agents ADD COLUMN options TEXT;
+    ALTER TABLE agents ADD COLUMN schema TEXT
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

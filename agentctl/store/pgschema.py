@@ -182,7 +182,10 @@ MIGRATIONS = [
     (11, [f"ALTER TABLE agents ADD COLUMN ro {_TEXT}",
           "ALTER TABLE agents ADD COLUMN net BIGINT",
           f"ALTER TABLE agents ADD COLUMN limits {_TEXT}",
-          "ALTER TABLE agents ADD COLUMN unconfined BIGINT"]),
+          "ALTER TABLE agents ADD COLUMN unconfined BIGINT"]),        # 0011_sandbox
+    (12, ["ALTER TABLE agents ADD COLUMN held_at DOUBLE PRECISION",
+          f"ALTER TABLE agents ADD COLUMN options {_TEXT}",
+          f"ALTER TABLE agents ADD COLUMN schema {_TEXT}"]),      # 0012_daily
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -29,12 +29,15 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent, "
                  "restart, max_restarts, restart_window, restarts, window_start, "
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
-                 "last_failure, allow, ask, cwd, ro, net, limits, unconfined")
+                 "last_failure, allow, ask, cwd, ro, net, limits, unconfined, held_at, "
+                 "options, schema")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
                       "failures", "hup_pending", "budget", "parent_id", "restarts",
-                      "window_start", "window_restarts", "kill_at", "last_failure"))
+                      "window_start", "window_restarts", "kill_at", "last_failure",
+                      "held_at"))
+
 
 
 def statuses(sets):
@@ -236,7 +239,11 @@ FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id
                           "model", "system_prompt", "context_window", "budget", "budget_id",
                           "restart", "max_restarts", "restart_window", "reap_after",
                           "idle_exit", "max_children", "depth", "allow", "ask", "cwd", "ro",
-                          "net", "limits", "unconfined"))
+                          "net", "limits", "unconfined", "options", "schema"))
+# The columns of the settings (agentctl.settings) that agent-set may change: those a
+# fork writes, but who the agent is and where it comes from.
+SETTABLE = FORK_COLUMNS - {"id", "name", "parent_id", "forked_from", "fork_msg_id", "depth",
+                           "budget_id", "role"}
 
 
 def insert(conn, **fields):
@@ -252,7 +259,7 @@ def insert(conn, **fields):
 
 def update(conn, agent_id, **fields):
     """Set columns of one agent's row."""
-    unknown = set(fields) - WRITABLE
+    unknown = set(fields) - WRITABLE - SETTABLE
     assert not unknown, unknown
     conn.execute(f"UPDATE agents SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
                  (*fields.values(), agent_id))

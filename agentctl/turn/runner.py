@@ -9,7 +9,7 @@ interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 
 import os
 
-from agentctl import keys, voice
+from agentctl import keys, modelspec, settings, shape, voice
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
 from agentctl.ops import budget, ending, lease, mail, supervise, turns
@@ -18,16 +18,22 @@ from agentctl.turn import builtin, compaction, context
 from agentctl.turn.toolset import Paused, Toolset
 
 DEFAULT_MAX_STEPS = 20
+SCHEMA_TRIES = 3        # replies that don't fit the agent's schema, in a run, before it fails
 Outcome = ending.Outcome
 
 
 def choose_model(agent, override=None):
+    """The model a turn of `agent` calls, with the agent's options (those its provider
+    takes: an -m of another provider leaves the others out) and schema."""
     spec = override or agent["model"] or os.environ.get("AGENTCTL_MODEL")
     if not spec:
         raise UsageError(f"{registry.label(agent)}: no model (give -m MODEL, fork it with -m, "
                          "or set AGENTCTL_MODEL)")
     model = get_model(spec)
     model.check()
+    known = modelspec.known_options(spec)
+    model.model_options = {k: v for k, v in settings.options(agent["options"]).items() if k in known}
+    model.schema = shape.loads(agent["schema"]) if agent["schema"] else None
     return spec, model
 
 
@@ -38,7 +44,13 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
     agent = lease.claim(conn, ref)
     agent_id = agent["id"]
     try:
-        spec, client = choose_model(agent, model)
+        try:
+            spec, client = choose_model(agent, model)
+        except UsageError as e:
+            if model is None:   # the agent's own model can't be used: a failed turn
+                with lease.holding(conn, agent_id):
+                    supervise.failed(conn, agent_id, str(e))
+            raise
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
         turn = turns.start(conn, agent, spec)
@@ -166,6 +178,8 @@ def _separated(on_text):
 def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
     offered = toolset.specs()
     next_step_text = _separated(on_text)
+    schema = client.model.schema
+    misfits = 0
     while True:
         lease.check_not_killed(conn, agent_id)     # a KILL, or a grace period's end
         signal = registry.get(conn, agent_id)["pending_signal"]
@@ -197,6 +211,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         reply = client.complete(context.as_openai(system, rows), offered,
                                 on_text=next_step_text())
+        misfit = schema is not None and not reply.tool_calls and \
+            shape.parse_reply(reply.text or "", schema)[1]
         with lease.holding(conn, agent_id):
             # A model repeating its environment must not write a key anywhere.
             history.append(conn, agent_id, "assistant", keys.redact(reply.text or ""),
@@ -208,10 +224,23 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
             turns.record_step(conn, turn_id, agent_id, reply.usage)
             if reply.stop_reason == "length":       # cut at the token limit: say so
                 turnlog.update(conn, turn_id, stop_reason="length")
+            if misfit:      # a failed step: the model is told, in the same transaction
+                history.append(conn, agent_id, "user", voice.misfit(misfit), turn_id=turn_id)
+        if misfit:
+            misfits += 1
+            if misfits >= SCHEMA_TRIES:
+                raise ModelError(f"the reply does not fit the agent's schema ({misfits} tries): "
+                                 f"{misfit}")
+            continue
         if not reply.tool_calls:
             break
-    return ending.commit(conn, agent_id, turn_id, spec,
-                         *ending.how_it_ends(conn, turn_id, builtin.validate))
+    how, result = ending.how_it_ends(conn, turn_id, builtin.validate)
+    if schema is not None and how is None:
+        misfit = shape.parse_reply(turnlog.final_text(conn, turn_id), schema)[1]
+        if misfit:      # --max-steps came before a reply that fits
+            raise ModelError(f"the turn ended without a reply that fits the agent's schema: "
+                             f"{misfit}")
+    return ending.commit(conn, agent_id, turn_id, spec, how, result)
 
 
 def _measured(usage):

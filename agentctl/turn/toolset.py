@@ -32,7 +32,8 @@ class Toolset:
         self.conn, self.agent, self.prompt = conn, agent, prompt
         self.warnings = []
         self.allowance = grants.Allowance(conn, agent["id"])
-        self.builtin = {s["function"]["name"]: s for s in tools.specs()}
+        self.builtin = {s["function"]["name"]: s for s in tools.specs()
+                        if not (agent["role"] == "task" and s["function"]["name"] == "fork")}
         self.programs, self.mcp_tools, self.servers = {}, {}, None
         self.proxy = self._sandbox = self._environment = None
         if agent["allow"]:          # no grant, no search of the tool path

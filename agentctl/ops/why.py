@@ -1,0 +1,128 @@
+"""Why an agent is not running a turn now (agent-why(1)): each reason is one function
+of (conn, agent row, now) that returns its line, or None when it does not hold; REASONS
+lists them in the order agent-why prints them. A new reason (a provider's rate limit,
+a sandbox that can't be made) is one more function added to the list: nothing else
+changes. ready() says whether `agent-run --all` would start a turn of it now."""
+
+from agentctl.clock import age, iso, until
+from agentctl.ids import INIT_ID
+from agentctl.ops import budget, lifecycle, turns
+from agentctl.ops.lease import effective_status, held
+from agentctl.store import asks, history, mailbox, registry, turnlog
+
+
+def kernel(conn, agent, now):
+    if agent["id"] == INIT_ID:
+        return "init: the root of the tree never runs turns"
+    return None
+
+
+def exited(conn, agent, now):
+    if not registry.has_exited(agent):
+        return None
+    how = lifecycle.how(agent)
+    code = agent["exit_signal"] or agent["exit_code"]
+    state = "a zombie, not yet collected (agent-wait)" if agent["status"] == "Z" else "dead"
+    return f"exited: {how} ({code}) {age(now - agent['exited_at'])} ago; {state}"
+
+
+def claimed(conn, agent, now):
+    if agent["status"] != "R" or not held(agent, now):
+        return None
+    host, _, pid = (agent["lease_owner"] or "").rpartition(":")
+    turn = turnlog.open_turn(conn, agent["id"])
+    since = f" since {iso(turn['started_at'])}" if turn else ""
+    return f"running: claimed by a run on host {host} pid {pid}{since}"
+
+
+def stopped(conn, agent, now):
+    if effective_status(agent, now) != "T":
+        return None
+    return "stopped: by STOP (agent-kill -s CONT resumes it)"
+
+
+def paused(conn, agent, now):
+    if agent["status"] != "P":
+        return None
+    waiting = asks.pending(conn, agent["id"])
+    if not waiting:
+        return "paused: its request was decided; the next run resumes it"
+    first = waiting[0]
+    return (f"paused: request {first['id']} ({first['kind']}) asked "
+            f"{age(now - first['created_at'])} ago waits for an answer (agent-answer)")
+
+
+def budget_spent(conn, agent, now):
+    acc = budget.account(conn, agent)
+    if not budget.is_exhausted(acc):
+        return None
+    owner = "" if acc["id"] == agent["id"] else f" (account of {registry.label(acc)})"
+    return f"budget spent{owner}: {budget.words(acc)} (agent-set budget=N raises it)"
+
+
+def held_after_failure(conn, agent, now):
+    if agent["held_at"] is None:
+        return None
+    return (f"held after a failure {age(now - agent['held_at'])} ago: "
+            f"{_line(agent['last_failure'])} (agent-run {registry.label(agent)}, or a "
+            "change by agent-set, tries again)")
+
+
+def backing_off(conn, agent, now):
+    if agent["retry_at"] is None or agent["retry_at"] <= now:
+        return None
+    return (f"backing off until {iso(agent['retry_at'])} ({until(agent['retry_at'], now)}) "
+            f"after {agent['failures']} failure(s): {_line(agent['last_failure'])}")
+
+
+def nothing_pending(conn, agent, now):
+    if not registry.is_live(agent) or turns.has_pending_input(conn, agent, now):
+        return None
+    return "nothing pending: no prompt, no unread mail, no due timer"
+
+
+def deferred_mail(conn, agent, now):
+    due = mailbox.next_deferred(conn, agent["id"])
+    if due is None or not registry.is_live(agent):
+        return None
+    return f"deferred mail due at {iso(due)} ({until(due, now)})"
+
+
+def timer(conn, agent, now):
+    if agent["wake_at"] is None or agent["wake_at"] <= now or not registry.is_live(agent):
+        return None
+    return f"timer: sleeping until {iso(agent['wake_at'])} ({until(agent['wake_at'], now)})"
+
+
+REASONS = [kernel, exited, claimed, stopped, paused, budget_spent, held_after_failure,
+           backing_off, nothing_pending, deferred_mail, timer]
+
+
+def reasons(conn, agent, now):
+    """Every reason's line that holds for `agent` now, in REASONS' order."""
+    return [line for line in (reason(conn, agent, now) for reason in REASONS) if line]
+
+
+def ready(conn, agent, now):
+    """Whether `agent-run --all` would start (or resume) a turn of it now."""
+    return agent["id"] in turns.runnable(conn, now)
+
+
+def pending(conn, agent, now):
+    """What a turn would take now, as a line: 'pending: 1 prompt, 2 unread mail ...'."""
+    parts = []
+    prompts = len(history.pending_prompts(conn, agent["id"]))
+    if prompts:
+        parts.append(f"{prompts} prompt{'s' if prompts > 1 else ''}")
+    mail = mailbox.count_unread(conn, agent["id"])
+    if mail:
+        parts.append(f"{mail} unread mail")
+    if agent["wake_at"] is not None and agent["wake_at"] <= now:
+        parts.append("a due timer")
+    if turnlog.open_turn(conn, agent["id"]) is not None:
+        parts.append("an open turn to resume")
+    return "pending: " + (", ".join(parts) or "nothing")
+
+
+def _line(text):
+    return (text or "no error recorded").split("\n", 1)[0][:200]

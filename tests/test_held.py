@@ -1,0 +1,241 @@
+"""A failed turn keeps its input and holds its agent (agentctl(7), LIFECYCLE); agent-set
+changes settings after fork and lets a held agent go; agent-why says why an agent is
+not running a turn."""
+
+import json
+
+import pytest
+
+from agentctl.store import registry
+
+from .conftest import agent, fork, shell
+from .fakeapi import fakeapi  # noqa: F401  (a fixture)
+
+
+def script(tmp_path, *rules, name="script.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+def row(conn, ref):
+    return registry.resolve(conn, ref)
+
+
+def events(conn, ref, kind):
+    agent_id = row(conn, ref)["id"]
+    return [json.loads(r[0]) for r in conn.execute(
+        "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY id", (agent_id, kind))]
+
+
+# -- a failed turn keeps its input -------------------------------------------------------------
+
+def test_a_mistyped_model_keeps_the_prompt_and_mail_until_agent_set_fixes_it(conn, fakeapi):
+    """The issue's first trap: a 404 on the first turn took the input for good."""
+    fork("-n", "lead")
+    agent("kill", "-s", "STOP", "lead")       # it gets mail, and --all leaves it alone
+    fork("-p", "lead", "-n", "w", "-m", "openai:gpt-4o-mni", "summarise the logs")
+    agent("send", "w", "and the mail")
+    fakeapi.error(404, "The model `gpt-4o-mni` does not exist")
+    result = agent("run", "w")
+    assert result.code == 69 and "does not exist" in result.err
+    w = row(conn, "w")
+    assert w["held_at"] is not None and w["failures"] == 1 and "404" in w["last_failure"]
+    assert agent("run", "--all").code == 1 and fakeapi.requests[1:] == []   # held: skipped
+    assert "SH" in agent("ps", "-o", "name,stat").out.split("w", 1)[1].split("\n")[0]
+    why = agent("why", "w")
+    assert why.code == 1 and why.out.startswith("held after a failure") and "404" in why.out
+    notices = conn.execute("SELECT body FROM mail WHERE kind = 'failure'").fetchall()
+    assert len(notices) == 1 and "held, its input kept" in notices[0][0]
+    assert agent("set", "w", "model=openai:gpt-4o-mini").code == 0
+    assert row(conn, "w")["held_at"] is None and agent("why", "w").code == 0
+    fakeapi.reply("done")
+    result = shell("agent-run --all")
+    assert (result.code, result.out, result.err) == (0, "w: done\n", "")
+    sent = fakeapi.last["body"]
+    assert sent["model"] == "gpt-4o-mini"
+    texts = [m["content"] for m in sent["messages"] if m["role"] == "user"]
+    assert texts[0] == "summarise the logs" and "and the mail" in texts[1]
+    assert row(conn, "w")["failures"] == 0
+    assert [e["setting"] for e in events(conn, "w", "set")] == ["model"]
+    assert [e["by"] for e in events(conn, "w", "release")] == ["set"]
+
+
+def test_a_turn_failed_after_a_step_resumes_where_it_failed(conn, tmp_path):
+    """Its completed step is kept and not done again; an explicit run resumes the turn,
+    a task too (held, not exited)."""
+    steps = [{"tool_calls": [{"name": "ps", "arguments": {}}]}, {"fail": "error"}]
+    model = tmp_path / "m.jsonl"
+    model.write_text(json.dumps({"steps": steps}) + "\n")
+    fork("-n", "boss")
+    fork("-p", "boss", "-n", "t", "-r", "task", "-m", f"scripted:{model}", "go")
+    assert agent("run", "t").code == 69
+    assert row(conn, "t")["status"] == "S" and row(conn, "t")["held_at"] is not None
+    assert agent("wait", "--timeout", "0", "t").code == 1          # held, not exited
+    model.write_text(json.dumps({"steps": [steps[0], {"content": "listed"}]}) + "\n")
+    assert agent("run", "t").out == "listed\n"
+    assert row(conn, "t")["status"] == "Z"
+    assert conn.execute("SELECT count(*) FROM messages WHERE kind = 'tool_call'").fetchone()[0] == 1
+
+
+def test_an_unreadable_scripted_model_or_a_missing_key_holds_the_agent_once(conn, tmp_path):
+    fork("-n", "lead")
+    agent("kill", "-s", "STOP", "lead")
+    fork("-p", "lead", "-n", "a", "-m", "scripted:relative/none.jsonl", "hi")
+    fork("-p", "lead", "-n", "b", "-m", "openai:gpt-test", "hi")
+    result = agent("run", "--all")
+    assert result.code == 2
+    assert "cannot read relative/none.jsonl" in result.err and "OPENAI_API_KEY" in result.err
+    for name in ("a", "b"):
+        assert row(conn, name)["held_at"] is not None
+        assert len(events(conn, name, "held")) == 1
+    assert shell("agent-run --all").code == 1 and shell("agent-run --all").err == ""
+    assert len(conn.execute("SELECT * FROM mail WHERE kind = 'failure'").fetchall()) == 2
+    assert agent("mail", "-c", "a").out == "0\n"             # nothing was taken
+
+
+def test_restart_policies_keep_their_meaning(conn, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTCTL_BACKOFF", "1h")
+    fork("-n", "d", "--restart", "on-failure", "-m", script(tmp_path, {"reply": {"fail": "error"}}),
+         "go")
+    assert agent("run", "d").code == 69
+    d = row(conn, "d")
+    assert d["held_at"] is None and d["retry_at"] is not None and d["restarts"] == 1
+    why = agent("why", "d").out
+    assert why.startswith("backing off until ") and "1 failure(s)" in why
+    assert agent("set", "d", "max_restarts=9").code == 0             # a change tries again
+    assert row(conn, "d")["retry_at"] is None
+
+
+# -- agent-set --------------------------------------------------------------------------------
+
+def test_narrowing_is_always_allowed_widening_only_above(conn, monkeypatch):
+    lead = fork("-n", "lead", "--allow", "read_file", "--allow", "list_dir", "--budget", "1000",
+                "--max-children", "5")
+    kid = fork("-p", "lead", "-n", "kid", "--allow", "read_file", "--allow", "list_dir",
+               "--budget", "300")
+    monkeypatch.setenv("AGENT_ID", kid)
+    assert agent("set", "kid", "allow=read_file", "max_children=2").code == 0     # narrower
+    assert agent("set", "kid", "ask=run:1h,write_*").code == 0                  # more asked
+    assert row(conn, "kid")["ask"] == "run:1h\nwrite_*"
+    assert agent("set", "kid", "ask=").code == 3                                # fewer asked
+    refused = agent("set", "kid", "allow=read_file,list_dir")
+    assert refused.code == 3 and "only narrow its own" in refused.err
+    assert agent("set", "kid", "model=echo").code == 3
+    assert agent("set", "lead", "max_children=1").code == 3       # not a descendant of kid
+    monkeypatch.setenv("AGENT_ID", lead)
+    assert agent("set", "kid", "allow=read_file,list_dir", "model=echo").code == 0
+    widen = agent("set", "kid", "allow=write_file")
+    assert widen.code == 3 and "can't use write_file" in widen.err
+    assert agent("set", "kid", "max_children=9").code == 3          # lead holds 5
+    assert agent("set", "kid", "budget=500").code == 0              # out of lead's account
+    assert (row(conn, "lead")["budget"], row(conn, "kid")["budget"]) == (500, 500)
+    assert agent("set", "kid", "budget=600").code == 0
+    assert agent("set", "kid", "budget=9999").code == 3             # more than it has left
+    assert agent("set", "kid", "budget=100").code == 0              # gives back 500
+    assert (row(conn, "lead")["budget"], row(conn, "kid")["budget"]) == (900, 100)
+    monkeypatch.delenv("AGENT_ID")
+    assert agent("set", "lead", "allow=*", "max_children=50").code == 0     # the operator
+    sets = [(e["setting"], e.get("old"), e.get("new")) for e in events(conn, "kid", "set")]
+    assert sets[:2] == [("allow", "read_file,list_dir", "read_file"), ("max_children", "5", "2")]
+
+
+def test_agent_set_errors(conn):
+    fork("-n", "a", "-m", "echo")
+    for args, code, text in [
+            ((), 2, "nothing to set"), (("model",), 2, "want KEY=VALUE"),
+            (("window=5",), 2, "unknown setting: window"), (("role=task",), 2, "set once"),
+            (("model=nosuch:x",), 2, "unknown model"), (("cwd=/no/such/dir",), 2, "not a dir"),
+            (("options=temperature=9",), 2, "temperature"), (("-o", "colour=red"), 2,
+                                                              "unknown option colour"),
+            (("schema={\"type\": \"thing\"}",), 2, "schema.type")]:
+        result = agent("set", "a", *args)
+        assert (result.code, result.out) == (code, ""), (args, result.err)
+        assert text in result.err and result.err.count("\n") == 1, result.err
+    assert agent("set", "nosuch", "model=echo").code == 1
+    assert agent("set", "init", "model=echo").code == 3
+    agent("kill", "a")
+    assert agent("set", "a", "model=echo").code == 3
+
+
+def test_a_setting_added_to_the_declaration_is_settable_with_no_code_of_its_own(conn,
+                                                                               monkeypatch):
+    """agent-set knows no setting by name: a new declaration (as the sandbox's ro, net ...)
+    is picked up from agentctl.settings alone."""
+    import dataclasses
+    from agentctl import settings
+    fork("-n", "a", "-m", "echo", "--reap-after", "1h")
+    copy = dataclasses.replace(settings.get("reap_after"), doc="Changed.")
+    monkeypatch.setitem(settings.BY_NAME, "reap_after", copy)
+    assert agent("set", "a", "reap_after=2h").code == 0
+    assert row(conn, "a")["reap_after"] == 7200.0
+
+
+# -- model options ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, options, wire", [
+    ("openai:gpt-test", ["temperature=0.2", "max_tokens=800", "seed=7", "stop=END"],
+     {"temperature": 0.2, "max_tokens": 800, "seed": 7, "stop": "END"}),
+    ("anthropic:claude-test", ["max_tokens=800", "stop=END", "effort=low"],
+     {"max_tokens": 800, "stop_sequences": ["END"], "output_config": {"effort": "low"}}),
+])
+def test_model_options_reach_the_wire_in_each_providers_form(conn, fakeapi, model, options,
+                                                             wire):
+    fork("-n", "p", "-m", model, *[a for o in options for a in ("-o", o)])
+    fork("-p", "p", "-n", "c", "hi")                                  # inherited
+    fakeapi.reply("ok")
+    assert agent("run", "c").out == "ok\n"
+    body = fakeapi.last["body"]
+    assert {k: body[k] for k in wire} == wire
+    shown = json.loads(agent("ps", "-o", "options", "--format", "json").out)[-1]["options"]
+    typed = {"temperature": 0.2, "max_tokens": 800, "seed": 7, "stop": "END", "effort": "low"}
+    assert shown == {o.split("=")[0]: typed[o.split("=")[0]] for o in options}
+
+
+def test_an_option_the_provider_does_not_take_is_a_clear_error(conn):
+    result = agent("fork", "-m", "anthropic:claude-test", "-o", "temperature=0.2")
+    assert result.code == 2
+    assert result.err == ("agent-fork: unknown option temperature for model "
+                          "anthropic:claude-test (known: effort, max_tokens, stop)\n")
+    assert agent("fork", "-m", "openai:x", "-o", "temperature=3").code == 2
+    assert agent("fork", "-m", "openai:x", "-o", "temperature").code == 2
+    fork("-n", "o", "-m", "openai:x", "-o", "seed=1")
+    bad = agent("set", "o", "model=anthropic:claude-test")          # seed goes with openai
+    assert bad.code == 2 and "unknown option seed" in bad.err
+    assert agent("set", "o", "model=anthropic:claude-test", "options=max_tokens=10").code == 0
+    assert agent("set", "o", "-o", "stop=X", "-o", "max_tokens=").code == 0
+    assert row(conn, "o")["options"] == "stop=X"
+
+
+# -- agent-why --------------------------------------------------------------------------------
+
+def test_agent_why_gives_every_reason_one_a_line(conn, monkeypatch):
+    fork("-n", "idle", "-m", "echo")
+    fork("-n", "ready", "-m", "echo", "go")
+    fork("-n", "stopped", "-m", "echo", "go")
+    agent("kill", "-s", "STOP", "stopped")
+    fork("-n", "later", "-m", "echo")
+    agent("send", "--in", "2h", "later", "wake up")
+    fork("-n", "poor", "-m", "echo", "--budget", "1", "go")
+    conn.execute("UPDATE agents SET spent = 5 WHERE name = 'poor'")
+    conn.commit()
+    assert agent("why", "ready").code == 0 and agent("why", "ready").out == "pending: 1 prompt\n"
+    out = {n: agent("why", n) for n in ("idle", "stopped", "later", "poor", "init")}
+    assert all(r.code == 1 for r in out.values())
+    assert out["idle"].out == "nothing pending: no prompt, no unread mail, no due timer\n"
+    assert out["stopped"].out.startswith("stopped: by STOP")
+    assert out["later"].out.splitlines()[1].startswith("deferred mail due at ")
+    assert out["poor"].out.startswith("budget spent: spent 5 of 1 tokens")
+    assert out["init"].out.startswith("init: ")
+    agent("kill", "idle")
+    assert agent("why", "idle").out.startswith("exited: ")
+    assert agent("why", "nosuch").code == 1
+
+
+def test_a_reason_is_one_function_added_to_the_list(conn, monkeypatch):
+    from agentctl.ops import why
+    fork("-n", "ready", "-m", "echo", "go")
+    monkeypatch.setattr(why, "REASONS", why.REASONS + [
+        lambda conn, agent, now: "rate limited: the provider asked to wait"])
+    result = agent("why", "ready")
+    assert (result.code, result.out) == (1, "rate limited: the provider asked to wait\n")
