@@ -2,6 +2,7 @@
 with the signal that waited for it; and what the turn's record says of it. Each
 ending is a step of the run: a transaction of its own (lease.holding)."""
 
+from agentctl import money
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
 from agentctl.store import asks, events, history, registry, turnlog
@@ -14,15 +15,21 @@ class Outcome:
     token limit. (A plain class: dataclasses costs agent-run's start-up.)"""
 
     def __init__(self, agent_id, turn_id, status, text="", steps=0, input_tokens=0,
-                 output_tokens=0, mail_read=0, model="", exited=None, cut=False):
+                 output_tokens=0, mail_read=0, model="", exited=None, cut=False, cached=0,
+                 written=0, cost=None, unpriced=0):
         self.agent_id, self.turn_id, self.status, self.text = agent_id, turn_id, status, text
         self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
         self.mail_read, self.model, self.exited, self.cut = mail_read, model, exited, cut
+        self.cached, self.written, self.cost, self.unpriced = cached, written, cost, unpriced
 
     def record(self):
+        """agent-run --format json's record: cost in dollars, null when no call had a
+        price (unpriced counts the calls without one)."""
         return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,
                 "model": self.model, "steps": self.steps, "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens, "mail_read": self.mail_read,
+                "output_tokens": self.output_tokens, "cache_read_tokens": self.cached,
+                "cache_write_tokens": self.written, "cost": money.dollars(self.cost),
+                "unpriced": self.unpriced, "mail_read": self.mail_read,
                 "exited": self.exited, "text": self.text, "cut": self.cut}
 
 
@@ -30,7 +37,8 @@ def outcome(conn, agent_id, turn_id, status, spec, exited=None):
     turn = turnlog.get(conn, turn_id)
     return Outcome(agent_id, turn_id, status, turnlog.final_text(conn, turn_id), turn["steps"],
                    turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited,
-                   turn["stop_reason"] == "length")
+                   turn["stop_reason"] == "length", turn["cache_read_tokens"],
+                   turn["cache_write_tokens"], turn["cost"], turn["unpriced"])
 
 
 def how_it_ends(conn, turn_id, validate):

@@ -178,7 +178,19 @@ CREATE INDEX requests_deadline ON requests(deadline) WHERE decision IS NULL
 """
 
 # (version, statements) after the baseline, in order: append only.
-MIGRATIONS = []
+MIGRATIONS = [
+    (11, [      # 0014_usage
+        "ALTER TABLE agents ADD COLUMN budget_unit TEXT COLLATE \"C\"",
+        "ALTER TABLE agents ADD COLUMN tokens_cached BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE agents ADD COLUMN tokens_written BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE agents ADD COLUMN cost BIGINT",
+        "ALTER TABLE agents ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN cache_read_tokens BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN cache_write_tokens BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN cost BIGINT",
+        "ALTER TABLE turns ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0",
+    ]),
+]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the
 # ids it copied).

@@ -29,7 +29,8 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent, "
                  "restart, max_restarts, restart_window, restarts, window_start, "
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
-                 "last_failure, allow, ask, cwd")
+                 "last_failure, allow, ask, cwd, budget_unit, tokens_cached, tokens_written, "
+                 "cost, unpriced")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
@@ -235,7 +236,8 @@ def nearest_live_ancestor(conn, agent, dying=()):
 FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id", "role",
                           "model", "system_prompt", "context_window", "budget", "budget_id",
                           "restart", "max_restarts", "restart_window", "reap_after",
-                          "idle_exit", "max_children", "depth", "allow", "ask", "cwd"))
+                          "idle_exit", "max_children", "depth", "allow", "ask", "cwd",
+                          "budget_unit"))
 
 
 def insert(conn, **fields):
@@ -280,9 +282,15 @@ def release(conn, agent_id, status="S"):
                  "lease_owner = NULL, lease_until = NULL WHERE id = ?", (status, agent_id))
 
 
-def add_tokens(conn, agent_id, tokens_in, tokens_out):
-    conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? "
-                 "WHERE id = ?", (tokens_in, tokens_out, agent_id))
+def add_usage(conn, agent_id, tokens_in, tokens_out, cached, written, cost):
+    """Add a model call's usage to the agent's counts: `cost` in micros, or None for
+    a call without a price (counted in unpriced)."""
+    priced = ("cost = coalesce(cost, 0) + ?", cost) if cost is not None \
+        else ("unpriced = unpriced + ?", 1)
+    conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, "
+                 "tokens_cached = tokens_cached + ?, tokens_written = tokens_written + ?, "
+                 f"{priced[0]} WHERE id = ?",
+                 (tokens_in, tokens_out, cached, written, priced[1], agent_id))
 
 
 def failed_once_more(conn, agent_id, delay):
