@@ -14,25 +14,23 @@ scripted:*), each price in dollars per million tokens; a cache price left out is
 input price, the 1-hour write price the 5-minute one; # starts a comment. The first
 line that matches prices the call."""
 
-import fnmatch
-import ipaddress
 import os
-from decimal import Decimal, InvalidOperation
-from urllib.parse import urlsplit
 
+from agentctl import paths
 from agentctl.errors import UsageError
 
+# decimal, ipaddress and fnmatch are imported where a price is read or asked for: this
+# module comes with every program that can end a turn (agent-kill, agent-ps ...).
 VARIABLE = "AGENTCTL_PRICES"
-PER = Decimal(1_000_000)        # the prices are per million tokens; costs in micros
 _parsed = {}                    # (path, mtime, size) -> [(glob, prices)]
-_known = {}                     # (model, url) -> genai-prices' ModelPrice, or None
+_known = {}                     # (model, url) -> the genai_prices module, or None: unknown
 
 
 def rules():
     """The operator's price lines [(glob, (input, output, read, write, write_1h))],
     [] without $AGENTCTL_PRICES; a usage error for a file that can't be read or a
     line that is not prices. Read again when the file changes."""
-    path = os.environ.get(VARIABLE)
+    path = paths.prices_file()
     if not path:
         return []
     try:
@@ -48,6 +46,7 @@ def rules():
 
 
 def parse(text, where):
+    from decimal import Decimal, InvalidOperation     # (start-up: see above)
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
@@ -78,6 +77,7 @@ def cost(model, url, usage):
     """The micros a call of `model` (agentctl's name, PROVIDER:NAME) at `url` (its
     API's base URL; "" for an offline model) cost, its `usage` as models.base makes
     it; None when no price is known."""
+    import fnmatch      # (start-up: see above)
     for glob, prices in rules():
         if fnmatch.fnmatchcase(model, glob):
             return _micros(usage, *prices)
@@ -97,14 +97,17 @@ def _counts(usage):
 
 
 def _micros(usage, input_, output, read, write, write_1h):
+    """The micros of `usage` at prices in dollars per million tokens (Decimals): the
+    same number, since a micro is a millionth of a dollar."""
     fresh, out, cached, written, hour = _counts(usage)
-    total = (fresh * input_ + out * output + cached * read + written * write
-             + hour * write_1h) / PER * 1_000_000
+    total = fresh * input_ + out * output + cached * read + written * write + hour * write_1h
     return int(total.to_integral_value())
 
 
 def _local(url):
     """Whether the API is on this machine or a private network: no public price."""
+    import ipaddress    # (start-up: see above)
+    from urllib.parse import urlsplit
     host = urlsplit(url).hostname or ""
     if host == "localhost" or host.endswith(".localhost") or host.endswith(".local"):
         return True
