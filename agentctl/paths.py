@@ -16,7 +16,7 @@ SHIPPED_TOOLS = os.path.join(PACKAGE, "toolbox")
 
 # Variables that name one file or directory, made absolute by settle(); the tool path
 # is a list (settled entry by entry).
-FILES = ("AGENTCTL_DB", "AGENTCTL_MCP")
+FILES = ("AGENTCTL_DB", "AGENTCTL_MCP", "AGENTCTL_PRICES")
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -89,6 +89,11 @@ def mcp_config():
         os.path.join(config_home(), "agentctl", "mcp.json")
 
 
+def prices_file():
+    """$AGENTCTL_PRICES, the operator's prices (ops.prices), or None."""
+    return absolute(os.environ.get("AGENTCTL_PRICES")) or None
+
+
 def describe_cache():
     """The cache of the program tools' --describe answers."""
     return os.path.join(cache_home(), "agentctl", "tools.json")
@@ -97,9 +102,11 @@ def describe_cache():
 def forbidden_to_tools():
     """What no confined tool may open or create: the tool path's directories and the
     programs in them (a hard link to one elsewhere is the same file), the MCP
-    configuration, the cache of the descriptions, the database and its -wal, -shm
-    and -journal files."""
-    found = tool_path() + [mcp_config(), describe_cache()]
+    configuration, the cache of the descriptions, the operator's prices (a model
+    that could lower them would escape its budget in dollars), the database and its
+    -wal, -shm and -journal files."""
+    found = tool_path() + [mcp_config(), describe_cache()] + \
+        ([prices_file()] if prices_file() else [])
     for directory in tool_path():
         try:
             found += [entry.path for entry in os.scandir(directory)]

@@ -10,8 +10,9 @@ parse() and narrows(), each but those `fixed` at fork."""
 import math
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from agentctl import env, limits, modelspec, shape
+from agentctl import env, limits, modelspec, money, shape
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES
@@ -23,7 +24,7 @@ FLAGS = {"yes": True, "true": True, "1": True, "on": True,
 # narrows: in which direction a change narrows what the agent may do (None: neither).
 # A fork applies only "subset" (ops.grants.check_fork) and "carve" (ops.budget.carve).
 MIN = "min"             # a smaller number, or one where there was none (no limit)
-CARVE = "carve"         # as MIN; the tokens come out of the parent's account (ops.budget)
+CARVE = "carve"         # as MIN, in one unit; it comes out of the parent's account (ops.budget)
 SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs)
 SUPERSET = "superset"   # more patterns (--ask: more calls wait for approval)
 WITHIN = "within"       # paths inside the old ones (--cwd, --ro: less of the file tree)
@@ -32,14 +33,31 @@ LOWER = "lower"         # limits each at most the old (--limit)
 OPERATOR = "operator"   # turned off; only the operator turns it on (--unconfined)
 
 
+class Budget(NamedTuple):
+    """A budget: an amount in its unit, "tokens" or "usd" (whole millionths of a
+    dollar: agentctl.money). The unit is the account's: what its calls are charged."""
+    amount: int
+    unit: str = "tokens"
+
+    def __str__(self):
+        return money.shown(self.amount) if self.unit == "usd" else str(self.amount)
+
+    @classmethod
+    def of(cls, row):
+        """The budget an agents row holds (budget, budget_unit), or None."""
+        if row["budget"] is None:
+            return None
+        return cls(row["budget"], row["budget_unit"] or "tokens")
+
+
 @dataclass(frozen=True, eq=False)
 class Setting:
     """One per-agent setting. Unset at a fork, a child gets its role's value when
     `by_role` names the role, else the parent's when `inherit`, else `default`."""
     name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
-    kind: str                   # text, model, choice, count, duration, patterns, dir,
-                                # paths, flag, limits, options (KEY=VALUE, a line each)
-                                # or schema (JSON text)
+    kind: str                   # text, model, choice, count, budget, duration, patterns,
+                                # dir, paths, flag, limits, options (KEY=VALUE, a line
+                                # each) or schema (JSON text)
     doc: str
     inherit: bool = False
     default: object = None
@@ -62,6 +80,10 @@ class Setting:
         if role in self.by_role:
             return self.by_role[role]
         return parent[self.name] if self.inherit else self.default
+
+    def value(self, row):
+        """The setting's value in an agents row (a budget with its unit)."""
+        return Budget.of(row) if self.kind == "budget" else row[self.name]
 
     def parse(self, text):
         """A value from text (agent-set's KEY=VALUE), as ops.lifecycle.fork takes it;
@@ -92,6 +114,17 @@ class Setting:
                 raise UsageError(f"bad {self.name}: {env.shown(text)} "
                                  f"(want a whole number >= {self.least})")
             return value
+        if self.kind == "budget":
+            if money.is_money(text):
+                return Budget(money.parse(text, self.name), "usd")
+            value = int(text) if text.isascii() and text.isdigit() else None
+            if value is not None and value > env.LARGEST:
+                raise UsageError(f"bad {self.name}: {env.shown(text)} (out of range: at most "
+                                 f"{env.LARGEST} tokens)")
+            if value is None or value < self.least:
+                raise UsageError(f"bad {self.name}: {env.shown(text)} (want a whole number "
+                                 "of tokens >= 1, or dollars such as '$2.50' or 2.50usd)")
+            return Budget(value, "tokens")
         if self.kind == "duration":
             seconds = parse_duration(text)
             if not math.isfinite(seconds):
@@ -123,9 +156,12 @@ class Setting:
         return "-" if value is None else str(value)
 
     def json(self, value):
-        """The stored value for programs: patterns as a list."""
+        """The stored value for programs: patterns as a list, a budget in dollars or
+        tokens (its unit is agent-ps's budget_unit)."""
         if self.kind in ("patterns", "paths"):
             return value.split("\n") if value else []
+        if isinstance(value, Budget):
+            return money.dollars(value.amount) if value.unit == "usd" else value.amount
         if self.kind == "flag":
             return bool(value)
         if self.kind == "limits":
@@ -145,9 +181,9 @@ SETTINGS = (    # role first: the others' rules read the child's role
     Setting("system_prompt", "text", "Its system prompt.", inherit=True, keyword="system"),
     Setting("context_window", "count", "Compact its context beyond this many tokens.",
             inherit=True, least=1),
-    Setting("budget", "count", "Its own token budget, carved out of its parent's account "
-            "(unset: it is charged to its parent's).", narrows=CARVE,
-            keyword="budget_tokens", header="BUDGET", least=1),
+    Setting("budget", "budget", "Its own budget, in tokens or dollars, carved out of its "
+            "parent's account (unset: it is charged to its parent's).", narrows=CARVE,
+            header="BUDGET", least=1),
     Setting("restart", "choice", "What a failed turn does to it: never, on-failure or "
             "always.", default="never", by_role={"daemon": "always"},
             choices=RESTART_POLICIES),
@@ -243,6 +279,10 @@ def narrows(setting, old, new):
         return not new
     if setting.narrows == LOWER:
         return not limits.within(limits.stored(new) if isinstance(new, dict) else new, old)
+    if setting.narrows == CARVE and old is not None and new is not None:
+        old, new = (v if isinstance(v, Budget) else Budget(v) for v in (old, new))
+        if old.unit != new.unit:
+            return False        # no rate turns tokens into dollars
     if setting.narrows in (MIN, CARVE):
         return new is not None and (old is None or new <= old)
     if setting.narrows == SUBSET:

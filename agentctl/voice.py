@@ -19,7 +19,7 @@ an agent signs its words (store.registry.signed, given to inbox() ready-made), a
 transcript a compaction summarises, which is agent-replay's (turn/context.py).
 """
 
-from agentctl import jsonin
+from agentctl import jsonin, money
 from agentctl.clock import age, iso
 from agentctl.text import quoted
 
@@ -103,15 +103,21 @@ def idle_exit(seconds):
     return f"idle: no input for {seconds:g} s (--idle-exit)"
 
 
-def tokens_spent(spent, budget):
-    return f"spent {spent} of {budget} tokens"
+UNITS = {"tokens": "tokens", "usd": "dollars"}
 
 
-def budget_notice(label, account_id, spent, budget, by_label=None, by_id=None):
+def spent(used, budget, unit="tokens"):
+    """What an account spent of its budget, in its unit (usd: micros, shown as dollars)."""
+    if unit == "usd":
+        return f"spent {money.shown(used)} of {money.shown(budget)}"
+    return f"spent {used} of {budget} tokens"
+
+
+def budget_notice(label, account_id, used, budget, by_label=None, by_id=None, unit="tokens"):
     """An account is exhausted; `by_*` name the agent whose call did it, when that is
     not the account's owner."""
     by = "" if by_id is None else f" (by {by_label}, {by_id})"
-    return (f"{label} ({account_id}) is over budget{by}: {tokens_spent(spent, budget)}; "
+    return (f"{label} ({account_id}) is over budget{by}: {spent(used, budget, unit)}; "
             "its turns are refused until its budget grows")
 
 
@@ -286,6 +292,7 @@ def not_a_descendant(ref):
 ANSWER_OR_APPROVE = "give answer (a question) or approve (a tool call), not both"
 ANSWER_OR_APPROVE_MISSING = "give answer (to a question) or approve true or false (a tool call)"
 SECONDS_OR_UNTIL = "give seconds or until, not both"
+BUDGET_OR_DOLLARS = "give budget (tokens) or budget_usd (dollars), not both"
 SECONDS_OR_UNTIL_MISSING = "give seconds or until"
 
 

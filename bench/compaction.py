@@ -32,10 +32,10 @@ def conversation(tmp, window):
     sent = []
     real = offline.ScriptedModel.complete
 
-    def spy(self, messages, tools, on_text=None):
+    def spy(self, messages, tools, on_text=None, cache=None):
         summary = offline.latest_user_text(messages).startswith("[COMPACT]")
         sent.append(("summary" if summary else "step", estimate_tokens(message_chars(messages))))
-        return real(self, messages, tools, on_text)
+        return real(self, messages, tools, on_text, cache)
     offline.ScriptedModel.complete = spy
     conn = db.connect(os.path.join(tmp, f"{window}.db"))
     with transaction(conn):

@@ -66,8 +66,12 @@ class FakeAPI:
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
-    def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, **faults):
+    def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, cached=(0, 0), timings=None,
+              **faults):
         """Queue a reply. tool_calls: (name, arguments) pairs or (id, name, arguments) triples.
+        usage: (prompt tokens, output tokens); cached: of the prompt tokens, (read from the
+        provider's cache, written to it), in each API's form (OpenAI reports only reads);
+        timings: an object llama.cpp's server adds to an OpenAI reply (and its last chunk).
 
         faults: cut_after=N events (clean=True ends the stream neatly but without its end mark),
         malformed=True, delay=seconds before answering, hold=an Event to wait for first, stall_after=N events + stall=seconds,
@@ -81,7 +85,8 @@ class FakeAPI:
         for i, call in enumerate(tool_calls):
             call_id, name, arguments = call if len(call) == 3 else (None, *call)
             calls.append({"id": call_id, "name": name, "arguments": arguments, "index": i})
-        self.queue.append(dict(faults, text=text, calls=calls, usage=usage, pieces=pieces))
+        self.queue.append(dict(faults, text=text, calls=calls, usage=usage, pieces=pieces,
+                               cached=cached, timings=timings))
         return self
 
     def error(self, status, message="fake error", retry_after=None, times=1, body=None):
@@ -274,9 +279,20 @@ def openai_finish(b):
     return b.get("stop") or ("tool_calls" if b["calls"] else "stop")
 
 
-def openai_usage(usage):
-    return {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-            "total_tokens": usage[0] + usage[1]}
+def openai_usage(usage, cached=(0, 0)):
+    obj = {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+           "total_tokens": usage[0] + usage[1]}
+    if cached[0]:
+        obj["prompt_tokens_details"] = {"cached_tokens": cached[0]}
+    return obj
+
+
+def anthropic_usage(usage, cached=(0, 0)):
+    """The Messages API's counts: its input_tokens are those after the last breakpoint."""
+    obj = {"input_tokens": usage[0] - cached[0] - cached[1]}
+    if any(cached):
+        obj.update(cache_read_input_tokens=cached[0], cache_creation_input_tokens=cached[1])
+    return obj
 
 
 def openai_plain(b, model):
@@ -289,7 +305,9 @@ def openai_plain(b, model):
            "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
                                         "finish_reason": openai_finish(b)}]}
     if b["usage"]:
-        obj["usage"] = openai_usage(b["usage"])
+        obj["usage"] = openai_usage(b["usage"], b["cached"])
+    if b["timings"] is not None:
+        obj["timings"] = b["timings"]
     return obj
 
 
@@ -314,7 +332,9 @@ def openai_chunks(b, model, include_usage):
     if include_usage and b["usage"]:
         chunks.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                        "created": 1700000000, "model": model, "choices": [],
-                       "usage": openai_usage(b["usage"])})
+                       "usage": openai_usage(b["usage"], b["cached"])})
+    if b["timings"] is not None:
+        chunks[-1]["timings"] = b["timings"]
     return chunks
 
 
@@ -335,13 +355,13 @@ def anthropic_plain(b, model):
            "content": content, "stop_reason": anthropic_stop(b),
            "stop_sequence": None}
     if b["usage"]:
-        obj["usage"] = {"input_tokens": b["usage"][0], "output_tokens": b["usage"][1]}
+        obj["usage"] = dict(anthropic_usage(b["usage"], b["cached"]), output_tokens=b["usage"][1])
     return obj
 
 
 def anthropic_events(b, model):
     usage = b["usage"]
-    start_usage = {"input_tokens": usage[0], "output_tokens": 1} if usage else {}
+    start_usage = dict(anthropic_usage(usage, b["cached"]), output_tokens=1) if usage else {}
     events = [{"type": "message_start", "message": {
         "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None, "usage": start_usage}}]

@@ -242,10 +242,10 @@ def test_a_cascade_down_a_deep_chain_of_budgets_returns_everything(conn):
     from agentctl.store.db import transaction
     with transaction(conn):
         top = lifecycle.fork(conn, registry.get(conn, "AAAAAAAAAAAAAAAAAAAAAA"), name="top",
-                             budget_tokens=100000)
+                             budget=100000)
         parent = top
         for depth in range(60):
-            parent = lifecycle.fork(conn, registry.get(conn, parent), budget_tokens=50000 - depth * 500)
+            parent = lifecycle.fork(conn, registry.get(conn, parent), budget=50000 - depth * 500)
     first = conn.execute("SELECT id FROM agents WHERE parent_id = ?", (top,)).fetchone()[0]
     assert agent("kill", "--cascade", first).code == 0
     assert ps("top") == (100000, 0)

@@ -25,11 +25,11 @@ def calls(monkeypatch):
     sent = []
     real = offline.ScriptedModel.complete
 
-    def spy(self, messages, tools, on_text=None):
+    def spy(self, messages, tools, on_text=None, cache=None):
         kind = "summary" if offline.latest_user_text(messages).startswith("[COMPACT]") \
             else "step"
         sent.append((kind, estimate_tokens(message_chars(messages))))
-        return real(self, messages, tools, on_text)
+        return real(self, messages, tools, on_text, cache)
     monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
     return sent
 

@@ -22,11 +22,11 @@ def summaries(monkeypatch):
     sent = []
     real = offline.ScriptedModel.complete
 
-    def spy(self, messages, tools, on_text=None):
+    def spy(self, messages, tools, on_text=None, cache=None):
         text = offline.latest_user_text(messages)
         if text.startswith("[COMPACT]"):
             sent.append(text)
-        return real(self, messages, tools, on_text)
+        return real(self, messages, tools, on_text, cache)
     monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
     return sent
 

@@ -119,7 +119,8 @@ def test_a_database_of_the_schema_before_is_migrated_on_open(tmp_path):
     assert result.code == 0, result.err
     assert agent("run", "--db", path, "a").code == 0
     conn = db.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == migrations.count()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION \
+        == migrations.count()
     assert [tuple(r) for r in conn.execute("SELECT woke_at FROM turns")] == [(None,)]
 
 

@@ -30,15 +30,17 @@ def script(tmp_path, *rules):
 
 
 PIPELINE = [("lead", "fork"),                                   # agent-fork lead
-            ("lead", "turn-start"), ("w1", "fork"),             # the lead forks w1 (a tool)
-            ("lead", "tool"), ("lead", "mail"), ("lead", "tool"),     # and mails it
-            ("lead", "turn-end"),
-            ("w1", "turn-start"), ("w1", "read"), ("w1", "timer"), ("w1", "tool"),
-            ("w1", "turn-end"),
+            ("lead", "turn-start"), ("lead", "call"),           # a model call:
+            ("w1", "fork"), ("lead", "tool"),                   # the lead forks w1 (a tool)
+            ("lead", "call"), ("lead", "mail"), ("lead", "tool"),   # and mails it
+            ("lead", "call"), ("lead", "turn-end"),
+            ("w1", "turn-start"), ("w1", "read"), ("w1", "call"), ("w1", "timer"),
+            ("w1", "tool"), ("w1", "turn-end"),
             ("init", "mail"),                                   # agent-send w1
             ("w1", "signal"), ("w1", "status"),                 # STOP
             ("w1", "signal"), ("w1", "status"),                 # CONT
-            ("w1", "turn-start"), ("w1", "read"), ("w1", "tool"),     # the exit tool
+            ("w1", "turn-start"), ("w1", "read"), ("w1", "call"),
+            ("w1", "tool"),                                     # the exit tool
             ("w1", "turn-end"), ("w1", "exit"), ("w1", "mail"),     # the lead is told
             ("w1", "reap")]                                     # agent-wait w1
 

@@ -43,7 +43,8 @@ def test_text_reply(fakeapi, stream):
     reply, chunks = ask(SPEC, stream)
     assert reply.text == "Hello, world! How are you today?"
     assert reply.tool_calls == []
-    assert reply.usage == {"input_tokens": 21, "output_tokens": 9, "estimated": False}
+    assert reply.usage == {"input_tokens": 21, "output_tokens": 9, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": False}
     assert reply.stop_reason == "stop"
     assert chunks == (["Hello, worl", "d! How are ", "you today?"] if stream else [])
 
@@ -141,7 +142,8 @@ def test_tool_results_open_the_user_message():
 def test_usage_estimated_when_absent(fakeapi, stream):
     fakeapi.reply("12345678", usage=None)
     reply, _ = ask(SPEC, stream)
-    assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "estimated": True}
+    assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}
 
 
 def test_cached_prompt_tokens_count_as_input():
@@ -149,7 +151,8 @@ def test_cached_prompt_tokens_count_as_input():
             "usage": {"input_tokens": 10, "cache_read_input_tokens": 100,
                       "cache_creation_input_tokens": 5, "output_tokens": 3}}
     reply = parse_message(body, [])
-    assert reply.usage == {"input_tokens": 115, "output_tokens": 3, "estimated": False}
+    assert reply.usage == {"input_tokens": 115, "output_tokens": 3, "cache_read_tokens": 100,
+                           "cache_write_tokens": 5, "estimated": False}
     assert reply.stop_reason == "length"
 
 
@@ -186,7 +189,8 @@ def test_stream_state_skips_unknown_events_and_keeps_block_order():
     reply = state.reply([])
     assert reply.text == "A"
     assert reply.tool_calls == [ToolCall("t", "f", '{"x":1}')]
-    assert reply.usage == {"input_tokens": 7, "output_tokens": 12, "estimated": False}
+    assert reply.usage == {"input_tokens": 7, "output_tokens": 12, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": False}
 
 
 def test_missing_key_for_a_remote_server(fakeapi, monkeypatch):

@@ -55,7 +55,8 @@ def test_echo_answers_with_the_latest_user_message():
     chunks = []
     reply = get_model("echo").complete(messages, [], on_text=chunks.append)
     assert reply == Reply("  second\nline  ", [], {"input_tokens": 10, "output_tokens": 4,
-                                                   "estimated": True}, "stop")
+                                                   "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}, "stop")
     assert chunks == ["  second\nline  "]
 
 
@@ -121,9 +122,11 @@ def test_scripted_usage_given_or_estimated(tmp_path):
                                                                                "output_tokens": 5}}},
                   {"reply": {"content": "12345", "usage": {"output_tokens": 9}}})
     assert run(path, [user("a")]).usage == {"input_tokens": 100, "output_tokens": 5,
-                                            "estimated": False}
+                                            "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": False}
     assert run(path, [user("bbbbbbbbb")]).usage == {"input_tokens": 3, "output_tokens": 9,
-                                                    "estimated": True}
+                                                    "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}
 
 
 def test_scripted_streams_its_text_once(tmp_path):

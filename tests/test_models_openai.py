@@ -25,7 +25,8 @@ def test_text_reply(fakeapi, stream):
     reply, chunks = ask(SPEC, stream)
     assert reply.text == "Hello, world! How are you today?"
     assert reply.tool_calls == []
-    assert reply.usage == {"input_tokens": 21, "output_tokens": 9, "estimated": False}
+    assert reply.usage == {"input_tokens": 21, "output_tokens": 9, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": False}
     assert reply.stop_reason == "stop"
     if stream:
         assert len(chunks) == 3 and "".join(chunks) == reply.text
@@ -87,7 +88,8 @@ def test_usage_estimated_when_the_server_gives_none(fakeapi, stream):
     fakeapi.reply("12345678", usage=None)
     reply, _ = ask(SPEC, stream)
     # "Be brief." + "Say hello." = 19 chars -> 5 tokens; "12345678" -> 2.
-    assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "estimated": True}
+    assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}
 
 
 @streamed
@@ -97,7 +99,8 @@ def test_usage_that_is_no_count_is_estimated(fakeapi, stream, usage, output):
     """A negative count would refund a budget, a huge one overflow SQLite."""
     fakeapi.reply("12345678", usage=usage)
     reply, _ = ask(SPEC, stream)
-    assert reply.usage == {"input_tokens": 5, "output_tokens": output, "estimated": True}
+    assert reply.usage == {"input_tokens": 5, "output_tokens": output, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}
 
 
 def test_loopback_server_needs_no_key(fakeapi, monkeypatch):

@@ -42,10 +42,13 @@ CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thoro
             "cwd": "/parent/child", "ro": ["/usr/share"], "net": False,
             "limits": {"cpu": 50, "procs": 8}, "unconfined": True,
             "options": ["max_tokens=100", "seed=7"], "schema": '{"type":"array"}'}
-SQL_TYPES = {"count": "INTEGER", "duration": "REAL", "flag": "INTEGER"}      # else TEXT
+SQL_TYPES = {"count": "INTEGER", "budget": "INTEGER", "duration": "REAL",
+             "flag": "INTEGER"}      # else TEXT
 
 
 def stored(value):
+    if isinstance(value, settings.Budget):
+        return value.amount
     if isinstance(value, bool):
         return 1 if value else None
     if isinstance(value, dict):
@@ -176,7 +179,10 @@ def test_lookup_by_name():
 @pytest.mark.parametrize("name, text, value", [
     ("role", "worker", "worker"), ("model", "anthropic:claude", "anthropic:claude"),
     ("system_prompt", "Be brief.", "Be brief."), ("context_window", "8000", 8000),
-    ("budget", "1", 1), ("restart", "on-failure", "on-failure"), ("max_restarts", "0", 0),
+    ("budget", "1", settings.Budget(1, "tokens")),
+    ("budget", "$2.50", settings.Budget(2_500_000, "usd")),
+    ("budget", "0.000001usd", settings.Budget(1, "usd")),
+    ("restart", "on-failure", "on-failure"), ("max_restarts", "0", 0),
     ("restart_window", "10m", 600.0), ("reap_after", "1d", 86400.0), ("idle_exit", "90", 90.0),
     ("max_children", "4", 4), ("allow", "read_*, list_dir", ["read_*", "list_dir"]),
     ("ask", "run:1h", ["run:1h"]), ("ask", "", []), ("cwd", "/tmp", "/tmp"),
@@ -192,6 +198,8 @@ def test_parse(name, text, value):
     ("context_window", "0", "bad context_window: '0' (want a whole number >= 1)"),
     ("max_children", "-1", "bad max_children: '-1' (want a whole number >= 0)"),
     ("max_children", "4.5", "bad max_children"), ("budget", "9" * 20, "bad budget"),
+    ("budget", "$0", "bad budget"), ("budget", "$0.0000001", "at most 6 decimals"),
+    ("budget", "2.5 euros", "bad budget"), ("budget", "$" + "9" * 20, "bad budget"),
     ("restart", "sometimes", "unknown restart: sometimes (one of never, on-failure, always)"),
     ("idle_exit", "soon", "bad duration: 'soon'"), ("reap_after", "9" * 400, "bad reap_after"),
     ("cwd", "", "bad cwd"),
@@ -222,6 +230,9 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     ("max_children", None, 4, True), ("max_children", 4, 2, True),
     ("max_children", 2, 4, False), ("max_children", 4, None, False),
     ("budget", None, 100, True), ("budget", 100, 200, False),
+    ("budget", settings.Budget(100, "usd"), settings.Budget(50, "usd"), True),
+    ("budget", settings.Budget(100, "usd"), settings.Budget(50, "tokens"), False),
+    ("budget", 100, settings.Budget(50, "usd"), False),
     ("allow", "a\nb", ["a"], True), ("allow", "a", ["a", "b"], False),
     ("allow", "a", None, True), ("allow", None, ["a"], False),
     ("ask", "a", ["a", "b"], True), ("ask", "a\nb", ["a"], False), ("ask", "a", None, False),

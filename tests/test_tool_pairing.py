@@ -23,9 +23,9 @@ def sent(monkeypatch):
     calls = []
     real = offline.ScriptedModel.complete
 
-    def spy(self, messages, tools, on_text=None):
+    def spy(self, messages, tools, on_text=None, cache=None):
         calls.append(messages)
-        return real(self, messages, tools, on_text)
+        return real(self, messages, tools, on_text, cache)
     monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
     return calls
 

@@ -118,7 +118,7 @@ SAMPLES = {
     "restarting": (30.0, 1, 5, 3600.0),
     "restarts_used_up": (5, 3600.0, "model API error: 400"),
     "idle_exit": (600.0,),
-    "tokens_spent": (1200, 1000),
+    "spent": (1_200_000, 1_000_000, "usd"),
     "budget_notice": ("b", "AAAA", 1200, 1000, "c", "CCCC"),
     "shown_call": ("run", '{"command": "ls\\n"}'),
     "question_mail": ("b", "AAAA", "RRRR", "which one?"),

@@ -4,7 +4,7 @@ import os
 
 import click
 
-from agentctl.cli.options import Count, Duration, complete_agents, complete_words
+from agentctl.cli.options import BudgetType, Count, Duration, complete_agents, complete_words
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body, warn
 from agentctl.errors import UsageError
@@ -28,8 +28,9 @@ from agentctl.store.db import transaction
               help="Fork point: a message id in the parent's history (default its latest).")
 @click.option("-w", "--context-window", "window", type=Count(1), metavar="TOKENS",
               help="Compact the child's context beyond this many tokens (default: the parent's).")
-@click.option("--budget", type=Count(1), metavar="TOKENS",
-              help="The child's own token budget, carved out of the parent's account.")
+@click.option("--budget", type=BudgetType(), metavar="BUDGET",
+              help="The child's own budget, TOKENS or dollars ('$2.50' or 2.50usd), carved "
+                   "out of the parent's account (in its unit).")
 @click.option("--restart", type=click.Choice(settings.RESTART_POLICIES), metavar="POLICY",
               help="never, on-failure or always (default: always for a daemon, else never).")
 @click.option("--max-restarts", type=Count(0), metavar="N",
@@ -80,7 +81,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     With PROMPT (or - to read it from stdin) the prompt is the child's first
     new message and the child has input pending; without one, parent and
     child both wait for input. With --budget the child's model calls may
-    spend at most TOKENS, taken from what the parent's account has left.
+    spend at most BUDGET (tokens, or dollars at the models' prices), taken
+    from what the parent's account has left.
     """
     body = read_body(prompt) if prompt is not None else None
     if prompt is not None and (body is None or not body.strip()):
@@ -107,7 +109,7 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
             cwd = source["cwd"] or os.getcwd()
         child = lifecycle.fork(conn, source, name=name, role=role, model=model, system=system,
                                at=at, prompt=body, actor=me["id"] if me else None,
-                               context_window=window, budget_tokens=budget,
+                               context_window=window, budget=budget,
                                restart=restart, max_restarts=max_restarts,
                                restart_window=restart_window, reap_after=reap_after,
                                idle_exit=idle_exit, max_children=max_children,

@@ -5,13 +5,14 @@ import time
 
 import click
 
-from agentctl import clock
+from agentctl import clock, money
 from agentctl.cli.options import Count, complete_agents, complete_words, output_options
 from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import connect, program, run
 from agentctl.cli.stdio import PipeClosed, for_terminal, reader_gone
 from agentctl.errors import UsageError
 from agentctl.ids import short
+from agentctl.settings import Budget
 from agentctl.store import events, registry
 from agentctl.store.db import data_version, snapshot, transaction
 
@@ -221,11 +222,16 @@ def summary(e, d, names):
         return f"turn {d.get('turn')} started" + (f", model {d['model']}" if d.get("model") else "")
     if kind == "turn-end":
         text = (f"turn {d.get('turn')} {d.get('outcome')}: {plural(d.get('steps', 0), 'step')}, "
-                f"{d.get('input_tokens', 0)}+{d.get('output_tokens', 0)} tokens, "
+                f"{tokens(d)}{cost(d.get('cost'), d.get('unpriced'), d.get('steps'))}, "
                 f"{d.get('seconds', 0):.1f}s")
         if d.get("mail_read"):
             text += f", {d['mail_read']} mail read"
         return text + (f": {d['error']}" if d.get("error") else "")
+    if kind == "call":
+        model = f" {d['model']}" if d.get("model") else ""
+        estimated = " (estimated)" if d.get("estimated") else ""
+        return (f"model call{model}: {tokens(d)}{estimated}"
+                f"{cost(d.get('cost'), d.get('cost') is None, 1)}{turn}")
     if kind == "tool":
         return f"{d.get('tool')} {d.get('outcome')} in {d.get('seconds', 0):.2f}s{turn}"
     if kind == "mail":
@@ -260,8 +266,10 @@ def summary(e, d, names):
     if kind == "wake":
         return f"woken by its timer{turn}"
     if kind == "budget":
-        return f"budget exhausted: {d['spent']} of {d['budget']}" if "budget" in d \
-            else "budget exhausted"
+        if "budget" not in d:
+            return "budget exhausted"
+        unit = d.get("unit") or "tokens"
+        return f"budget exhausted: {Budget(d['spent'], unit)} of {Budget(d['budget'], unit)}"
     if kind == "ask":
         what = f"for approval to run {d['tool']}" if d.get("tool") else "a question"
         return f"asked {what}: request {d.get('request')}"
@@ -272,6 +280,23 @@ def summary(e, d, names):
         text = f"restart {d.get('count')} of {d.get('limit')}, next try in {d.get('delay', 0):g}s"
         return text + (f": {d['error']}" if d.get("error") else "")
     return e["detail"] or ""
+
+
+def tokens(d):
+    """A call's or a turn's tokens: input+output, and the input's part read from the
+    provider's cache and written to it."""
+    text = f"{d.get('input_tokens', 0)}+{d.get('output_tokens', 0)} tokens"
+    parts = [f"{d[k]} {w}" for k, w in (("cache_read_tokens", "cached"),
+                                         ("cache_write_tokens", "written")) if d.get(k)]
+    return text + (f" ({', '.join(parts)})" if parts else "")
+
+
+def cost(dollars, unpriced, calls):
+    """', $0.0123' (+? when some calls had no price), ', unpriced' when none had one;
+    nothing for no call (a turn written before costs were)."""
+    if dollars is None:
+        return ", unpriced" if unpriced and calls else ""
+    return f", {money.shown(money.of_dollars(dollars))}" + ("+?" if unpriced else "")
 
 
 def plural(n, word):

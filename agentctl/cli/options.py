@@ -3,6 +3,7 @@ shell completion of agents and fixed words."""
 
 import click
 
+from agentctl import settings
 from agentctl.clock import parse_duration
 from agentctl.errors import AgentctlError
 from agentctl.ids import short
@@ -50,6 +51,21 @@ class Seconds(click.FloatRange):
         if seconds != seconds:
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
         return seconds
+
+
+class BudgetType(click.ParamType):
+    """A budget option: a number of tokens, or dollars ('$2.50', 2.50usd): a
+    settings.Budget."""
+
+    name = "budget"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        try:
+            return settings.get("budget").parse(value)
+        except AgentctlError as e:
+            self.fail(str(e), param, ctx)
 
 
 class Duration(click.ParamType):

@@ -2,7 +2,7 @@
 
 import click
 
-from agentctl import settings
+from agentctl import money, settings
 from agentctl.clock import age, iso, until
 from agentctl.cli.options import complete_agents, complete_words, output_options
 from agentctl.cli.output import Column, pick, render
@@ -10,7 +10,8 @@ from agentctl.cli.program import connect, program, run
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES, short
 from agentctl.ops import proctable
-from agentctl.store import registry
+from agentctl.settings import Budget
+from agentctl.store import proctable as stored, registry
 
 
 @program("agent-ps")
@@ -30,10 +31,11 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats), and model created exit_code signal
-    forked_from fork_msg wake budget spent tokens failures restarts retry held failure
-    allow ask cwd ro net limits unconfined options schema with -o. In the table, an H
-    after STAT marks an agent held after a failure (agent-why says why), a ! one whose
-    tools run unconfined.
+    forked_from fork_msg wake budget spent budget_unit tokens cached cost
+    unpriced tree_cost failures restarts retry held failure allow ask cwd ro net
+    limits unconfined options schema with -o. In the table, an H after STAT marks an
+    agent held after a failure (agent-why says why), a ! one whose tools run
+    unconfined.
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
@@ -57,6 +59,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
     chosen = pick(COLUMNS, columns, default)
+    if any(c.key == "tree_cost" for c in chosen):       # (only then: it reads every agent)
+        mark_tree_costs(conn, rows)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         chosen = chosen + [Column("depth", "DEPTH")]
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
@@ -96,14 +100,50 @@ def _parent(item):
 
 
 def _budget(item):
-    """SPENT/BUDGET of the account it is charged to; an account it shares with an
-    ancestor (its own use is the tokens column) is marked with that account's owner."""
+    """SPENT/BUDGET of the account it is charged to, in its unit; an account it shares
+    with an ancestor (its own use is the tokens and cost columns) is marked with that
+    account's owner."""
     if item["budget"] is None:
         return "-"
-    shown = f"{item['spent']}/{item['budget']}"
+    unit = item["budget_unit"] or "tokens"
+    shown = f"{Budget(item['spent'], unit)}/{Budget(item['budget'], unit)}"
     if item["budget_id"] != item["id"]:
         shown += f" ({item['account_name'] or short(item['budget_id'])})"
     return shown
+
+
+def _account(item, key):
+    """An account's number for programs: tokens, or dollars."""
+    if item["budget"] is None:
+        return None
+    return settings.get("budget").json(Budget(item[key], item["budget_unit"] or "tokens"))
+
+
+def _cost(micros, unpriced):
+    """A cost as people read it: dollars, + ? when some calls had no price, unpriced
+    when none had one, - when there was no call."""
+    if micros is None:
+        return "unpriced" if unpriced else "-"
+    return money.shown(micros) + ("+?" if unpriced else "")
+
+
+def mark_tree_costs(conn, rows):
+    """Each row's tree_cost (and tree_unpriced): its own cost and that of all its
+    descendants by lifecycle parent, dead ones included (a lead and its workers)."""
+    agents = stored.costs(conn)
+    children = {}
+    for agent_id, (parent, _, _) in agents.items():
+        if parent is not None and parent != agent_id:
+            children.setdefault(parent, []).append(agent_id)
+    for row in rows:
+        cost, unpriced, stack = None, 0, [row["id"]]
+        while stack:                # the subtree: no row is ever deleted, no cycle made
+            agent_id = stack.pop()
+            _, own, calls = agents.get(agent_id, (None, None, 0))
+            cost = cost if own is None else (cost or 0) + own
+            unpriced += calls
+            stack.extend(children.get(agent_id, ()))
+        row["tree_cost"], row["tree_unpriced"] = cost, unpriced
 
 
 def _exit(item):
@@ -139,9 +179,18 @@ COLUMNS = [
            human=lambda r: short(r["forked_from"]) if r["forked_from"] else "-"),
     Column("fork_msg", "FORK_MSG", machine=lambda r: r["fork_msg_id"]),
     Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
-    _setting("budget", human=_budget),
-    Column("spent", "SPENT", machine=lambda r: None if r["budget"] is None else r["spent"]),
+    Column("budget", settings.get("budget").header, human=_budget,
+           machine=lambda r: _account(r, "budget")),
+    Column("spent", "SPENT", machine=lambda r: _account(r, "spent")),
+    Column("budget_unit", "UNIT", machine=lambda r: r["budget"] is not None and (
+        r["budget_unit"] or "tokens") or None),
     Column("tokens", "TOKENS"),
+    Column("cached", "CACHED", machine=lambda r: r["tokens_cached"]),
+    Column("cost", "COST", human=lambda r: _cost(r["cost"], r["unpriced"]),
+           machine=lambda r: money.dollars(r["cost"])),
+    Column("unpriced", "UNPRICED"),
+    Column("tree_cost", "TREE_COST", human=lambda r: _cost(r["tree_cost"], r["tree_unpriced"]),
+           machine=lambda r: money.dollars(r["tree_cost"])),
     Column("failures", "FAILURES"),
     Column("restarts", "RESTARTS"),
     Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",

@@ -1,6 +1,6 @@
 """Models: turn a conversation into one reply.
 
-    get_model("openai:gpt-4o-mini").complete(messages, tools, on_text=None) -> Reply
+    get_model("openai:gpt-4o-mini").complete(messages, tools, on_text=None, cache=None) -> Reply
 
 Messages and tools are always in OpenAI Chat Completions form; each provider converts. Provider
 modules are imported only by get_model, so importing this package costs no network library.
@@ -8,9 +8,9 @@ modules are imported only by get_model, so importing this package costs no netwo
 
 from ..errors import UsageError
 from ..modelspec import EXPECTED, check_name
-from .base import Model, ModelError, Reply, ToolCall
+from .base import Cache, Model, ModelError, Reply, ToolCall
 
-__all__ = ["Model", "ModelError", "Reply", "ToolCall", "get_model"]
+__all__ = ["Cache", "Model", "ModelError", "Reply", "ToolCall", "get_model"]
 
 
 def get_model(spec):

@@ -6,10 +6,11 @@ message, and neighbouring messages of one role are merged, since the API wants r
 """
 
 import json
+import os
 import re
 
 from .. import env, jsonin
-from ..errors import AgentctlError
+from ..errors import AgentctlError, UsageError
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
                    make_usage, mapping, mappings, said, stop_reason, string, with_tool_ids)
@@ -23,6 +24,17 @@ ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 # Error types that a stream may report after a 200 and that are worth another try.
 TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+# Prompt caching: at most 4 breakpoints a request; $AGENTCTL_CACHE_TTL, how long what
+# they write lives (a write costs 1.25 times the input price for 5 minutes, twice for an
+# hour; a read a tenth), or off; and the shortest prefix each model caches, in tokens
+# (a shorter one is not cached, silently), by the start of its name.
+CACHE_TTLS = ("5m", "1h", "off")
+MAX_BREAKPOINTS = 4
+MINIMUM_CACHED = (("claude-opus-4-5", 4096), ("claude-opus-4-6", 4096),
+                  ("claude-haiku-4-5", 4096), ("claude-3-5-haiku", 2048),
+                  ("claude-3-haiku", 2048), ("claude-haiku-3", 2048))
+DEFAULT_MINIMUM_CACHED = 1024
+CHARS_PER_TOKEN = 3     # fewer than the usual 4: a prefix surely below the minimum
 
 
 class AnthropicModel(HTTPModel):
@@ -32,7 +44,11 @@ class AnthropicModel(HTTPModel):
     path = "/v1/messages"
 
     def options(self, url):
-        return {"max_tokens": env.number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, whole=True)}
+        ttl = os.environ.get("AGENTCTL_CACHE_TTL", "").strip() or "5m"
+        if ttl not in CACHE_TTLS:
+            raise UsageError(f"AGENTCTL_CACHE_TTL must be 5m, 1h or off, not {env.shown(ttl)}")
+        return {"max_tokens": env.number("AGENTCTL_MAX_TOKENS", 4096, minimum=1, whole=True),
+                "cache_ttl": ttl}
 
     def headers(self, endpoint):
         headers = {"anthropic-version": API_VERSION}
@@ -40,9 +56,10 @@ class AnthropicModel(HTTPModel):
             headers["x-api-key"] = endpoint.key
         return headers
 
-    def request_body(self, messages, tools, stream, endpoint):
+    def request_body(self, messages, tools, stream, endpoint, cache=None):
         body = request_body(self.model, messages, tools,
-                            self.model_options.get("max_tokens", endpoint.options["max_tokens"]), stream)
+                            self.model_options.get("max_tokens", endpoint.options["max_tokens"]),
+                            stream, cache, endpoint.options["cache_ttl"])
         return {**body, **options_body(self.model_options, self.schema)}
 
     def parse_plain(self, body, messages):
@@ -54,15 +71,18 @@ class AnthropicModel(HTTPModel):
 
 # -- the request ---------------------------------------------------------------------------------
 
-def request_body(model, messages, tools, max_tokens, stream):
-    system, turns = convert_messages(messages)
+def request_body(model, messages, tools, max_tokens, stream, cache=None, ttl="5m"):
+    hinted = cache is not None and ttl != "off"
+    system, turns, marked = _convert(messages, cache.marks if hinted else ())
     body = {"model": model, "max_tokens": max_tokens, "messages": turns}
     if system:
-        body["system"] = system
+        body["system"] = [{"type": "text", "text": system}] if hinted else system
     if tools:
         body["tools"] = [convert_tool(t) for t in tools]
     if stream:
         body["stream"] = True
+    if hinted:
+        place_breakpoints(body, marked, model, ttl)
     return body
 
 
@@ -80,6 +100,35 @@ def options_body(options, schema=None):
     if config:
         body["output_config"] = config
     return body
+def minimum_cached(model):
+    for start, tokens in MINIMUM_CACHED:
+        if model.startswith(start):
+            return tokens
+    return DEFAULT_MINIMUM_CACHED
+
+
+def place_breakpoints(body, marked, model, ttl):
+    """cache_control on the blocks that end a stable prefix, in the prompt's order (tools,
+    system, messages): the system prompt's (else the last tool's: the tools come first),
+    then each of `marked`. A prefix surely shorter than the model's minimum gets none
+    (it would not be cached); beyond 4, the first and the last 3 are kept."""
+    stable = body["system"][-1:] if body.get("system") else body.get("tools", [])[-1:]
+    chars, total = {}, 0
+    blocks = body.get("tools", []) + body.get("system", []) + \
+        [b for turn in body["messages"] for b in turn["content"]]
+    for block in blocks:
+        total += len(json.dumps(block, ensure_ascii=False))
+        chars[id(block)] = total
+    chosen, seen = [], set()
+    for block in stable + sorted(marked, key=lambda b: chars[id(b)]):
+        if id(block) not in seen and chars[id(block)] // CHARS_PER_TOKEN >= minimum_cached(model):
+            seen.add(id(block))
+            chosen.append(block)
+    if len(chosen) > MAX_BREAKPOINTS:
+        chosen = chosen[:1] + chosen[-(MAX_BREAKPOINTS - 1):]
+    control = {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
+    for block in chosen:
+        block["cache_control"] = dict(control)
 
 
 def convert_tool(tool):
@@ -95,26 +144,34 @@ def convert_messages(messages):
     left with nothing is left out whole), and tool call ids are made unique in the conversation
     and of the characters the API takes (with_tool_ids: the same conversation, the same ids).
     """
-    system, turns = [], []
-    for message in with_tool_ids(messages, keeps=lambda call_id, used: (
-            ID.fullmatch(call_id) is not None and call_id not in used), stem=id_stem):
+    system, turns, _ = _convert(messages, ())
+    return system, turns
+
+
+def _convert(messages, marks):
+    """convert_messages, and the blocks that end the messages at the indexes `marks` (the
+    last block written when that message was read): where a cache breakpoint goes."""
+    system, turns, marked = [], [], []
+    wanted = set(marks)
+    for index, message in enumerate(with_tool_ids(messages, keeps=lambda call_id, used: (
+            ID.fullmatch(call_id) is not None and call_id not in used), stem=id_stem)):
         role = message.get("role")
         content = message.get("content") or ""
         if role in ("system", "developer"):
             if content.strip():
                 system.append(content)
-            continue
-        role, blocks = convert_message(role, message, content)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
         else:
-            turns.append({"role": role, "content": blocks})
+            role, blocks = convert_message(role, message, content)
+            if blocks and turns and turns[-1]["role"] == role:
+                turns[-1]["content"].extend(blocks)
+            elif blocks:
+                turns.append({"role": role, "content": blocks})
+        if index in wanted and turns:
+            marked.append(turns[-1]["content"][-1])
     for turn in turns:
         # tool_result blocks must open the user message that answers the tool_use blocks.
         turn["content"].sort(key=lambda block: block["type"] != "tool_result")
-    return "\n\n".join(system), turns
+    return "\n\n".join(system), turns, marked
 
 
 def id_stem(call_id):
@@ -155,12 +212,18 @@ def tool_use_block(call):
 
 # -- the reply -----------------------------------------------------------------------------------
 
-def input_tokens(usage):
-    # Cached prompt tokens are counted apart by the API; the model read them all the same.
-    if not is_count(usage.get("input_tokens")):
-        return None
-    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    return sum(usage[k] for k in keys if is_count(usage.get(k)))
+def usage_of(messages, text, calls, usage):
+    """make_usage from the API's usage object. Its input_tokens are those after the last
+    cache breakpoint: the prompt's are those plus what was read from the cache and written
+    to it (cache_creation: the part written for an hour)."""
+    read = usage.get("cache_read_input_tokens")
+    written = usage.get("cache_creation_input_tokens")
+    read, written = (v if is_count(v) else 0 for v in (read, written))
+    fresh = usage.get("input_tokens")
+    total = fresh + read + written if is_count(fresh) else None
+    hour = mapping(usage.get("cache_creation")).get("ephemeral_1h_input_tokens")
+    return make_usage(messages, text, calls, total, usage.get("output_tokens"), read, written,
+                      hour)
 
 
 def parse_message(body, messages):
@@ -173,8 +236,7 @@ def parse_message(body, messages):
     calls = [ToolCall(string(b.get("id")), string(b.get("name")),
                       json.dumps(b.get("input") or {}, ensure_ascii=False))
              for b in blocks if b.get("type") == "tool_use"]
-    usage = mapping(body.get("usage"))
-    usage = make_usage(messages, text, calls, input_tokens(usage), usage.get("output_tokens"))
+    usage = usage_of(messages, text, calls, mapping(body.get("usage")))
     return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls, STOP_REASONS))
 
 
@@ -235,8 +297,7 @@ class StreamState:
         text = "".join(b["text"] for b in blocks if b["type"] == "text")
         calls = [ToolCall(b["id"], b["name"], tool_arguments(b))
                  for b in blocks if b["type"] == "tool_use"]
-        usage = make_usage(messages, text, calls, input_tokens(self.usage),
-                           self.usage.get("output_tokens"))
+        usage = usage_of(messages, text, calls, self.usage)
         return Reply(text, calls, usage, stop_reason(self.stop, calls, STOP_REASONS))
 
 

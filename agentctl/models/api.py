@@ -57,7 +57,8 @@ class HTTPModel(Model):
         """The request's headers beyond Content-Type: the key, the API version."""
         raise NotImplementedError
 
-    def request_body(self, messages, tools, stream, endpoint):
+    def request_body(self, messages, tools, stream, endpoint, cache=None):
+        """The request, with the cache hints (base.Cache) the provider takes."""
         raise NotImplementedError
 
     def parse_plain(self, body, messages):
@@ -87,11 +88,11 @@ class HTTPModel(Model):
         key = http.api_key(self.key_variable, url, self.name)
         return Endpoint(url, key, self.options(url))
 
-    def complete(self, messages, tools, on_text=None):
+    def complete(self, messages, tools, on_text=None, cache=None):
         from . import http      # (start-up: requests, only for a model call)
         endpoint = self.endpoint()
         headers = {"Content-Type": "application/json", **self.headers(endpoint)}
-        body = self.request_body(messages, tools, on_text is not None, endpoint)
+        body = self.request_body(messages, tools, on_text is not None, endpoint, cache)
 
         def read(response):
             return http.read_reply(response, on_text,
@@ -99,8 +100,10 @@ class HTTPModel(Model):
                                    lambda events: self.parse_stream(events, messages, on_text))
 
         with self._session() as session:
-            return http.post(session, self.provider, endpoint.url + self.path, headers, body,
-                             read, lambda status, text: self.hint(status, text, endpoint))
+            reply = http.post(session, self.provider, endpoint.url + self.path, headers, body,
+                              read, lambda status, text: self.hint(status, text, endpoint))
+        reply.api_url = endpoint.url
+        return reply
 
     @contextmanager
     def _session(self):

@@ -49,9 +49,22 @@ class Reply:
     tool_calls: list = field(default_factory=list)
     usage: dict = field(default_factory=dict)
     stop_reason: str = "stop"
+    api_url: str = ""       # the API that answered (its base URL), for its price; "" offline
 
     def __post_init__(self):
         self.text = valid(self.text)      # a JSON escape such as \udcff is no UTF-8 to store
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Where a request's prefix is stable, for a provider's prompt cache: `marks` are
+    indexes of messages that each end a prefix a later request sends again (the fork
+    point siblings share, the end of the previous request, the end of this one); `key`
+    names the family of requests that share prefixes (OpenAI's prompt_cache_key).
+    The system prompt and the tools are always a stable prefix."""
+
+    marks: tuple = ()
+    key: str = ""
 
 
 class Model:
@@ -61,10 +74,11 @@ class Model:
     model_options = {}  # model options by agentctl's name (modelspec.OPTIONS), checked
     schema = None       # a JSON Schema the final reply must fit (agentctl.shape's subset)
 
-    def complete(self, messages, tools, on_text=None):
+    def complete(self, messages, tools, on_text=None, cache=None):
         """Return the model's Reply to `messages` (OpenAI chat form), offering `tools` (OpenAI form).
 
         With on_text, the reply is streamed and on_text(chunk) is called for each piece of text.
+        With `cache` (a Cache), the request carries the hints its provider takes.
         """
         raise NotImplementedError
 
@@ -102,8 +116,12 @@ def is_count(value):
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
 
 
-def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None):
-    """The usage dict of a Reply: the API's counts where it gave them, estimates otherwise."""
+def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None,
+               cache_read=None, cache_write=None, cache_write_1h=None):
+    """The usage dict of a Reply: the API's counts where it gave them, estimates otherwise.
+    input_tokens counts every prompt token, those served from the provider's cache
+    (cache_read_tokens) and written to it (cache_write_tokens, of which
+    cache_write_1h_tokens for an hour) included."""
     estimated = False
     if not is_count(input_tokens):
         input_tokens = estimate_tokens(message_chars(messages))
@@ -112,7 +130,15 @@ def make_usage(messages, text, tool_calls, input_tokens=None, output_tokens=None
         out_chars = len(text) + sum(len(c.name) + len(c.arguments) for c in tool_calls)
         output_tokens = estimate_tokens(out_chars)
         estimated = True
-    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "estimated": estimated}
+    # A part can't be more than the whole it is part of.
+    cache_read = min(cache_read, input_tokens) if is_count(cache_read) else 0
+    cache_write = min(cache_write, input_tokens - cache_read) if is_count(cache_write) else 0
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+             "cache_read_tokens": cache_read, "cache_write_tokens": cache_write,
+             "estimated": estimated}
+    if is_count(cache_write_1h) and cache_write_1h:
+        usage["cache_write_1h_tokens"] = min(cache_write_1h, cache_write)
+    return usage
 
 
 def load_json(data, what="response"):

@@ -23,7 +23,7 @@ class EchoModel(Model):
 
     name = "echo"
 
-    def complete(self, messages, tools, on_text=None):
+    def complete(self, messages, tools, on_text=None, cache=None):
         text = latest_user_text(messages)
         if on_text and text:
             on_text(text)
@@ -40,7 +40,7 @@ class ScriptedModel(Model):
     def check(self):
         load_rules(self.path)
 
-    def complete(self, messages, tools, on_text=None):
+    def complete(self, messages, tools, on_text=None, cache=None):
         # Read at every call: a test may rewrite the file between turns, and it is small.
         rules = load_rules(self.path)
         subject, step = latest_user_text(messages), step_index(messages)
@@ -66,7 +66,8 @@ class ScriptedModel(Model):
                  for i, call in enumerate(spec.get("tool_calls", ()))]
         usage = spec.get("usage", {})
         usage = make_usage(messages, text, calls, usage.get("input_tokens"),
-                           usage.get("output_tokens"))
+                           usage.get("output_tokens"), usage.get("cache_read_tokens"),
+                           usage.get("cache_write_tokens"))
         if on_text and text:
             on_text(text)
         return Reply(text, calls, usage, default_stop(calls))

@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 from .. import env
 from .api import HTTPModel
-from .base import (Reply, ToolCall, Transient, index, load_json, make_usage, mapping, mappings,
-                  said, stop_reason, string, with_tool_ids)
+from .base import (Reply, ToolCall, Transient, index, is_count, load_json, make_usage, mapping,
+                   mappings, said, stop_reason, string, with_tool_ids)
 
 OPENAI_HOST = "api.openai.com"
 DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
@@ -27,14 +27,21 @@ class OpenAIModel(HTTPModel):
     def options(self, url):
         limit = env.number("AGENTCTL_MAX_TOKENS", None, minimum=1, whole=True)
         # Unset, nothing is sent: the server's own limit holds.
-        return {"token_limit": {max_tokens_field(url): limit} if limit else {}}
+        return {"token_limit": {max_tokens_field(url): limit} if limit else {},
+                "cache_key": urlsplit(url).hostname == OPENAI_HOST}
 
     def headers(self, endpoint):
         return {"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}
 
-    def request_body(self, messages, tools, stream, endpoint):
+    def request_body(self, messages, tools, stream, endpoint, cache=None):
         body = {**request_body(self.model, messages, tools, stream),
                 **endpoint.options["token_limit"]}
+        # OpenAI caches prefixes by itself and routes by this key, so that a family's
+        # requests meet the cache their prefix is in. Other servers are sent nothing:
+        # llama.cpp's server reuses its slot's cache by itself (cache_prompt is on by
+        # default), and a strict server refuses a key it does not know.
+        if cache is not None and cache.key and endpoint.options["cache_key"]:
+            body["prompt_cache_key"] = cache.key
         return {**body, **options_body(self.model_options, endpoint.url, self.schema)}
 
     def parse_plain(self, body, messages):
@@ -101,9 +108,19 @@ def fresh_call_id():
     return "call_" + secrets.token_hex(12)
 
 
-def usage_counts(usage):
-    usage = usage if isinstance(usage, dict) else {}
-    return usage.get("prompt_tokens"), usage.get("completion_tokens")
+def usage_counts(usage, timings=None):
+    """(prompt, completion, cached) tokens: cached as OpenAI reports it
+    (prompt_tokens_details.cached_tokens), else as llama.cpp's server does, in the
+    timings it adds (cache_n: the prompt tokens its slot's cache held; prompt_n: those
+    it evaluated)."""
+    usage, timings = mapping(usage), mapping(timings)
+    prompt = usage.get("prompt_tokens")
+    cached = mapping(usage.get("prompt_tokens_details")).get("cached_tokens")
+    if cached is None and is_count(timings.get("cache_n")):
+        cached = timings["cache_n"]
+    elif cached is None and is_count(timings.get("prompt_n")) and is_count(prompt):
+        cached = max(prompt - timings["prompt_n"], 0)
+    return prompt, usage.get("completion_tokens"), cached
 
 
 def parse_completion(body, messages):
@@ -120,7 +137,7 @@ def parse_completion(body, messages):
         calls.append(ToolCall(string(call.get("id")) or fresh_call_id(),
                               string(function.get("name")),
                               arguments_text(function.get("arguments"))))
-    usage = make_usage(messages, text, calls, *usage_counts(body.get("usage")))
+    usage = make_usage(messages, text, calls, *usage_counts(body.get("usage"), body.get("timings")))
     return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls, STOP_REASONS))
 
 
@@ -132,6 +149,7 @@ class StreamState:
         self.text = []
         self.calls = {}         # index -> {"id", "name", "arguments"}
         self.usage = None
+        self.timings = None
         self.finish = None
         self.done = False
 
@@ -145,6 +163,8 @@ class StreamState:
             raise Transient(f"error in stream: {said(message) or 'no message'}")
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):     # llama.cpp's server, in its last chunk
+            self.timings = chunk["timings"]
         for choice in mappings(chunk.get("choices")):
             if index(choice.get("index"), 0) == 0:
                 self._feed_choice(choice)
@@ -176,7 +196,7 @@ class StreamState:
         text = "".join(self.text)
         calls = [ToolCall(c["id"] or fresh_call_id(), c["name"], c["arguments"])
                  for _, c in sorted(self.calls.items())]
-        usage = make_usage(messages, text, calls, *usage_counts(self.usage))
+        usage = make_usage(messages, text, calls, *usage_counts(self.usage, self.timings))
         return Reply(text, calls, usage, stop_reason(self.finish, calls, STOP_REASONS))
 
 

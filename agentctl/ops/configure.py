@@ -59,7 +59,8 @@ def change(conn, agent, actor, values, tool_names=None):
         new["options"] = lifecycle.check_options(new.get("options", agent["options"]), model)
     changed = []
     for name, value in new.items():
-        setting, old = settings.get(name), agent[name]
+        setting = settings.get(name)
+        old = setting.value(agent)      # (a budget with its unit)
         if value == old:
             continue
         if not settings.narrows(setting, old, value):

@@ -2,7 +2,7 @@
 with the signal that waited for it; and what the turn's record says of it. Each
 ending is a step of the run: a transaction of its own (lease.holding)."""
 
-from agentctl import shape
+from agentctl import money, shape
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
 from agentctl.store import asks, events, history, registry, turnlog
@@ -15,16 +15,22 @@ class Outcome:
     token limit. (A plain class: dataclasses costs agent-run's start-up.)"""
 
     def __init__(self, agent_id, turn_id, status, text="", steps=0, input_tokens=0,
-                 output_tokens=0, mail_read=0, model="", exited=None, cut=False, value=None):
+                 output_tokens=0, mail_read=0, model="", exited=None, cut=False, value=None,
+                 cached=0, written=0, cost=None, unpriced=0):
         self.agent_id, self.turn_id, self.status, self.text = agent_id, turn_id, status, text
         self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
         self.mail_read, self.model, self.exited, self.cut = mail_read, model, exited, cut
         self.value = value      # the reply as a JSON value, for an agent with a schema
+        self.cached, self.written, self.cost, self.unpriced = cached, written, cost, unpriced
 
     def record(self):
+        """agent-run --format json's record: cost in dollars, null when no call had a
+        price (unpriced counts the calls without one)."""
         return {"turn": self.turn_id, "agent": self.agent_id, "status": self.status,
                 "model": self.model, "steps": self.steps, "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens, "mail_read": self.mail_read,
+                "output_tokens": self.output_tokens, "cache_read_tokens": self.cached,
+                "cache_write_tokens": self.written, "cost": money.dollars(self.cost),
+                "unpriced": self.unpriced, "mail_read": self.mail_read,
                 "exited": self.exited, "text": self.text, "cut": self.cut, "value": self.value}
 
 
@@ -34,7 +40,9 @@ def outcome(conn, agent_id, turn_id, status, spec, exited=None):
     return Outcome(agent_id, turn_id, status, text, turn["steps"],
                    turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited,
                    turn["stop_reason"] == "length",
-                   value(registry.get(conn, agent_id), text) if status == "done" else None)
+                   value(registry.get(conn, agent_id), text) if status == "done" else None,
+                   turn["cache_read_tokens"], turn["cache_write_tokens"], turn["cost"],
+                   turn["unpriced"])
 
 
 def value(agent, text):

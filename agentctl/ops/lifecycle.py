@@ -87,10 +87,10 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
          **given):
     """Create a child of `parent`; returns its id. Writes a constant number of
     rows whatever the history's length: nothing is copied. `given` are the child's
-    settings by keyword (agentctl.settings: role, model, system, budget_tokens ...);
+    settings by keyword (agentctl.settings: role, model, system, budget ...);
     each one not given is what its rule there says (the parent's, the role's, none).
-    With `budget_tokens`, the child gets its own account, carved out of the
-    parent's (agentctl(7))."""
+    With `budget` (a settings.Budget, or a number of tokens), the child gets its
+    own account, carved out of the parent's (agentctl(7))."""
     values = settings.child(parent, given)
     if not registry.is_live(parent):
         raise Refused(f"{registry.label(parent)}: can't fork: it is "
@@ -120,13 +120,15 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
     else:
         raise UsageError(f"message {at} is not in the context of {registry.label(parent)} "
                          f"(see agent-replay {registry.label(parent)})")
-    if values["budget"] is not None:
-        budget.carve(conn, parent, values["budget"])
+    own = values.pop("budget")
+    if own is not None:
+        own = budget.carve(conn, parent, own)
     child = new_id()
     registry.insert(
         conn, id=child, name=name, parent_id=parent["id"], forked_from=parent["id"],
         fork_msg_id=point, depth=parent["depth"] + 1,
-        budget_id=parent["budget_id"] if values["budget"] is None else child, **values)
+        budget_id=parent["budget_id"] if own is None else child,
+        budget=own and own.amount, budget_unit=own and own.unit, **values)
     if prompt is not None:
         history.append(conn, child, "user", prompt)
     events.record(conn, child, "fork", actor, parent=parent["id"], at=point,

@@ -11,9 +11,9 @@ unread again. A failed turn of an agent that is not restarted stays open, its
 agent held (ops/supervise.py).
 """
 
-from agentctl import clock, env, voice
-from agentctl.errors import NotFound, Refused
-from agentctl.ops import budget, mail
+from agentctl import clock, env, money, voice
+from agentctl.errors import UNAVAILABLE, NotFound, Refused
+from agentctl.ops import budget, lifecycle, mail, prices
 from agentctl.ops.lease import effective_status, holding, renew
 from agentctl.store import accounts, events, history, mailbox, registry, turnlog
 
@@ -72,18 +72,29 @@ def start(conn, agent, model_name):
         return turnlog.get(conn, turn_id)
 
 
-def charge(conn, turn_id, agent_id, usage):
-    """Account for one model call of the turn (a step, or the summary of a compaction):
-    the turn's and the agent's counts, and the budget it is charged to."""
+def charge(conn, turn_id, agent_id, usage, api_url=""):
+    """Account for one model call of the turn (a step, or the summary of a compaction),
+    its usage as models.base makes it, answered by the API at `api_url`: the turn's and
+    the agent's counts, what it cost (ops.prices: the turn's model), the budget it is
+    charged to, and the call's event."""
+    model = turnlog.get(conn, turn_id)["model"] or ""
+    cost = prices.cost(model, api_url, usage)
     tokens_in, tokens_out = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
-    budget.charge(conn, agent_id, tokens_in + tokens_out)
-    turnlog.add(conn, turn_id, input_tokens=tokens_in, output_tokens=tokens_out)
-    registry.add_tokens(conn, agent_id, tokens_in, tokens_out)
+    cached, written = usage.get("cache_read_tokens", 0), usage.get("cache_write_tokens", 0)
+    budget.charge(conn, agent_id, usage, cost)
+    turnlog.add(conn, turn_id, input_tokens=tokens_in, output_tokens=tokens_out,
+                cache_read_tokens=cached, cache_write_tokens=written)
+    turnlog.add_cost(conn, turn_id, cost)
+    registry.add_usage(conn, agent_id, tokens_in, tokens_out, cached, written, cost)
+    events.record(conn, agent_id, "call", turn=turn_id, model=model or None,
+                  input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=cached,
+                  cache_write_tokens=written, cost=money.dollars(cost),
+                  estimated=True if usage.get("estimated") else None)
 
 
-def record_step(conn, turn_id, agent_id, usage):
+def record_step(conn, turn_id, agent_id, usage, api_url=""):
     turnlog.add(conn, turn_id, steps=1)
-    charge(conn, turn_id, agent_id, usage)
+    charge(conn, turn_id, agent_id, usage, api_url)
     renew(conn, agent_id)
 
 

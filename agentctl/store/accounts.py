@@ -23,9 +23,11 @@ def grow(conn, account_id, tokens):
     conn.execute("UPDATE agents SET budget = budget + ? WHERE id = ?", (tokens, account_id))
 
 
-def set_budget(conn, agent_id, tokens):
-    """The agent's own account, with a budget of `tokens`: it is charged to it from now."""
-    conn.execute("UPDATE agents SET budget = ?, budget_id = id WHERE id = ?", (tokens, agent_id))
+def set_budget(conn, agent_id, amount, unit="tokens"):
+    """The agent's own account, with a budget of `amount` in `unit` (tokens, or usd:
+    millionths of a dollar): it is charged to it from now."""
+    conn.execute("UPDATE agents SET budget = ?, budget_unit = ?, budget_id = id WHERE id = ?",
+                 (amount, None if unit == "tokens" else unit, agent_id))
 
 
 def spend(conn, account_id, tokens):

@@ -13,7 +13,12 @@ from agentctl import clock
 KINDS = {
     "fork": "parent at role model?",
     "turn-start": "turn model?",
-    "turn-end": "turn model? outcome steps input_tokens output_tokens mail_read seconds error?",
+    "turn-end": "turn model? outcome steps input_tokens output_tokens mail_read seconds error? "
+                "cache_read_tokens? cache_write_tokens? cost? unpriced?",
+    # one model call: its usage as the provider reported it (estimated: it did not), and
+    # its cost in dollars (none: the model has no price)
+    "call": "turn model? input_tokens output_tokens cache_read_tokens cache_write_tokens "
+            "cost? estimated?",
     "tool": "turn tool call outcome seconds",
     "mail": "to mail type? at? | count first last",     # one mail | agent-send --jsonl's batch
     "read": "count first last turn?",
@@ -25,7 +30,7 @@ KINDS = {
     "compaction": "turn summarised keep_from",
     "timer": "at",
     "wake": "turn at",
-    "budget": "spent budget",
+    "budget": "spent budget unit?",       # the account's numbers; unit usd: micros
     "restart": "count limit delay error",
     "held": "turn? error",
     "release": "by",

@@ -301,6 +301,25 @@ def daily(db):
     """)
 
 
+@MIGRATIONS(name="0013_usage")
+def usage(db):
+    # What a model call cost (agentctl(7), COST): the prompt tokens the provider served
+    # from its cache (read) and wrote to it, per turn and per agent; the money, in whole
+    # millionths of a dollar (NULL: no call had a price), and the calls without a price;
+    # and the unit of a budget account (NULL: tokens; usd: millionths of a dollar).
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN budget_unit TEXT;
+    ALTER TABLE agents ADD COLUMN tokens_cached INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN tokens_written INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN cost INTEGER;
+    ALTER TABLE agents ADD COLUMN unpriced INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cost INTEGER;
+    ALTER TABLE turns ADD COLUMN unpriced INTEGER NOT NULL DEFAULT 0
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

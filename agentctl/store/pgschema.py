@@ -186,6 +186,17 @@ MIGRATIONS = [
     (12, ["ALTER TABLE agents ADD COLUMN held_at DOUBLE PRECISION",
           f"ALTER TABLE agents ADD COLUMN options {_TEXT}",
           f"ALTER TABLE agents ADD COLUMN schema {_TEXT}"]),      # 0012_daily
+    (13, [      # 0013_usage
+        f"ALTER TABLE agents ADD COLUMN budget_unit {_TEXT}",
+        "ALTER TABLE agents ADD COLUMN tokens_cached BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE agents ADD COLUMN tokens_written BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE agents ADD COLUMN cost BIGINT",
+        "ALTER TABLE agents ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN cache_read_tokens BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN cache_write_tokens BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN cost BIGINT",
+        "ALTER TABLE turns ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0",
+    ]),
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -23,7 +23,8 @@ def rows(conn, *, statuses=None, parent=None, role=None):
                a.status, a.role,
                a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
                a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent, a.budget_id,
-               b.name AS account_name, a.tokens_in + a.tokens_out AS tokens,
+               b.name AS account_name, b.budget_unit, a.tokens_in + a.tokens_out AS tokens,
+               a.tokens_cached, a.cost, a.unpriced,
                a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
                a.restarts, a.retry_at, a.failures, a.last_failure, a.allow, a.ask, a.cwd,
                a.ro, a.net, a.limits, a.unconfined, a.held_at, a.options, a.schema,
@@ -47,3 +48,11 @@ def rows(conn, *, statuses=None, parent=None, role=None):
         item["wake"] = min(times) if times else None
         found.append(item)
     return found
+
+
+def costs(conn):
+    """{id: (lifecycle parent, cost in micros or None, calls unpriced)} of every agent
+    that has made a call, and of every agent between such an agent and init: what a
+    subtree's total is summed from."""
+    return {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
+        "SELECT id, parent_id, cost, unpriced FROM agents")}

@@ -30,7 +30,7 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "restart, max_restarts, restart_window, restarts, window_start, "
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
                  "last_failure, allow, ask, cwd, ro, net, limits, unconfined, held_at, "
-                 "options, schema")
+                 "options, schema, budget_unit, tokens_cached, tokens_written, cost, unpriced")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
@@ -239,7 +239,7 @@ FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id
                           "model", "system_prompt", "context_window", "budget", "budget_id",
                           "restart", "max_restarts", "restart_window", "reap_after",
                           "idle_exit", "max_children", "depth", "allow", "ask", "cwd", "ro",
-                          "net", "limits", "unconfined", "options", "schema"))
+                          "net", "limits", "unconfined", "options", "schema", "budget_unit"))
 # The columns of the settings (agentctl.settings) that agent-set may change: those a
 # fork writes, but who the agent is and where it comes from.
 SETTABLE = FORK_COLUMNS - {"id", "name", "parent_id", "forked_from", "fork_msg_id", "depth",
@@ -288,9 +288,15 @@ def release(conn, agent_id, status="S"):
                  "lease_owner = NULL, lease_until = NULL WHERE id = ?", (status, agent_id))
 
 
-def add_tokens(conn, agent_id, tokens_in, tokens_out):
-    conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ? "
-                 "WHERE id = ?", (tokens_in, tokens_out, agent_id))
+def add_usage(conn, agent_id, tokens_in, tokens_out, cached, written, cost):
+    """Add a model call's usage to the agent's counts: `cost` in micros, or None for
+    a call without a price (counted in unpriced)."""
+    priced = ("cost = coalesce(cost, 0) + ?", cost) if cost is not None \
+        else ("unpriced = unpriced + ?", 1)
+    conn.execute("UPDATE agents SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, "
+                 "tokens_cached = tokens_cached + ?, tokens_written = tokens_written + ?, "
+                 f"{priced[0]} WHERE id = ?",
+                 (tokens_in, tokens_out, cached, written, priced[1], agent_id))
 
 
 def failed_once_more(conn, agent_id, delay):

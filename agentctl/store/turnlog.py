@@ -1,10 +1,11 @@
 """Turn rows (agentctl(5), turns) and the questions asked of one turn's messages.
 How a turn starts, ends and is voided is ops/turns.py's."""
 
-from agentctl import clock
+from agentctl import clock, money
 from agentctl.store import events
 
-COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read"))
+COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read", "cache_read_tokens",
+                    "cache_write_tokens"))
 WRITABLE = frozenset(("first_msg_id", "woke_at", "stop_reason"))
 
 
@@ -38,6 +39,15 @@ def add(conn, turn_id, **counts):
                  "WHERE id = ?", (*counts.values(), turn_id))
 
 
+def add_cost(conn, turn_id, cost):
+    """Add a model call's cost (micros) to the turn's, or count a call without a price."""
+    if cost is None:
+        conn.execute("UPDATE turns SET unpriced = unpriced + 1 WHERE id = ?", (turn_id,))
+    else:
+        conn.execute("UPDATE turns SET cost = coalesce(cost, 0) + ? WHERE id = ?",
+                     (cost, turn_id))
+
+
 def finish(conn, turn_id, status="done", error=None):
     """End the turn, and say so in the event log: how it ended, what it cost."""
     now = clock.now()
@@ -47,6 +57,9 @@ def finish(conn, turn_id, status="done", error=None):
     events.record(conn, turn["agent_id"], "turn-end", turn=turn_id, model=turn["model"],
                   outcome=status, steps=turn["steps"], input_tokens=turn["input_tokens"],
                   output_tokens=turn["output_tokens"], mail_read=turn["mail_read"],
+                  cache_read_tokens=turn["cache_read_tokens"] or None,
+                  cache_write_tokens=turn["cache_write_tokens"] or None,
+                  cost=money.dollars(turn["cost"]), unpriced=turn["unpriced"] or None,
                   seconds=round(now - turn["started_at"], 3),
                   error=error if error is None or len(error) <= 200 else error[:200] + "...")
 

@@ -10,11 +10,12 @@ one transaction, so a crash leaves either both or neither.
 
 import time
 
-from agentctl import clock, jsonin, keys, voice
+from agentctl import clock, jsonin, keys, money, voice
 from agentctl.errors import AgentctlError
 from agentctl.ids import ROLES
 from agentctl.ops import asks, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
+from agentctl.settings import Budget
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import valid_json
 from agentctl.tools.catalog import Catalog
@@ -28,11 +29,14 @@ def _schema(properties, required=()):
 SPECS = {
     "fork": ("Fork yourself: a child that inherits this conversation up to now. Returns the "
              "child's id. With a prompt the child starts working on it; without one it waits "
-             "for mail. With a budget (tokens), the child's model calls are limited to it, "
-             "carved out of your own budget if you have one.",
+             "for mail. With a budget (tokens) or budget_usd (dollars), the child's model "
+             "calls are limited to it, carved out of your own budget if you have one (in "
+             "its unit).",
              _schema({"prompt": {"type": "string"}, "name": {"type": "string"},
                       "role": {"type": "string", "enum": list(ROLES)},
                       "budget": {"type": "integer", "minimum": 1},
+                      "budget_usd": {"type": "number", "minimum": 0.000001,
+                                     "maximum": 1000000000},
                       "allow": {"type": "array", "items": {"type": "string"},
                                 "description": "External tools the child may use (globs "
                                                "over tool names), within your own."},
@@ -192,8 +196,17 @@ def _descendant(conn, agent_id, ref):
 
 def _fork(conn, agent_id, args, call):
     me = registry.get(conn, agent_id)
+    own = None
+    if "budget" in args and "budget_usd" in args:
+        raise ToolError(voice.BUDGET_OR_DOLLARS)
+    if "budget" in args:
+        own = Budget(args["budget"], "tokens")
+    elif "budget_usd" in args:
+        own = Budget(money.of_dollars(args["budget_usd"]), "usd")
+        if own.amount < 1:
+            raise ToolError("budget_usd out of range")
     child = lifecycle.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
-                           actor=agent_id, budget_tokens=args.get("budget"),
+                           actor=agent_id, budget=own,
                            allow=args.get("allow"), ask=args.get("ask"),
                            tool_names=_program_names)
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.

@@ -88,7 +88,7 @@ def prepare(conn, agent, turn_id, client):
     reply = client.complete(summary_request(conn, system, rows[:index]), [])
     summary = (reply.text or "").strip()
     with lease.holding(conn, agent["id"]):
-        turns.charge(conn, turn_id, agent["id"], reply.usage)
+        turns.charge(conn, turn_id, agent["id"], reply.usage, reply.api_url)
         if summary:
             history.append(conn, agent["id"], "compaction", summary, turn_id=turn_id,
                            keep_from=rows[index]["id"])

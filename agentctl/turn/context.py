@@ -5,7 +5,7 @@ import re
 
 from agentctl import jsonin, voice
 from agentctl.store import history, registry
-from agentctl.ids import short
+from agentctl.ids import INIT_ID, short
 from agentctl.text import quoted
 
 HIDDEN = ("clear", "event")     # recorded, never sent to a model
@@ -39,9 +39,39 @@ def sendable(arguments):
     return "{}"
 
 
-def as_openai(system_prompt, rows):
+def request(conn, agent, system_prompt, rows):
+    """(messages, cache hints) of a model call of `agent` on its context: the messages
+    as_openai makes, and where their prefix is stable (models.base.Cache), for the
+    provider's prompt cache to follow the fork tree:
+    - the fork point: the end of the part of the context inherited from ancestors (what
+      siblings forked there send too);
+    - the end of the previous request: just before the newest assistant message (what
+      the agent's previous call sent, and wrote to the cache);
+    - the end of this request (what the next call will read).
+    Its key is the lineage's root: a family of forks shares prefixes."""
+    from agentctl.models.base import Cache  # (start-up: agent-replay sends no request)
+    ends = []
+    messages = as_openai(system_prompt, rows, ends)
+    marks = set()
+    inherited = 0
+    while inherited < len(rows) and rows[inherited]["agent_id"] != agent["id"]:
+        inherited += 1
+    if inherited:
+        marks.add(ends[inherited - 1])
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if replies and replies[-1] > 0:
+        marks.add(replies[-1] - 1)
+    if messages:
+        marks.add(len(messages) - 1)
+    line = registry.lineage(conn, agent["id"])
+    root = [a["id"] for a in line if a["id"] != INIT_ID][-1:] or [agent["id"]]
+    return messages, Cache(tuple(sorted(m for m in marks if m >= 0)), f"agentctl-{root[0]}")
+
+
+def as_openai(system_prompt, rows, ends=None):
     """The messages array of the OpenAI Chat Completions API. Every call has a result and
-    every result its call: the APIs reject either alone."""
+    every result its call: the APIs reject either alone. With `ends` (a list), the index
+    of the last message written for each row is appended to it."""
     out = []
     waiting = {}        # the calls of the latest assistant message still without a result
     if system_prompt:
@@ -70,6 +100,8 @@ def as_openai(system_prompt, rows):
         elif kind in ("system", "user", "assistant"):
             _answer(out, waiting)
             out.append({"role": kind, "content": m["content"]})
+        if ends is not None:
+            ends.append(len(out) - 1)
     _answer(out, waiting)
     return out
 

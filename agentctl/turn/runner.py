@@ -12,7 +12,7 @@ import os
 from agentctl import keys, modelspec, settings, shape, voice
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
-from agentctl.ops import budget, ending, lease, mail, supervise, turns
+from agentctl.ops import budget, ending, lease, mail, prices, supervise, turns
 from agentctl.store import history, registry, turnlog
 from agentctl.turn import builtin, compaction, context
 from agentctl.turn.toolset import Paused, Toolset
@@ -52,6 +52,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
                     supervise.failed(conn, agent_id, str(e))
             raise
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
+        prices.check()                  # and a bad $AGENTCTL_PRICES
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
         turn = turns.start(conn, agent, spec)
     except lease.LostClaim:
@@ -121,13 +122,14 @@ class Interruptible:
     def __init__(self, conn, agent_id, model):
         self.conn, self.agent_id, self.model = conn, agent_id, model
 
-    def complete(self, messages, tools, on_text=None):
+    def complete(self, messages, tools, on_text=None, cache=None):
         lease.check_not_killed(self.conn, self.agent_id)
         done = {}
 
         def call():
             try:
-                done["reply"] = self.model.complete(messages, tools, on_text=on_text)
+                done["reply"] = self.model.complete(messages, tools, on_text=on_text,
+                                                    cache=cache)
             except BaseException as e:      # handed to the thread that waits for it
                 done["error"] = e
 
@@ -209,8 +211,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
         system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
         if budget.over(conn, agent_id):        # the summary's call spent the rest
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
-        reply = client.complete(context.as_openai(system, rows), offered,
-                                on_text=next_step_text())
+        messages, cache = context.request(conn, registry.get(conn, agent_id), system, rows)
+        reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache)
         misfit = schema is not None and not reply.tool_calls and \
             shape.parse_reply(reply.text or "", schema)[1]
         with lease.holding(conn, agent_id):
@@ -221,7 +223,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
             for call, call_id in zip(reply.tool_calls, _call_ids(conn, turn_id, reply.tool_calls)):
                 history.append(conn, agent_id, "tool_call", keys.redact(call.arguments),
                                tool_name=call.name, tool_call_id=call_id, turn_id=turn_id)
-            turns.record_step(conn, turn_id, agent_id, reply.usage)
+            turns.record_step(conn, turn_id, agent_id, reply.usage, reply.api_url)
             if reply.stop_reason == "length":       # cut at the token limit: say so
                 turnlog.update(conn, turn_id, stop_reason="length")
             if misfit:      # a failed step: the model is told, in the same transaction

@@ -71,6 +71,33 @@ agent-run --max-steps 2 live >/dev/null
 agent-send live "Again, briefly." >/dev/null
 AGENTCTL_MAX_TOKENS=16 agent-run --max-steps 1 live >/dev/null 2>&1 || true
 
+echo "live: the server's prompt cache, a second turn and a child's first turn"
+# llama.cpp's server keeps its slot's prompt in its cache (cache_prompt is on by
+# default) and reports the prompt tokens it reused as timings.cache_n: agentctl
+# records them as the turn's cache_read_tokens. A second turn sends its first
+# turn's prompt again, and a child its parent's up to the fork point: both must be
+# served from the cache, with only the new tokens evaluated.
+system="You answer questions about the SQLite write-ahead log, briefly and exactly."
+agent-fork -n cached -m openai:gemma-3-270m -s "$system" "What is a checkpoint?" >/dev/null
+first=$(agent-run --json --max-steps 1 cached)
+agent-send cached "And what is a frame?" >/dev/null
+second=$(agent-run --json --max-steps 1 cached)
+agent-fork -p cached -n kid "What is the wal-index?" >/dev/null
+child=$(agent-run --json --max-steps 1 kid)
+"$top/.venv/bin/python" - "$first" "$second" "$child" <<'PY'
+import json, sys
+first, second, child = (json.loads(arg) for arg in sys.argv[1:])
+for what, r in (("first turn", first), ("second turn", second), ("child, first turn", child)):
+    print(f"  {what}: {r['input_tokens']} prompt tokens, {r['cache_read_tokens']} reused "
+          f"from the server's cache (timings.cache_n), "
+          f"{r['input_tokens'] - r['cache_read_tokens']} evaluated; "
+          f"cost {r['cost']}, unpriced calls {r['unpriced']}")
+assert second["cache_read_tokens"] >= first["input_tokens"] // 2, (first, second)
+assert child["cache_read_tokens"] > 0, child
+assert first["cost"] is None and first["unpriced"] == 1     # a local server: unpriced
+PY
+agent-log --kind call cached kid | sed 's/^/  /'
+
 echo "live: schema checks of every request sent"
 sed 's/^/  /' "$tmp/requests.log" | sort | uniq -c
 checked=$(grep -c '^ok ' "$tmp/requests.log" || true)
