@@ -17,7 +17,7 @@ from agentctl.ops import asks, budget, deadlines, turns
 from agentctl.store import asks as asks_store, registry
 from agentctl.store.db import transaction
 from agentctl.text import first_line
-from agentctl.turn import runner
+from agentctl.turn import runner, tracing
 from agentctl.turn.toolset import Toolset
 from agentctl.turn.watch import Watch
 from agentctl.voice import shown_call
@@ -101,7 +101,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         _answer_waiting(conn, agent, prompt)
         if interrupted:
             raise Interrupted()
-    watchers = [streamjson.Stream(conn) if fmt == "stream-json" else None]
+    watchers = [streamjson.Stream(conn) if fmt == "stream-json" else None,
+                tracing.start(lambda line: warn("agent-run", line))]
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,

@@ -147,11 +147,14 @@ class Interruptible:
     def __init__(self, conn, agent_id, model, watch=NOBODY):
         self.conn, self.agent_id, self.model, self.watch = conn, agent_id, model, watch
 
-    def complete(self, messages, tools, on_text=None, cache=None):
+    def complete(self, messages, tools, on_text=None, cache=None, step=False):
+        """The model's reply; a `step` of the turn (not a compaction's summary) streams
+        its text to the watchers that want it."""
         lease.check_not_killed(self.conn, self.agent_id)
         self.watch.calling(messages, tools)
         try:
-            reply = self._complete(messages, tools, self._streamed(on_text), cache)
+            reply = self._complete(messages, tools,
+                                   self._streamed(on_text) if step else on_text, cache)
         except BaseException as e:
             self.watch.called(error=e)
             raise
@@ -258,7 +261,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
         if budget.over(conn, agent_id):        # the summary's call spent the rest
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         messages, cache = context.request(conn, registry.get(conn, agent_id), system, rows)
-        reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache)
+        reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache,
+                                step=True)
         misfit = schema is not None and not reply.tool_calls and \
             shape.parse_reply(reply.text or "", schema)[1]
         with lease.holding(conn, agent_id):
