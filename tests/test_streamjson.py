@@ -126,3 +126,21 @@ def test_stream_json_is_one_turns_stream():
                        (["--list-tools", "a"], "--list-tools lists")):
         result = agent("run", "--format", "stream-json", *args)
         assert result.code == 2 and said in result.err
+
+
+def test_a_compactions_summary_is_no_text_of_the_turn(tmp_path):
+    """Its call is a model call of the turn (a call event) and its record a compaction
+    event, but its text is no reply: the text lines are the turn's replies alone."""
+    path = tmp_path / "rules.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"match": r"^\[COMPACT\]", "reply": {"content": "SUMMARY of it all"}},
+        {"match": "first", "reply": {"content": "ok", "usage": {"input_tokens": 5000,
+                                                               "output_tokens": 10}}},
+        {"reply": {"content": "fine"}})))
+    fork("-n", "a", "-m", f"scripted:{path}", "-w", "3000", "first")
+    assert agent("run", "a").code == 0
+    agent("send", "a", "second")
+    stream = lines(agent("run", "--format", "stream-json", "a").out)
+    kinds = [r.get("kind") for r in stream if r["type"] == "event"]
+    assert kinds.count("call") == 2 and "compaction" in kinds
+    assert [r["text"] for r in stream if r["type"] == "text"] == ["fine"]

@@ -104,7 +104,7 @@ class Tracer(Watcher):
         self.handler = _warnings(warn)
         self.logger = logging.getLogger("opentelemetry")
         self.logger.addHandler(self.handler)
-        self.logger.propagate = False
+        self.propagated, self.logger.propagate = self.logger.propagate, False
         self.capture = capture()
         self.turn_span = self.chat_span = self.tool_span = None
         self.context = None
@@ -247,6 +247,7 @@ class Tracer(Watcher):
             self.provider.shutdown()
         finally:
             self.logger.removeHandler(self.handler)
+            self.logger.propagate = self.propagated
 
     # -- helpers
     def traceparent(self):
