@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 		{ apt-get update -qq && apt-get install -y -qq bubblewrap; } || \
 		echo "make: install bubblewrap (bwrap): without it no tool call runs" >&2
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp,postgres]'
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp,postgres,otel]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -84,7 +84,8 @@ bench: $(STAMP)
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.
-# EXTRAS=mcp,postgres also installs those optional extras (MCP servers, PostgreSQL).
+# EXTRAS=mcp,postgres,otel also installs those optional extras (MCP servers, PostgreSQL,
+# OpenTelemetry traces).
 install:
 	rm -rf build	# (setuptools would take a stale copy of a package from it)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \

@@ -18,7 +18,12 @@ BIN = os.path.join(ROOT, "bin")
 PROGRAMS = ("fork", "kill", "ps", "send", "mail", "replay", "run", "wait", "doc", "db", "log", "answer", "set", "why")
 CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
          "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "AGENTCTL_DEBUG", "NO_COLOR",
-         "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST")
+         "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST",
+         # OpenTelemetry's: a test that traces sets its own
+         "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
 
 
 BACKEND = {"name": "sqlite", "server": None, "missing": None}

@@ -6,6 +6,7 @@ import sys
 import click
 
 from agentctl import keys
+from agentctl.cli import streamjson
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
@@ -16,8 +17,9 @@ from agentctl.ops import asks, budget, deadlines, turns
 from agentctl.store import asks as asks_store, registry
 from agentctl.store.db import transaction
 from agentctl.text import first_line
-from agentctl.turn import runner
+from agentctl.turn import runner, tracing
 from agentctl.turn.toolset import Toolset
+from agentctl.turn.watch import Watch
 from agentctl.voice import shown_call
 
 
@@ -29,9 +31,11 @@ from agentctl.voice import shown_call
 @click.option("-m", "--model", metavar="MODEL", help="The model for this turn (overrides the agent's).")
 @click.option("--max-steps", type=Count(1), default=20, show_default=True,
               help="At most this many model calls in the turn.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl"]), default="text",
-              metavar="FORMAT", help="text (the final reply, default), or json / jsonl: "
-                                     "each turn's record, one JSON object a line.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl", "stream-json"]),
+              default="text", metavar="FORMAT",
+              help="text (the final reply, default), json / jsonl: each turn's record, one "
+                   "JSON object a line, or stream-json: the turn as it happens, a JSON "
+                   "object a line.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--no-prompt", is_flag=True,
               help="Never ask at the terminal: a request pauses the agent, as under cron.")
@@ -44,10 +48,15 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     """Run one turn of AGENT (default self): take all its pending input at
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
+    if as_json and fmt == "stream-json":
+        raise UsageError("--json is --format json: not with --format stream-json")
     as_json = as_json or fmt != "text"
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
+        if fmt == "stream-json":
+            raise UsageError("--format stream-json streams one turn: not with --all "
+                             "(give each agent-run one AGENT)")
         return _all(db_path, jobs, model, max_steps, as_json)
     if jobs != 1:
         raise UsageError("-j goes with --all")
@@ -56,6 +65,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
     conn = connect(db_path, create=False)
     if list_tools:
+        if fmt == "stream-json":
+            raise UsageError("--list-tools lists: --format table, json or jsonl")
         return _list_tools(conn, agent, fmt if fmt != "text" or not as_json else "json")
     deadlines.carry_out(conn)
     stream = sys.stdout.isatty() and not as_json
@@ -90,13 +101,18 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         _answer_waiting(conn, agent, prompt)
         if interrupted:
             raise Interrupted()
+    watchers = [streamjson.Stream(conn) if fmt == "stream-json" else None,
+                tracing.start(lambda line: warn("agent-run", line))]
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,
-                             warn=lambda line: warn("agent-run", line), prompt=prompt)
+                             warn=lambda line: warn("agent-run", line), prompt=prompt,
+                             watch=Watch(watchers))
     finally:
         shown.flush()
-    if as_json:
+    if fmt == "stream-json":
+        pass        # its record was its last line
+    elif as_json:
         import json
         click.echo(json.dumps(outcome.record(), ensure_ascii=False))
     elif streamed:

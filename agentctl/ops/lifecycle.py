@@ -84,13 +84,14 @@ def check_limits(conn, parent):
 
 
 def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_names=None,
-         **given):
+         trace=None, **given):
     """Create a child of `parent`; returns its id. Writes a constant number of
     rows whatever the history's length: nothing is copied. `given` are the child's
     settings by keyword (agentctl.settings: role, model, system, budget ...);
     each one not given is what its rule there says (the parent's, the role's, none).
     With `budget` (a settings.Budget, or a number of tokens), the child gets its
-    own account, carved out of the parent's (agentctl(7))."""
+    own account, carved out of the parent's (agentctl(7)). `trace` is the traceparent
+    of the span that forks it, if one does."""
     values = settings.child(parent, given)
     if not registry.is_live(parent):
         raise Refused(f"{registry.label(parent)}: can't fork: it is "
@@ -123,6 +124,9 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
     own = values.pop("budget")
     if own is not None:
         own = budget.carve(conn, parent, own)
+    # The trace its turns continue: the span that forked it (the fork tool's, in a traced
+    # turn), else its parent's (agent-run(1), TRACING).
+    values["trace"] = trace or parent["trace"]
     child = new_id()
     registry.insert(
         conn, id=child, name=name, parent_id=parent["id"], forked_from=parent["id"],

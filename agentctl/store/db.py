@@ -18,7 +18,7 @@ from agentctl.errors import DatabaseFault, NotFound, TempFail, UsageError
 from agentctl.store.dialect import SQLite
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 
@@ -73,12 +73,14 @@ class Connection(sqlite3.Connection):
     """A connection that remembers the path it was opened with. `sql` names the
     SQL that is SQLite's own (store/dialect.py). Every statement goes through one
     call, Cursor.execute(many), as on PostgreSQL's connection (pg.py): `tracer`,
-    when set, is called with each statement and its parameters."""
+    when set, is called with each statement and its parameters; `watch`, when set, is
+    told of the rows a running turn writes (noted())."""
 
     path = None
     dialect = "sqlite"
     sql = SQLite
     tracer = None
+    watch = None
 
     def cursor(self, factory=Cursor):
         return super().cursor(factory)
@@ -237,8 +239,22 @@ def transaction(conn):
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        if conn.watch is not None:
+            conn.watch.discarded()
         raise
     conn.execute("COMMIT")
+    if conn.watch is not None:
+        conn.watch.committed()
+
+
+def noted(conn, table, rowid):
+    """Tell the connection's watch (those who watch a running turn: agent-run --format
+    stream-json) of a row written to `table` (events, messages): it sees the row once
+    its transaction commits (committed()), and never if it rolls back (discarded())."""
+    if conn.watch is not None:
+        conn.watch.wrote(table, rowid)
+        if not conn.in_transaction:
+            conn.watch.committed()
 
 
 def fault(exc, path=None):

@@ -7,6 +7,7 @@ it: record() writes by the declaration, fields() reads by it."""
 import math
 import re
 from agentctl import clock
+from agentctl.store.db import noted
 
 # Each kind and the fields of its data (agent-log(1), Kinds): "?" marks a field an
 # event may leave out (None), "|" parts the shapes of a kind that has more than one.
@@ -121,10 +122,11 @@ def record(conn, agent_id, kind, actor=None, **data):
     """One event, in the caller's transaction: its data as KINDS declares it, and
     the detail made of it."""
     check(kind, data)
-    conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at, data) "
-                 "VALUES (?, ?, ?, ?, ?, ?)",
-                 (agent_id, kind, detail(kind, data), actor, clock.now(),
-                  payload(data) if data else None))
+    cursor = conn.execute("INSERT INTO events (agent_id, kind, detail, actor_id, created_at, "
+                          "data) VALUES (?, ?, ?, ?, ?, ?)",
+                          (agent_id, kind, detail(kind, data), actor, clock.now(),
+                           payload(data) if data else None))
+    noted(conn, "events", cursor.lastrowid)
 
 
 def fields(kind, text, data):
@@ -179,6 +181,17 @@ def select(conn, agents=None, kinds=None, since=None, after=None, last=None):
         return cursor.execute(query + " ORDER BY e.id", params).fetchall()
     rows = cursor.execute(query + " ORDER BY e.id DESC LIMIT ?", (*params, last)).fetchall()
     return rows[::-1]
+
+
+def numbered(conn, seqs):
+    """The events numbered `seqs`, in sequence order, as tuples of COLUMNS."""
+    if not seqs:
+        return []
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor.execute(f"SELECT {COLUMNS} FROM events e JOIN agents a ON a.id = e.agent_id "
+                          f"WHERE e.id IN ({', '.join('?' * len(seqs))}) ORDER BY e.id",
+                          list(seqs)).fetchall()
 
 
 def newest(conn):

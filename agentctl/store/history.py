@@ -10,7 +10,7 @@ on the way up, and the line read in id order is the order it was written in.
 """
 
 from agentctl import clock
-from agentctl.store.db import INTEGER_MAX
+from agentctl.store.db import INTEGER_MAX, noted
 
 # A 'clear' ends the context before it (and is not part of it); a 'compaction'
 # starts the context with its summary.
@@ -27,7 +27,23 @@ def append(conn, agent_id, kind, content="", tool_name=None, tool_call_id=None,
         "turn_id, created_at, keep_from, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (agent_id, kind, content, tool_name, tool_call_id, turn_id, clock.now(), keep_from,
          tokens))
+    noted(conn, "messages", cur.lastrowid)
     return cur.lastrowid
+
+
+def of_turn(conn, turn_id):
+    """The messages of a turn that count (not void), in order."""
+    return conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE turn_id = ? "
+                        "AND void = 0 ORDER BY id", (turn_id,)).fetchall()
+
+
+def numbered(conn, ids):
+    """The messages `ids`, in order."""
+    if not ids:
+        return []
+    return conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages "
+                        f"WHERE id IN ({', '.join('?' * len(ids))}) ORDER BY id",
+                        list(ids)).fetchall()
 
 
 def latest(conn, agent):

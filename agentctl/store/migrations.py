@@ -320,6 +320,15 @@ def usage(db):
     """)
 
 
+@MIGRATIONS(name="0014_trace")
+def trace(db):
+    # The trace context an agent's turns continue (agent-run(1), TRACING): the W3C
+    # traceparent of the span that forked it, or of its own first traced turn.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN trace TEXT
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

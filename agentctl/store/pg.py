@@ -215,6 +215,7 @@ class Connection:
     dialect = "postgresql"
     sql = PostgreSQL
     tracer = None
+    watch = None        # as db.Connection's
     CONTROL = {"BEGIN IMMEDIATE": "begin_write", "BEGIN": "begin_read",
                "COMMIT": "commit", "ROLLBACK": "rollback"}
 

@@ -197,6 +197,7 @@ MIGRATIONS = [
         "ALTER TABLE turns ADD COLUMN cost BIGINT",
         "ALTER TABLE turns ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0",
     ]),
+    (14, [f"ALTER TABLE agents ADD COLUMN trace {_TEXT}"]),        # 0014_trace
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -30,13 +30,14 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "restart, max_restarts, restart_window, restarts, window_start, "
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
                  "last_failure, allow, ask, cwd, ro, net, limits, unconfined, held_at, "
-                 "options, schema, budget_unit, tokens_cached, tokens_written, cost, unpriced")
+                 "options, schema, budget_unit, tokens_cached, tokens_written, cost, unpriced, "
+                 "trace")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
                       "failures", "hup_pending", "budget", "parent_id", "restarts",
                       "window_start", "window_restarts", "kill_at", "last_failure",
-                      "held_at"))
+                      "held_at", "trace"))
 
 
 
@@ -239,11 +240,12 @@ FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id
                           "model", "system_prompt", "context_window", "budget", "budget_id",
                           "restart", "max_restarts", "restart_window", "reap_after",
                           "idle_exit", "max_children", "depth", "allow", "ask", "cwd", "ro",
-                          "net", "limits", "unconfined", "options", "schema", "budget_unit"))
+                          "net", "limits", "unconfined", "options", "schema", "budget_unit",
+                          "trace"))
 # The columns of the settings (agentctl.settings) that agent-set may change: those a
 # fork writes, but who the agent is and where it comes from.
 SETTABLE = FORK_COLUMNS - {"id", "name", "parent_id", "forked_from", "fork_msg_id", "depth",
-                           "budget_id", "role"}
+                           "budget_id", "role", "trace"}
 
 
 def insert(conn, **fields):

@@ -19,6 +19,7 @@ from agentctl.settings import Budget
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import valid_json
 from agentctl.tools.catalog import Catalog
+from agentctl.turn import watch
 
 
 def _schema(properties, required=()):
@@ -213,7 +214,7 @@ def _fork(conn, agent_id, args, call):
         if own.amount < 1:
             raise ToolError("budget_usd out of range")
     child = lifecycle.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
-                           actor=agent_id, budget=own,
+                           actor=agent_id, budget=own, trace=watch.traceparent(),
                            allow=args.get("allow"), ask=args.get("ask"),
                            tool_names=_program_names)
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.

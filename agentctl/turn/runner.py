@@ -16,6 +16,7 @@ from agentctl.ops import budget, ending, lease, mail, prices, supervise, turns
 from agentctl.store import history, registry, turnlog
 from agentctl.turn import builtin, compaction, context
 from agentctl.turn.toolset import Paused, Toolset
+from agentctl.turn.watch import NOBODY
 
 DEFAULT_MAX_STEPS = 20
 SCHEMA_TRIES = 3        # replies that don't fit the agent's schema, in a run, before it fails
@@ -38,10 +39,25 @@ def choose_model(agent, override=None):
 
 
 def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None,
-        prompt=None):
+        prompt=None, watch=None):
     """Run one turn of agent `ref`; returns an Outcome. Raises NotFound (1)
-    when there is nothing to do, Refused (3), TempFail (75), ModelError."""
-    agent = lease.claim(conn, ref)
+    when there is nothing to do, Refused (3), TempFail (75), ModelError. `watch`
+    (a turn.watch.Watch) is told of the turn as it happens."""
+    watch = watch or NOBODY
+    try:
+        agent = lease.claim(conn, ref)
+        watch.attach(conn)
+        outcome = _run(conn, agent, model, max_steps, on_text, warn, prompt, watch)
+    except BaseException as e:
+        watch.end(error=e)
+        raise
+    finally:
+        watch.detach()
+    watch.end(outcome)
+    return outcome
+
+
+def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
     agent_id = agent["id"]
     try:
         try:
@@ -54,6 +70,7 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
         prices.check()                  # and a bad $AGENTCTL_PRICES
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
+        resumed = turns.open_turn(conn, agent_id) is not None
         turn = turns.start(conn, agent, spec)
     except lease.LostClaim:
         raise                   # ended by a cascade since the claim: touch nothing
@@ -62,9 +79,11 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
+            watch.begin(conn, registry.get(conn, agent_id), turn, resumed)
             toolset = Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
-                return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset)
+                return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset,
+                             watch)
             finally:
                 toolset.close()     # its MCP servers stop with the turn
     except lease.LostClaim:
@@ -102,11 +121,17 @@ def _call_ids(conn, turn_id, calls):
     return ids
 
 
-def _run_calls(conn, agent_id, turn_id, calls, toolset):
+def _run_calls(conn, agent_id, turn_id, calls, toolset, watch):
     # The sync barrier: a fork sees every other call of its step completed.
     try:
         for call in sorted(calls, key=lambda c: c["tool_name"] == "fork"):
-            toolset.execute(conn, agent_id, turn_id, call)
+            watch.tool(call)
+            try:
+                text = toolset.execute(conn, agent_id, turn_id, call)
+            except BaseException as e:
+                watch.tool_done(call, error=e)
+                raise
+            watch.tool_done(call, text)
     except lease.KillPending:
         pass                    # the loop ends the turn: killed
 
@@ -119,11 +144,35 @@ class Interruptible:
 
     KILL_POLL = 0.25
 
-    def __init__(self, conn, agent_id, model):
-        self.conn, self.agent_id, self.model = conn, agent_id, model
+    def __init__(self, conn, agent_id, model, watch=NOBODY):
+        self.conn, self.agent_id, self.model, self.watch = conn, agent_id, model, watch
 
-    def complete(self, messages, tools, on_text=None, cache=None):
+    def complete(self, messages, tools, on_text=None, cache=None, step=False):
+        """The model's reply; a `step` of the turn (not a compaction's summary) streams
+        its text to the watchers that want it."""
         lease.check_not_killed(self.conn, self.agent_id)
+        self.watch.calling(messages, tools)
+        try:
+            reply = self._complete(messages, tools,
+                                   self._streamed(on_text) if step else on_text, cache)
+        except BaseException as e:
+            self.watch.called(error=e)
+            raise
+        self.watch.called(reply)
+        return reply
+
+    def _streamed(self, on_text):
+        """on_text, and the watchers that want the text: with them the reply is streamed."""
+        if not self.watch.text:
+            return on_text
+
+        def both(chunk):
+            self.watch.streamed(chunk)
+            if on_text is not None:
+                on_text(chunk)
+        return both
+
+    def _complete(self, messages, tools, on_text, cache):
         done = {}
 
         def call():
@@ -145,11 +194,11 @@ class Interruptible:
         return done["reply"]
 
 
-def _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset):
+def _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset, watch):
     turn_id = turn["id"]
-    client = Interruptible(conn, agent_id, client)
+    client = Interruptible(conn, agent_id, client, watch)
     try:
-        return _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text)
+        return _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, watch)
     except lease.KillPending:
         return ending.killed(conn, agent_id, turn_id, spec)
     except Paused as e:
@@ -177,7 +226,7 @@ def _separated(on_text):
     return for_step
 
 
-def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
+def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, watch):
     offered = toolset.specs()
     next_step_text = _separated(on_text)
     schema = client.model.schema
@@ -189,7 +238,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
             return ending.killed(conn, agent_id, turn_id, spec)
         pending = turnlog.unanswered(conn, turn_id)
         if pending:
-            _run_calls(conn, agent_id, turn_id, pending, toolset)
+            _run_calls(conn, agent_id, turn_id, pending, toolset, watch)
             # what came while they ran: a KILL or STOP, or a CONT that took a STOP back
             signal = registry.get(conn, agent_id)["pending_signal"]
             if signal == "KILL":
@@ -212,7 +261,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text):
         if budget.over(conn, agent_id):        # the summary's call spent the rest
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         messages, cache = context.request(conn, registry.get(conn, agent_id), system, rows)
-        reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache)
+        reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache,
+                                step=True)
         misfit = schema is not None and not reply.tool_calls and \
             shape.parse_reply(reply.text or "", schema)[1]
         with lease.holding(conn, agent_id):
