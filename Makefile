@@ -11,7 +11,7 @@ DATADIR ?= $(PREFIX)/share
 DESTDIR ?=
 JOBS    ?= 2
 
-PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc agent-db agent-log agent-answer agent-set agent-why
+PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc agent-db agent-log agent-answer agent-set agent-why agent-top
 STAMP    = $(VENV)/.stamp
 
 .PHONY: all venv demo test soak test-live bench install uninstall clean
