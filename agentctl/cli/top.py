@@ -72,7 +72,7 @@ class Top:
                  f"in flight: {t['in_flight']} model call{'s' if t['in_flight'] != 1 else ''}")
         second = (f"last minute: {tokens(t['minute_tokens'])} tokens, "
                   f"{cost_text(t['minute_cost'], t['minute_unpriced'])}; "
-                  f"in total: {tokens(t['tokens'])} tokens, {cost_text(t['cost'], 0)}")
+                  f"in total: {tokens(t['tokens'])} tokens, {cost_text(t['cost'], t['unpriced'])}")
         extra = [f"filter: {pattern}"] if pattern else []
         extra += ["recent exits shown"] if self.view.exits else []
         return [first, second + ("; " + ", ".join(extra) if extra else "")]

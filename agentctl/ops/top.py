@@ -68,13 +68,16 @@ class View:
                                                    dead_since=self._since(now))}
         for agent_id in changed:
             self._doing.pop(agent_id, None)
+            self._timed.discard(agent_id)
             if agent_id in found:
                 self.raw[agent_id] = found[agent_id]
                 self.rows[agent_id] = proctable.seen(found[agent_id], now)
+                if _timed(found[agent_id]):
+                    self._timed.add(agent_id)
             else:
                 self.raw.pop(agent_id, None)
                 self.rows.pop(agent_id, None)
-        self._order = None
+        self._order = self._totals = None
         return True
 
     def show_exits(self, exits):
@@ -84,20 +87,20 @@ class View:
     def tick(self, now=None):
         """What time alone changes: a run's lease that ran out (or whose process is
         gone), a grace period's end, a zombie overdue for reaping; the calls of the
-        last minute."""
+        last minute. Only the rows that time can change are looked at."""
         now = clock.now() if now is None else now
-        for agent_id, row in self.raw.items():
-            if row["status"] in ("R", "Z") or row["kill_at"] is not None:
-                seen = proctable.seen(row, now)
-                if seen["status"] != self.rows[agent_id]["status"]:
-                    self._order = None
-                    self._doing.pop(agent_id, None)
-                self.rows[agent_id] = seen
+        for agent_id in self._timed:
+            seen = proctable.seen(self.raw[agent_id], now)
+            if seen["status"] != self.rows[agent_id]["status"]:
+                self._order = self._totals = None
+                self._doing.pop(agent_id, None)
+            self.rows[agent_id] = seen
         self.calls = [c for c in self.calls if c[0] >= now - MINUTE]
 
     def _seen_all(self, now):
         self.rows = {i: proctable.seen(r, now) for i, r in self.raw.items()}
-        self._order, self._doing = None, {}
+        self._timed = {i for i, r in self.raw.items() if _timed(r)}
+        self._order, self._doing, self._totals = None, {}, None
 
     def _since(self, now):
         return now - RECENT if self.exits else None
@@ -128,21 +131,23 @@ class View:
     def totals(self, now=None):
         """The header's numbers: how many agents of each status, the model calls in
         flight, tokens and cost (micros; None: unpriced) of the last minute's calls, and
-        the total of the agents shown."""
+        the total of the agents shown (read again only when a row changed)."""
         now = clock.now() if now is None else now
-        counts = {}
-        for row in self.rows.values():
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if self._totals is None:
+            rows = self.rows.values()
+            counts = {}
+            for row in rows:
+                counts[row["status"]] = counts.get(row["status"], 0) + 1
+            costs = [r["cost"] for r in rows if r["cost"] is not None]
+            self._totals = {"counts": counts, "in_flight": sum(map(in_call, rows)),
+                            "tokens": sum(r["tokens_in"] + r["tokens_out"] for r in rows),
+                            "cost": sum(costs) if costs else None,
+                            "unpriced": sum(r["unpriced"] for r in rows)}
         recent = [c for c in self.calls if c[0] >= now - MINUTE]
         priced = [c[2] for c in recent if c[2] is not None]
-        return {"counts": counts,
-                "in_flight": sum(1 for r in self.rows.values() if in_call(r)),
-                "minute_tokens": sum(c[1] for c in recent),
-                "minute_cost": sum(priced) if priced else None,
-                "minute_unpriced": len(recent) - len(priced),
-                "tokens": sum(r["tokens_in"] + r["tokens_out"] for r in self.rows.values()),
-                "cost": sum(r["cost"] or 0 for r in self.rows.values())
-                if any(r["cost"] is not None for r in self.rows.values()) else None}
+        return dict(self._totals, minute_tokens=sum(c[1] for c in recent),
+                    minute_cost=sum(priced) if priced else None,
+                    minute_unpriced=len(recent) - len(priced))
 
     def doing(self, row, now=None):
         """What the agent is doing now, as a line (doing())."""
@@ -154,6 +159,12 @@ class View:
             cached = self._doing[row["id"]] = (doing(self.conn, row, now),
                                                time.monotonic() + DOING_FOR)
         return cached[0]
+
+
+def _timed(row):
+    """Whether time alone can change how a stored row is seen (ops.proctable.seen): a
+    run's lease, a grace period, a zombie's reaping."""
+    return row["status"] in ("R", "Z") or row["kill_at"] is not None
 
 
 def in_turn(row):

