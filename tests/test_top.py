@@ -18,7 +18,7 @@ from agentctl.store.db import transaction
 
 from .conftest import BIN, agent, fork, needs, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401
-from .test_requests import ASKING, script
+from .test_requests import ASKING, files, pending_ids, script  # noqa: F401
 
 
 class Pane:
@@ -133,6 +133,9 @@ def test_the_tree_what_each_does_and_its_changes_followed(pane, tmp_path, conn):
                "lead to be seen continued")
     agent("kill", "late")
     wait_until(lambda: top.line(" late ").split()[3] == "Z", "late's exit to be seen")
+    top._tmux("resize-window", "-x", "90", "-y", "12")      # drawn again at the new size
+    wait_until(lambda: max(map(len, top.screen().splitlines())) < 90
+               and "q quit" in top.screen().splitlines()[11], "the screen redrawn smaller")
     top.keys("q")
     assert top.exited() == 0 and top.restored()
 
@@ -212,6 +215,33 @@ def test_answer_key_decides_the_request_as_agent_answer_does(pane, tmp_path, con
     top.shows("w has no request waiting")
     top.keys("q")
     assert top.exited() == 0
+
+
+def test_answer_key_approves_or_denies_a_tool_call(pane, files, conn):
+    work, model = files
+    for name in ("a", "b"):
+        fork("-n", name, "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+             "-m", model, "write")
+        agent("run", name)                              # each asks to write a file
+    first, second = pending_ids()
+    top = pane()
+    top.shows(" b ", "2 paused")
+    top.keys("End", "a")                                # b's request: denied, with a reason
+    top.shows("asks to run write_file {\"path\": \"out.txt\"", "y approve, d deny")
+    top.keys("d")
+    top.shows("deny, saying why")
+    top.keys("not now", "Enter")
+    top.shows(f"request {second} denied")
+    top.keys("Up", "a")                                 # a's: approved
+    top.shows("y approve, d deny")
+    top.keys("y")
+    top.shows(f"request {first} approved", "0 paused")
+    top.keys("q")
+    assert top.exited() == 0
+    assert pending_ids() == []
+    decided = {r["id"]: (r["decision"], r["answer"]) for r in conn.execute(
+        "SELECT id, decision, answer FROM requests")}   # (as agent-answer records them)
+    assert decided == {first: ("approved", None), second: ("denied", "not now")}
 
 
 def test_log_context_and_reasons_of_the_selected_agent(pane, conn):

@@ -11,6 +11,7 @@ import time
 from agentctl import clock
 from agentctl.cli.stdio import CARET
 from agentctl.errors import AgentctlError, UsageError
+from agentctl.store import db
 from agentctl.store.db import data_version
 
 LOOK = 100              # ms between two looks at the database (and at the keyboard)
@@ -171,6 +172,8 @@ class Screen:
             self.message = action() or ""
         except AgentctlError as e:
             self.message = f"agent-top: {e}"
+        except db.Error as e:          # a database locked for too long, ...
+            self.message = f"agent-top: {db.fault(e)}"
 
     # -- the keys that change something ---------------------------------------------------
 
