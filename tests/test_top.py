@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from agentctl.ops import top
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
@@ -344,3 +345,35 @@ def test_an_unknown_terminal_is_a_usage_error(conn):
     assert proc.returncode == 2
     assert proc.stderr.startswith("agent-top: can't drive this terminal (TERM=no-such-terminal")
     assert proc.stderr.count("\n") == 1
+
+
+# -- the view: read whole once, then only what the events name -------------------------------
+
+def reads_of_agents(statements):
+    """The agents' reads among traced statements: None for a whole read, else the ids."""
+    return [None if "a.id IN" not in sql else set(params)
+            for sql, params in statements if "LEFT JOIN agents p" in sql]
+
+
+def test_the_view_reads_again_only_the_agents_new_events_name(conn):
+    ids = [fork("-n", f"a{i}") for i in range(5)]
+    view = top.View(conn)
+    statements = []
+    conn.tracer = lambda sql, params: statements.append((sql, params))
+    assert view.update() is False           # nothing since: one look at the events, no more
+    assert len(statements) == 1 and "FROM events" in statements[0][0]
+    statements.clear()
+    agent("send", "a3", "hi")               # an event that names a3 (init sent it)
+    assert view.update() is True
+    assert [r and r & set(ids) for r in reads_of_agents(statements)] == [{ids[3]}]
+    assert view.rows[ids[3]]["mail"] == 1 and view.rows[ids[2]]["mail"] == 0
+    statements.clear()
+    agent("send", "--jsonl", stdin='{"to": "a1", "body": "x"}\n{"to": "a2", "body": "y"}\n')
+    assert view.update() is True            # a batch's event names no recipient: all again
+    assert reads_of_agents(statements) == [None]
+    assert [view.rows[i]["mail"] for i in ids] == [0, 1, 1, 1, 0]
+    statements.clear()
+    agent("kill", "a4")
+    agent("wait", "a4")                     # dead: read, and gone from the view
+    assert view.update() is True and ids[4] not in view.rows
+    assert [r and r & set(ids) for r in reads_of_agents(statements)] == [{ids[4]}]

@@ -53,14 +53,17 @@ class View:
             return False
         self.seq = batch[-1][0]
         changed = set()
+        batches = False
         for row in batch:       # (seq, agent, kind, detail, actor, time, data, name)
             changed.add(row[1])
             if row[2] == "mail" and row[6]:
-                changed.add(events.fields("mail", row[3], row[6]).get("to"))
+                d = events.fields("mail", row[3], row[6])
+                changed.add(d.get("to"))
+                batches = batches or "count" in d   # agent-send --jsonl: whose, it does not say
             elif row[2] == "call":
                 self.calls.append(_call(row))
         changed.discard(None)
-        if len(changed) > MANY:
+        if len(changed) > MANY or batches:
             self.load()
             return True
         now = clock.now()
@@ -92,9 +95,9 @@ class View:
         for agent_id in self._timed:
             seen = proctable.seen(self.raw[agent_id], now)
             if seen["status"] != self.rows[agent_id]["status"]:
+                self.rows[agent_id] = seen
                 self._order = self._totals = None
                 self._doing.pop(agent_id, None)
-            self.rows[agent_id] = seen
         self.calls = [c for c in self.calls if c[0] >= now - MINUTE]
 
     def _seen_all(self, now):
