@@ -1,6 +1,7 @@
 """make bench, agent-top: how soon its first screen shows, what it costs when nothing
 changes, and how it keeps up with 10,000 live agents (reading the view, reading one
-change, drawing a screen, its first screen, its idle CPU).
+change, drawing a screen, its first screen, its idle CPU); on PostgreSQL too, on a
+server this script starts (tests/pgserver.py), when the server binaries are here.
 
     BENCH_IDLE_SECONDS    how long the idle agent-top is watched (default 60)
     BENCH_TOP_AGENTS      the size of the big tree (default 10000)
@@ -20,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench import fresh, line  # noqa: E402  (bench/bench.py, beside this file)
+from bench import line  # noqa: E402  (bench/bench.py, beside this file)
 from events import cpu  # noqa: E402  (bench/events.py)
 from agentctl import clock  # noqa: E402
 from agentctl.cli.top import Top  # noqa: E402
@@ -71,9 +72,10 @@ class Terminal:
         os.close(self.master)
 
 
-def tree(directory, name, count):
-    """A database of `count` live agents: leads of 100 workers each, a prompt each."""
-    path, conn = fresh(directory, name)
+def tree(path, count):
+    """A database (a new file, or a PostgreSQL URL) of `count` live agents: leads of 100
+    workers each, a prompt each."""
+    conn = db.connect(path)
     with transaction(conn):
         init = registry.get(conn, INIT_ID)
         leads = []
@@ -109,7 +111,7 @@ def idle(path, seconds):
 
 
 def small(tmp, seconds):
-    path = tree(tmp, "small.db", 20)
+    path = tree(os.path.join(tmp, "small.db"), 20)
     base = statistics.median(_timed([sys.executable, "-c", "pass"]) for _ in range(10))
     print(f"python3 -c pass: {base * 1000:.0f} ms")
     line("T1. agent-top, 20 agents: start to first screen (s)", first_screen(path),
@@ -126,7 +128,7 @@ def _timed(args):
 
 
 def big(tmp, count, seconds):
-    path = tree(tmp, "big.db", count)
+    path = tree(os.path.join(tmp, "big.db"), count)
     conn = db.connect(path)
     times = []
     for _ in range(5):
@@ -169,6 +171,27 @@ def big(tmp, count, seconds):
          lambda v: (v <= seconds * 10, f"<= {seconds * 10:g} ms (1%)"), unit=" ms")
 
 
+def postgresql(seconds):
+    """The idle cost on PostgreSQL, where the look is a poll of the connection's socket
+    for a notification (store/pg.py)."""
+    from tests.pgserver import Server
+    try:
+        server = Server()
+    except Exception as e:      # no server binaries here: said, not measured
+        print(f"T8. idle agent-top on PostgreSQL: not measured ({e})")
+        return
+    try:
+        path = tree(server.database(), 20)
+        line("T8. agent-top on PostgreSQL, 20 agents: start to first screen (s)",
+             first_screen(path, runs=3), unit=" s")
+        used = idle(path, seconds)
+        line(f"T9. idle agent-top on PostgreSQL, 20 agents: CPU over {seconds:g} s (ms)",
+             used * 1000, lambda v: (v <= seconds * 10, f"<= {seconds * 10:g} ms (1%)"),
+             unit=" ms")
+    finally:
+        server.stop()
+
+
 def main():
     started = time.time()
     seconds = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
@@ -176,6 +199,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         small(tmp, seconds)
         big(tmp, count, seconds / 2)
+    postgresql(seconds / 2)
     print(f"(agent-top bench took {time.time() - started:.0f} s)")
 
 
