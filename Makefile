@@ -10,6 +10,7 @@ MANDIR  ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share
 DESTDIR ?=
 JOBS    ?= 2
+EXTRAS  ?=
 
 PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc agent-db agent-log agent-answer agent-set agent-why agent-top
 STAMP    = $(VENV)/.stamp
@@ -47,8 +48,10 @@ demo: $(STAMP)
 PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tests/test_man.py \
 	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
 	tests/test_models_wire.py tests/test_damage.py tests/test_fuzz.py tests/test_postgresql.py \
-	tests/test_terminal.py tests/live
+	tests/test_terminal.py tests/live tests/test_mcp.py tests/test_sandbox.py
 test: $(STAMP)
+	@# the official MCP reference servers, from npm once per machine (tests/npm/)
+	PYTHON=$(VENV)/bin/python sh tests/npm/install.sh
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
 	$(VENV)/bin/python -m pytest -n $(JOBS) --backend postgresql \
 		$(foreach f,$(PG_SKIP),--ignore=$(f)) tests
@@ -75,16 +78,18 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/compaction.py
 	$(VENV)/bin/python bench/events.py
 	$(VENV)/bin/python bench/tools.py
+	$(VENV)/bin/python bench/mcp.py
 	$(VENV)/bin/python bench/postgres.py
 	$(VENV)/bin/python bench/cache.py
 	$(VENV)/bin/python bench/top.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.
+# EXTRAS=mcp,postgres also installs those optional extras (MCP servers, PostgreSQL).
 install:
 	rm -rf build	# (setuptools would take a stale copy of a package from it)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
-		--target "$(DESTDIR)$(LIBDIR)" .
+		--target "$(DESTDIR)$(LIBDIR)" ".$(if $(EXTRAS),[$(EXTRAS)])"
 	mkdir -p "$(DESTDIR)$(BINDIR)"
 	for p in $(PROGRAMS); do \
 		m=$${p#agent-}; \

@@ -99,13 +99,23 @@ def describe_cache():
     return os.path.join(cache_home(), "agentctl", "tools.json")
 
 
+def mcp_cache():
+    """The cache of what each MCP server offers (tools/mcp.py)."""
+    return os.path.join(cache_home(), "agentctl", "mcp-tools.json")
+
+
+def mcp_log(server):
+    """Where an MCP server's standard error goes (its latest start's)."""
+    return os.path.join(cache_home(), "agentctl", "mcp", f"{server}.stderr")
+
+
 def forbidden_to_tools():
     """What no confined tool may open or create: the tool path's directories and the
     programs in them (a hard link to one elsewhere is the same file), the MCP
     configuration, the cache of the descriptions, the operator's prices (a model
     that could lower them would escape its budget in dollars), the database and its
     -wal, -shm and -journal files."""
-    found = tool_path() + [mcp_config(), describe_cache()] + \
+    found = tool_path() + [mcp_config(), describe_cache(), mcp_cache()] + \
         ([prices_file()] if prices_file() else [])
     for directory in tool_path():
         try:

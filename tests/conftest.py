@@ -72,6 +72,32 @@ def postgresql_server():
     return BACKEND["server"]
 
 
+def _npm_servers():
+    """Where tests/npm/install.sh put the MCP reference servers (read before any test
+    changes the environment)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "npm"))
+    try:
+        from npmdir import where
+        return where()
+    finally:
+        sys.path.pop(0)
+
+
+NPM_SERVERS = _npm_servers()
+
+
+def reference_servers():
+    """The node_modules of the official MCP reference servers, with node to run them;
+    without them the test is skipped and the summary says so loudly."""
+    needs("node", "nodejs")
+    modules = os.path.join(NPM_SERVERS, "node_modules")
+    if not os.path.exists(os.path.join(NPM_SERVERS, ".installed")):
+        MISSING_PROGRAMS["the MCP reference servers (tests/npm/install.sh, run by make "
+                         "test)"] = "nodejs and npm, and the npm registry once"
+        pytest.skip(f"the MCP reference servers are not installed in {NPM_SERVERS}")
+    return modules
+
+
 def needs(program, package):
     """The path of a system program the test needs; without it the test is skipped,
     and the summary says so loudly."""

@@ -1,7 +1,14 @@
 """A real MCP server, written with the official SDK, for the tests: started by
-agent-run through the same configuration a user writes (stdio)."""
+agent-run through the same configuration a user writes, over stdio, or run by a test
+over Streamable HTTP or SSE (`mcp_server.py http|sse PORTFILE`: it listens on a free
+port of 127.0.0.1 and writes the port there; with $MCP_TOKEN, a request without
+"Authorization: Bearer $MCP_TOKEN" is refused as an OAuth-protected server refuses it).
+
+$MCP_STARTS counts its starts; with $MCP_EXTRA naming a file that holds "gone", it has
+no tool `extra` (a server whose program changed since it was listed)."""
 
 import os
+import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
@@ -37,8 +44,65 @@ def long_name() -> str:
     return "never offered"
 
 
+@server.tool(description="A picture: a 1x1 PNG.")
+def picture() -> list:
+    from mcp.types import ImageContent, TextContent
+    return [TextContent(type="text", text="here it is"),
+            ImageContent(type="image", mime_type="image/png", data=PNG)]
+
+
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+       "RU5ErkJggg==")
+
+
+def extra() -> str:
+    return "still here"
+
+
+def _gone():
+    try:
+        with open(os.environ["MCP_EXTRA"]) as f:
+            return f.read().strip() == "gone"
+    except (KeyError, OSError):
+        return False
+
+
+if not _gone():
+    server.tool(description="A tool that may go.")(extra)
+
+
+def _guarded(app, token):
+    """The ASGI app, refusing a request without the bearer token (401, as OAuth does)."""
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and \
+                dict(scope["headers"]).get(b"authorization") != f"Bearer {token}".encode():
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"www-authenticate", b'Bearer resource_metadata="http://127.0.0.1/.well-known"')]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+    return guarded
+
+
+def serve_http(kind, portfile):
+    import socket
+    import uvicorn
+    app = server.streamable_http_app() if kind == "http" else server.sse_app()
+    if os.environ.get("MCP_TOKEN"):
+        app = _guarded(app, os.environ["MCP_TOKEN"])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    with open(portfile + ".tmp", "w") as f:
+        f.write(str(sock.getsockname()[1]))
+    os.replace(portfile + ".tmp", portfile)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
 if __name__ == "__main__":
     if os.environ.get("MCP_STARTS"):         # counts the starts, for the tests
         with open(os.environ["MCP_STARTS"], "a") as f:
             f.write("start\n")
-    server.run()
+    if sys.argv[1:2] in (["http"], ["sse"]):
+        serve_http(sys.argv[1], sys.argv[2])
+    else:
+        server.run()

@@ -312,21 +312,33 @@ def test_mcp_without_the_sdk_names_the_extra(mcp_config, tmp_path):
             "from agentctl.cli.run import main\nsys.exit(main(['w']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT)
-    assert proc.returncode == 2, proc
-    assert proc.stderr == ("agent-run: MCP tools need the mcp extra: "
-                           "pip install 'agentctl[mcp]'\n")
+    assert proc.returncode == 0, proc       # the turn runs, without the server's tools
+    assert proc.stderr == ("agent-run: MCP tools need the mcp extra: from agentctl's "
+                           "checkout, make install EXTRAS=mcp (or pip install '.[mcp]')\n")
 
 
-def test_a_bad_mcp_configuration_is_one_line(tmp_path, monkeypatch):
+@pytest.mark.parametrize("text, said", [
+    ('{"mcpServers": {"x": {"args": "not a list"}}}',
+     "MCP server 'x' ({config}): want a \"command\" (stdio) or a \"url\" (Streamable HTTP, "
+     "or SSE with \"type\": \"sse\"): skipped"),
+    ('{"mcpServers": {"x": {"command": "true", "args": "not a list"}}}',
+     "MCP server 'x' ({config}): \"args\" is a list of texts: skipped"),
+    ('{"mcpServers": {"x": {"type": "carrier-pigeon", "url": "http://x"}}}',
+     "MCP server 'x' ({config}): unknown type 'carrier-pigeon' (stdio, http or sse): skipped"),
+    ("not json", "{config}: not JSON: "),
+])
+def test_a_bad_mcp_configuration_is_one_line_and_breaks_no_turn(tmp_path, monkeypatch, text,
+                                                                  said):
+    """A wrong entry is left out with a warning (an unreadable file: every server); the
+    turn runs with every other tool (it broke every turn of an agent holding any grant)."""
     config = tmp_path / "mcp.json"
-    config.write_text('{"mcpServers": {"x": {"args": "not a list"}}}')
+    config.write_text(text)
     monkeypatch.setenv("AGENTCTL_MCP", str(config))
     fork("-n", "w", "--allow", "*", "-m", "echo", "hi")
     result = agent("run", "w")
-    assert result.code == 2 and "server 'x': want command" in result.err, result
+    assert result.code == 0, result
+    assert result.err.startswith("agent-run: " + said.format(config=config)), result.err
     assert result.err.count("\n") == 1
-    assert connect(os.environ["AGENTCTL_DB"]).execute(
-        "SELECT count(*) FROM turns").fetchone()[0] in (0, 1)
 
 
 def test_the_tool_path_and_the_mcp_file_are_refused_inside_the_working_directory(

@@ -66,3 +66,14 @@ def test_install_and_uninstall(tmp_path):
     result = subprocess.run(make + ["uninstall"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert files_under(dest) == []
+
+
+def test_make_install_takes_the_extras_it_is_given():
+    """make install EXTRAS=mcp,postgres installs those extras too (the README's
+    pip install 'agentctl[mcp]' took an unrelated package of that name from the index)."""
+    planned = subprocess.run(["make", "-n", "-C", ROOT, "install", "EXTRAS=mcp,postgres"],
+                             capture_output=True, text=True)
+    assert planned.returncode == 0, planned.stderr
+    assert '--target "/usr/local/lib/agentctl" ".[mcp,postgres]"' in planned.stdout
+    plain = subprocess.run(["make", "-n", "-C", ROOT, "install"], capture_output=True, text=True)
+    assert '--target "/usr/local/lib/agentctl" "."' in plain.stdout

@@ -46,7 +46,8 @@ def test_without_psycopg_the_error_names_the_extra(monkeypatch):
     result = agent("ps")
     assert (result.code, result.err) == (74, (
         "agent-ps: postgresql://me@127.0.0.1:9/agents: PostgreSQL needs psycopg 3, which is "
-        "not installed: pip install 'agentctl[postgres]'\n"))
+        "not installed: from agentctl's checkout, make install EXTRAS=postgres (or pip "
+        "install '.[postgres]')\n"))
 
 
 def test_a_password_is_never_printed(monkeypatch):

@@ -26,7 +26,8 @@ WITHIN = (" new]", "exit notification", "failure notice", "budget notice", "is o
           "; exit status ", "\nresult:\n", "\nerror:\n", "restarting in", "not restarted",
           "[output cut", "still running", "forked from", "delivered as an inbox message",
           "not one of your descendants", "has no zone", "denied by ", "your supervisor",
-          "Summarise the conversation", "written by you")
+          "Summarise the conversation", "written by you", "any more: your next turn",
+          "returned besides text", "[resource ")
 
 
 def form(text):
@@ -149,7 +150,11 @@ SAMPLES = {
     "cant_run": ("/bin/tool", "Permission denied"),
     "sandbox_failed": ("the sandbox needs bubblewrap (bwrap): install it",),
     "output_cut": (65536,),
-    "mcp_content": ("image",),
+    "media_note": ("image", "image/png", "iVBORw0KGgo="),
+    "mcp_resource": ("file:///notes.txt", "the notes"),
+    "mcp_link": ("file:///notes.txt", "notes"),
+    "mcp_tool_gone": ("notes", "extra"),
+    "media_from": (["notes__picture", "notes__picture"],),
 }
 
 

@@ -179,6 +179,8 @@ def id_stem(call_id):
 
 
 def convert_message(role, message, content):
+    if isinstance(content, list):       # a user message of parts: text and images
+        return "user", [_block(part) for part in content if _block(part)]
     text = [{"type": "text", "text": content}] if content.strip() else []
     if role == "user":
         return "user", text
@@ -190,6 +192,19 @@ def convert_message(role, message, content):
             block["content"] = content
         return "user", [block]
     raise AgentctlError(f"anthropic: message with unknown role {role!r}")
+
+
+def _block(part):
+    """A content part of the Chat Completions form as a Messages API block: text, or an
+    image given as a data: URL (base64)."""
+    if part.get("type") == "text" and part.get("text"):
+        return {"type": "text", "text": part["text"]}
+    url = (part.get("image_url") or {}).get("url") or ""
+    head, _, data = url.partition(";base64,")
+    if part.get("type") == "image_url" and head.startswith("data:") and data:
+        return {"type": "image", "source": {"type": "base64", "media_type": head[5:],
+                                            "data": data}}
+    return None
 
 
 def tool_use_block(call):

@@ -92,6 +92,9 @@ class Model:
         return f"<{type(self).__name__} {self.name}>"
 
 
+IMAGE_CHARS = 6000     # an image's tokens at a guess (~1,500: what providers bill a small one)
+
+
 def estimate_tokens(chars):
     # The usual rule of thumb for English text and code: about four characters a token.
     return -(-chars // 4)
@@ -100,7 +103,11 @@ def estimate_tokens(chars):
 def message_chars(messages):
     total = 0
     for message in messages:
-        total += len(message.get("content") or "")
+        content = message.get("content") or ""
+        if isinstance(content, list):       # parts: text, and images at a guess each
+            total += sum(len(p.get("text") or "") or IMAGE_CHARS for p in content)
+            continue
+        total += len(content)
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
             total += len(function.get("name") or "") + len(function.get("arguments") or "")

@@ -74,8 +74,10 @@ class ScriptedModel(Model):
 
 
 def latest_user_index(messages):
+    """The latest user message that is input (not the images a tool returned, which come
+    as a user message of parts after its result)."""
     for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
+        if messages[i].get("role") == "user" and not isinstance(messages[i].get("content"), list):
             return i
     return -1
 

@@ -167,7 +167,8 @@ def _connect_postgresql(url):
         from agentctl.store import pg  # (start-up: psycopg, only for a URL)
     except ImportError:
         raise DatabaseFault(f"{shown(url)}: PostgreSQL needs psycopg 3, which is not "
-                            "installed: pip install 'agentctl[postgres]'") from None
+                            "installed: from agentctl's checkout, make install EXTRAS=postgres "
+                            "(or pip install '.[postgres]')") from None
     conn = pg.connect(url, shown(url), busy_seconds())
     try:
         version = pg.version(conn)

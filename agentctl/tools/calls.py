@@ -125,8 +125,11 @@ class Call:
         deadline = time.monotonic() + self.timeout
         polled = time.monotonic()
         ended = False
+        pidfd = _pidfd(proc.pid)    # readable when it ends: seen at once, not by polling
         try:
             with selectors.DefaultSelector() as selector:
+                if pidfd is not None:
+                    selector.register(pidfd, selectors.EVENT_READ)
                 if data:
                     os.set_blocking(proc.stdin.fileno(), False)
                     selector.register(proc.stdin, selectors.EVENT_WRITE)
@@ -149,6 +152,9 @@ class Call:
                         deadline = min(deadline, now + 1.0)
                     for key, _ in selector.select(min(POLL, max(0.0, deadline - now))):
                         pipe = key.fileobj
+                        if pipe is pidfd:
+                            selector.unregister(pidfd)      # ended: seen at the loop's top
+                            continue
                         if pipe is proc.stdin:
                             try:
                                 sent += os.write(pipe.fileno(), data[sent:sent + 65536])
@@ -184,6 +190,9 @@ class Call:
         except BaseException:
             self.kill()
             raise
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
         try:
             failed = self._sandbox_failed(err)
         finally:
@@ -219,6 +228,14 @@ class Call:
 
 class ToolFailed(Exception):
     pass
+
+
+def _pidfd(pid):
+    """A descriptor that is readable when process `pid` ends (Linux 5.3), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def kill_group(pgid):

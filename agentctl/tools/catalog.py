@@ -14,17 +14,13 @@ MAX_NAME = 64       # the providers' limit on a tool's name
 
 class Catalog:
     """The external tools that exist now: the program tools on the tool path and the
-    MCP servers configured. With `strict`, a configuration that can't be read is a
-    usage error (a turn says why); without, it configures no server (a fork need not
-    fail for it)."""
+    MCP servers configured (tools.mcp.Entry, by name). What can't be read is a warning,
+    in `warnings`: it leaves out what is wrong, and nothing else."""
 
-    def __init__(self, warnings=None, strict=False):
+    def __init__(self, warnings=None):
         self.warnings = [] if warnings is None else warnings
         self.programs = programs.discover(self.warnings)
-        if strict:
-            self.servers = mcp.servers()
-        else:
-            self.servers = {name: None for name in mcp.server_names()}
+        self.servers = mcp.servers(self.warnings)
 
     def names(self):
         """What a grant may name: (program tool names, MCP server names)."""

@@ -1,24 +1,148 @@
-"""Tools from MCP servers (agentctl(7), TOOLS): the servers a turn's grants reach are
-started (stdio), their tools listed and offered as NAME__TOOL, called, and stopped
-when the turn ends. The official `mcp` SDK, an optional extra, is imported here only.
+"""MCP servers as the operator configures them (agent-run(1), MCP servers), and what
+each offers, kept between turns so that a turn starts no server it does not call.
 
-The SDK is asynchronous; the turn is not. The servers live in an event loop of their
-own, in a thread, each in one task from start to stop (anyio's scopes must be left
-by the task that entered them); the turn's calls are sent to that loop.
+The configuration is the file other MCP clients write, {"mcpServers": {NAME: ENTRY}}:
+- a stdio server: {"command", "args", "env", "cwd"}, and for its sandbox "ro", "net";
+- a Streamable HTTP server: {"url", "headers"} or {"type": "http", ...};
+- an SSE server (the older transport): {"type": "sse", "url", "headers"}.
+`${VAR}` and `${VAR:-default}` in the command, args, env, url and headers take their
+value from the environment when a server is started (a token is never stored).
+
+An entry that is wrong breaks its own server only: it is skipped with a warning that
+says why, as is every server when the file can't be read. A server's tools are
+listed once and kept in the cache (paths.mcp_cache), keyed by its entry as written
+and, for stdio, by the identity of its command's file: a changed entry or a new
+program lists again. The session with a running server is mcpsession.py's.
 """
 
+import hashlib
 import os
+import re
+import shutil
 
-from agentctl import jsonin, paths, voice
-from agentctl.errors import UsageError
-from agentctl.tools.calls import POLL, ToolFailed
+from agentctl import jsonin, paths
 
-START_SECONDS = 30.0
+TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http",
+              "streamablehttp": "http", "sse": "sse"}
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def servers():
-    """{NAME: {"command", "args", "env"}} from the configuration, as other MCP clients
-    write it ({"mcpServers": {...}}); none when there is no file."""
+class Entry:
+    """One configured server: its name, transport (stdio, http or sse) and entry."""
+
+    def __init__(self, name, spec, transport):
+        self.name, self.spec, self.transport = name, spec, transport
+
+    def key(self, environment=None):
+        """What its cached tool list is valid for: the entry as written (no value of a
+        variable in it: a changed token lists nothing new) and, for stdio, the
+        command's file, by path, size and modification time."""
+        import json
+        identity = ""
+        if self.transport == "stdio":
+            command = expand(self.spec["command"], environment)[0]
+            found = shutil.which(command, path=(environment or os.environ).get("PATH")) \
+                if os.sep not in command else command
+            try:
+                st = os.stat(found) if found else None
+            except OSError:
+                st = None
+            identity = f"{found}:{st.st_size}:{st.st_mtime_ns}" if st else f"{command}:?"
+        text = json.dumps([self.name, self.spec, identity], sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def filled(self, environment=None):
+        """The entry with its variables filled in from `environment`: {"argv", "env"}
+        for stdio (env: only the entry's own), {"url", "headers"} else; a ValueError
+        naming the first variable that is not set and has no default."""
+        spec, missing, found = self.spec, [], {}
+
+        def fill(text):
+            value, more = expand(text, environment)
+            missing.extend(more)
+            return value
+        if self.transport == "stdio":
+            found["argv"] = [fill(w) for w in [spec["command"], *spec.get("args", [])]]
+            found["env"] = {k: fill(v) for k, v in (spec.get("env") or {}).items()}
+        else:
+            found["url"] = fill(spec["url"])
+            found["headers"] = {k: fill(v) for k, v in (spec.get("headers") or {}).items()}
+        if missing:
+            raise ValueError(f"${{{missing[0]}}} is not set (its configuration takes it from "
+                             "the environment)")
+        return found
+
+    def secrets(self, environment=None):
+        """The values its headers and env take from the environment: never shown."""
+        found = []
+        for field in ("headers", "env"):
+            for value in (self.spec.get(field) or {}).values():
+                for match in VARIABLE.finditer(value):
+                    given = (environment or os.environ).get(match.group(1))
+                    if given and len(given) >= 4:
+                        found.append(given)
+        return found
+
+
+def expand(text, environment=None):
+    """`text` with ${VAR} and ${VAR:-default} filled in; (text, names of variables that
+    are not set and have no default)."""
+    environment = os.environ if environment is None else environment
+    missing = []
+
+    def value(match):
+        name, default = match.group(1), match.group(2)
+        if name in environment:
+            return environment[name]
+        if default is not None:
+            return default
+        missing.append(name)
+        return ""
+    return VARIABLE.sub(value, text), missing
+
+
+def _strings(value):
+    return isinstance(value, str)
+
+
+def _check(name, spec):
+    """The entry's transport, or why it is wrong (a ValueError)."""
+    if not isinstance(spec, dict):
+        raise ValueError("an entry is an object")
+    kind = spec.get("type")
+    if kind is not None and (not isinstance(kind, str) or kind.lower() not in TRANSPORTS):
+        raise ValueError(f"unknown type {kind!r} (stdio, http or sse)")
+    transport = TRANSPORTS[kind.lower()] if kind else ("stdio" if "command" in spec else
+                                                       "http" if "url" in spec else None)
+    if transport is None:
+        raise ValueError('want a "command" (stdio) or a "url" (Streamable HTTP, or SSE with '
+                         '"type": "sse")')
+    if transport == "stdio":
+        if not _strings(spec.get("command")) or not spec["command"]:
+            raise ValueError('a stdio server wants "command" (text)')
+        if not isinstance(spec.get("args", []), list) or not all(map(_strings, spec.get("args", []))):
+            raise ValueError('"args" is a list of texts')
+        ro = spec.get("ro", [])
+        if not isinstance(ro, list) or not all(_strings(p) and os.path.isabs(p) for p in ro):
+            raise ValueError('"ro" is a list of absolute paths')
+        if not isinstance(spec.get("net", False), bool):
+            raise ValueError('"net" is true or false')
+        if "cwd" in spec and not (_strings(spec["cwd"]) and os.path.isabs(spec["cwd"])):
+            raise ValueError('"cwd" is an absolute path')
+    else:
+        url = spec.get("url")
+        if not _strings(url) or not url.startswith(("http://", "https://", "${")):
+            raise ValueError('"url" is an http:// or https:// URL')
+    for field in ("env", "headers"):
+        value = spec.get(field, {})
+        if not isinstance(value, dict) or not all(map(_strings, value.values())):
+            raise ValueError(f'"{field}" is an object of texts')
+    return transport
+
+
+def servers(warnings):
+    """{NAME: Entry} of the configuration; none when there is no file. What can't be
+    read is a warning (in `warnings`), and only what is wrong is left out."""
     path = paths.mcp_config()
     try:
         with open(path, encoding="utf-8") as f:
@@ -26,148 +150,63 @@ def servers():
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: can't read the MCP configuration: {e}") from None
+        warnings.append(f"{path}: can't read the MCP configuration: "
+                        f"{getattr(e, 'strerror', None) or e}: no MCP server is offered")
+        return {}
     try:
         config = jsonin.loads(text)
     except jsonin.JSONError as e:
-        raise UsageError(f"{path}: not JSON: {e}") from None
+        warnings.append(f"{path}: not JSON: {e}: no MCP server is offered")
+        return {}
     found = config.get("mcpServers") if isinstance(config, dict) else None
     if not isinstance(found, dict):
-        raise UsageError(f'{path}: want {{"mcpServers": {{NAME: {{"command": ...}}}}}}')
+        warnings.append(f'{path}: want {{"mcpServers": {{NAME: {{...}}}}}}: no MCP server '
+                        "is offered")
+        return {}
+    entries = {}
     for name, spec in found.items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("command"), str) or \
-                not isinstance(spec.get("args", []), list) or \
-                not all(isinstance(a, str) for a in spec.get("args", [])) or \
-                not isinstance(spec.get("env", {}), dict) or \
-                not isinstance(spec.get("ro", []), list) or \
-                not all(isinstance(p, str) and os.path.isabs(p) for p in spec.get("ro", [])) \
-                or not isinstance(spec.get("net", False), bool):
-            raise UsageError(f"{path}: server {name!r}: want command (text), args (a list "
-                             "of texts), env (an object), and for its sandbox ro (a list "
-                             "of absolute paths) and net (true or false)")
-    return found
-
-
-def server_names():
-    """The names of the servers configured; none when the configuration can't be read
-    (a turn says why: a fork need not)."""
-    try:
-        return list(servers())
-    except UsageError:
-        return []
-
-
-def _sdk():
-    try:
-        import mcp  # noqa: F401
-        from mcp import ClientSession, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-    except ImportError:
-        raise UsageError("MCP tools need the mcp extra: pip install 'agentctl[mcp]'") from None
-    return ClientSession, StdioServerParameters, stdio_client
-
-
-class Servers:
-    """The MCP servers of one turn."""
-
-    def __init__(self):
-        import asyncio
-        import threading
-        self.asyncio = asyncio
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.sessions, self.stops, self.tasks = {}, {}, {}
-        self.groups = []        # the pids cgroups of sandboxed servers (root's)
-
-    def _run(self, coroutine, timeout):
-        future = self.asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        return future.result(timeout)
-
-    def start(self, name, spec, cwd, environment, sandbox=None):
-        """Start server `name` (in `sandbox` unless None); its tools: [(name,
-        description, input schema)]."""
-        ClientSession, Parameters, stdio_client = _sdk()
-        ready = self.asyncio.run_coroutine_threadsafe(self._ready_event(), self.loop).result()
-        argv = [spec["command"], *spec.get("args", [])]
-        if sandbox is not None:
-            environment = sandbox.environment
-            argv, group = sandbox.wrap(argv, per_call=False, ro=spec.get("ro", []),
-                                       net=spec.get("net") is True)
-            if group is not None:
-                self.groups.append(group)
-        params = Parameters(command=argv[0], args=argv[1:],
-                            env={**environment, **{k: str(v) for k, v in
-                                                   spec.get("env", {}).items()}}, cwd=cwd)
-
-        async def serve():
-            stop = self.asyncio.Event()
-            self.stops[name] = stop
-            try:
-                with open(os.devnull, "w") as quiet:
-                    async with stdio_client(params, errlog=quiet) as (read, write):
-                        async with ClientSession(read, write) as session:
-                            await session.initialize()
-                            self.sessions[name] = session
-                            ready.set()
-                            await stop.wait()
-            except BaseException as e:     # said by start(), which waits for `ready`
-                self.sessions[name] = e
-                ready.set()
-
-        self.tasks[name] = self.asyncio.run_coroutine_threadsafe(serve(), self.loop)
-        self._run(ready.wait(), START_SECONDS)
-        session = self.sessions.get(name)
-        if isinstance(session, BaseException) or session is None:
-            raise UsageError(f"MCP server {name}: can't start it: "
-                             f"{session or 'no answer'}") from None
-        listed = self._run(session.list_tools(), START_SECONDS)
-        return [(t.name, t.description or "", t.input_schema) for t in listed.tools]
-
-    async def _ready_event(self):
-        return self.asyncio.Event()
-
-    def call(self, server, tool, arguments, timeout, poll):
-        """The text of a call's result; ToolFailed for an error result or a timeout.
-        `poll` is asked every POLL seconds while the call runs: what it raises (a
-        KILL) gives the call up and is raised."""
-        import concurrent.futures
-        import time
-        session = self.sessions[server]
-        future = self.asyncio.run_coroutine_threadsafe(session.call_tool(tool, arguments),
-                                                       self.loop)
-        deadline = time.monotonic() + timeout
-        while not future.done():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                future.cancel()
-                raise ToolFailed(voice.timed_out(timeout))
-            concurrent.futures.wait([future], min(POLL, left))
-            if not future.done():
-                try:
-                    poll()
-                except BaseException:
-                    future.cancel()
-                    raise
         try:
-            result = future.result()
-        except Exception as e:
-            raise ToolFailed(f"{type(e).__name__}: {e}") from None
-        text = "\n".join(getattr(c, "text", "") or voice.mcp_content(getattr(c, "type", "content"))
-                         for c in result.content)
-        if getattr(result, "is_error", False):
-            raise ToolFailed(text or voice.MCP_FAILED)
-        return text
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or "__" in name:
+                raise ValueError("a name is 1 to 64 letters, digits, _ or - (no __)")
+            entries[name] = Entry(name, spec, _check(name, spec))
+        except ValueError as e:
+            warnings.append(f"MCP server {name[:64]!r} ({path}): {e}: skipped")
+    return entries
 
-    def close(self):
-        for stop in self.stops.values():
-            self.loop.call_soon_threadsafe(stop.set)
-        for task in self.tasks.values():
-            try:
-                task.result(10)
-            except Exception:
-                pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        for group in self.groups:
-            group.remove()
+
+# -- the tools each server offers, kept between turns --------------------------------------
+
+def cached(entry, environment=None):
+    """The tools `entry` offered when it was last listed, [(name, description, schema)],
+    or None when its entry or program has changed since, or it never was."""
+    found = _load().get(entry.key(environment))
+    if not isinstance(found, list):
+        return None
+    return [tuple(t) for t in found]
+
+
+def remember(entry, tools, environment=None):
+    """Keep `tools` as what `entry` offers (written whole, then renamed: a reader never
+    sees half a cache)."""
+    import json
+    import tempfile
+    known = _load()
+    known[entry.key(environment)] = [list(t) for t in tools]
+    path = paths.mcp_cache()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, scratch = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".mcp-tools.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(known, f)
+        os.replace(scratch, path)
+    except OSError:
+        pass        # a cache that can't be written: listed again next time
+
+
+def _load():
+    try:
+        with open(paths.mcp_cache(), encoding="utf-8") as f:
+            found = jsonin.loads(f.read(jsonin.MAX_BYTES * 16), max_bytes=jsonin.MAX_BYTES * 16)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return found if isinstance(found, dict) else {}

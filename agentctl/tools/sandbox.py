@@ -211,9 +211,9 @@ class Sandbox:
             args += ["--ro-bind", real, named]
             if real != named:
                 args += ["--ro-bind", real, real]
-        args += ["--bind", self.cwd, self.cwd]
-        for p in self.ro:
+        for p in self.ro:       # before the cwd: a --ro path that holds it must not hide it
             args += ["--ro-bind-try", p, p]
+        args += ["--bind", self.cwd, self.cwd]
         args += self._hide([self.cwd] + self.ro + list(SYSTEM))
         self._layouts[key] = args
         return args

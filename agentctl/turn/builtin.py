@@ -176,12 +176,19 @@ def record_error(conn, agent_id, turn_id, call, text, started):
     return text
 
 
-def record_result(conn, agent_id, turn_id, call, text, started, outcome):
+def record_result(conn, agent_id, turn_id, call, text, started, outcome, media=None):
     """The call's result, and its event (not its output), in the caller's transaction.
     Keys are redacted as in replies: a tool may print what it found (agent-run's
-    environment in /proc, a file that holds one)."""
+    environment in /proc, a file that holds one). `media`, what it returned that is not
+    text (images), is a message of its own after it (kind media: context.py sends it)."""
     history.append(conn, agent_id, "tool_result", keys.redact(text), tool_name=call["tool_name"],
                    tool_call_id=call["tool_call_id"], turn_id=turn_id)
+    if media:
+        import json     # (here: only a tool that returned an image)
+        history.append(conn, agent_id, "media", json.dumps({"parts": media},
+                                                           separators=(",", ":")),
+                       tool_name=call["tool_name"], tool_call_id=call["tool_call_id"],
+                       turn_id=turn_id)
     events.record(conn, agent_id, "tool", turn=turn_id, tool=call["tool_name"],
                   call=call["tool_call_id"], outcome=outcome,
                   seconds=round(time.monotonic() - started, 3))

@@ -10,7 +10,7 @@ from agentctl import env, voice
 from agentctl.turn import context
 from agentctl.store import events, history
 from agentctl.ops import lease, turns
-from agentctl.models.base import estimate_tokens
+from agentctl.models.base import IMAGE_CHARS, estimate_tokens
 
 DEFAULT_WINDOW = 64000
 KEEP = 0.25             # of the window: how much of the recent context stays verbatim
@@ -26,6 +26,8 @@ def window(agent):
 
 
 def message_tokens(m):
+    if m["kind"] == "media":        # images, not their base64 text
+        return OVERHEAD + estimate_tokens(IMAGE_CHARS * max(1, m["content"].count('"image"')))
     return OVERHEAD + estimate_tokens(len(m["content"] or "") + len(m["tool_name"] or ""))
 
 

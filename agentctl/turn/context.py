@@ -68,19 +68,39 @@ def request(conn, agent, system_prompt, rows):
     return messages, Cache(tuple(sorted(m for m in marks if m >= 0)), f"agentctl-{root[0]}")
 
 
+def _show(out, media):
+    """What tools returned that is not text (images), as a user message after the results
+    of their calls (no API takes another message between a call and its result; OpenAI
+    takes an image in no tool result)."""
+    if media:
+        parts = [{"type": "text", "text": voice.media_from([name for name, _ in media])}]
+        for _, image in media:
+            parts.append({"type": "image_url", "image_url": {
+                "url": f"data:{image['mime']};base64,{image['data']}"}})
+        out.append({"role": "user", "content": parts})
+        media.clear()
+
+
 def as_openai(system_prompt, rows, ends=None):
     """The messages array of the OpenAI Chat Completions API. Every call has a result and
     every result its call: the APIs reject either alone. With `ends` (a list), the index
     of the last message written for each row is appended to it."""
     out = []
     waiting = {}        # the calls of the latest assistant message still without a result
+    answered = set()    # ... and those with one: their images follow the results
+    media = []          # (tool, image) to show after the results
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     for m in rows:
         kind = m["kind"]
+        more_calls = kind == "tool_call" and out and out[-1]["role"] == "assistant"
+        if media and kind not in ("tool_result", "media") and not more_calls:
+            _answer(out, waiting)       # the results first, then what the tools showed
+            _show(out, media)
         if kind == "tool_call":
             if not out or out[-1]["role"] != "assistant":
                 _answer(out, waiting)
+                answered.clear()
                 out.append({"role": "assistant", "content": None})
             out[-1].setdefault("tool_calls", []).append({
                 "id": m["tool_call_id"], "type": "function",
@@ -90,8 +110,12 @@ def as_openai(system_prompt, rows, ends=None):
             # Without its call in this context (a child's answer to the fork call of its
             # parent's turn that was voided afterwards), a result is left out.
             if waiting.pop(m["tool_call_id"], None):
+                answered.add(m["tool_call_id"])
                 out.append({"role": "tool", "tool_call_id": m["tool_call_id"],
                             "content": m["content"]})
+        elif kind == "media":
+            if m["tool_call_id"] in answered:
+                media += [(m["tool_name"], p) for p in _parts(m["content"])]
         elif kind == "compaction":
             _answer(out, waiting)
             # A user message, never a system one: the summary was written from text that
@@ -103,7 +127,18 @@ def as_openai(system_prompt, rows, ends=None):
         if ends is not None:
             ends.append(len(out) - 1)
     _answer(out, waiting)
+    _show(out, media)
     return out
+
+
+def _parts(content):
+    """The images of a media message (what a tool returned that is not text)."""
+    try:
+        found = jsonin.loads(content, max_bytes=len(content) + 1).get("parts")
+    except (ValueError, AttributeError):
+        return []
+    return [p for p in found or () if isinstance(p, dict) and p.get("type") == "image"
+            and isinstance(p.get("mime"), str) and isinstance(p.get("data"), str)]
 
 
 def as_records(system_prompt, rows):
@@ -142,7 +177,11 @@ def as_text(system_prompt, rows, names):
             head += f" (keeps #{m['keep_from']} on)"
         if m["void"]:
             head += " (void)"
-        parts.append(f"{head}\n{indented(m['content'])}")
+        content = m["content"]
+        if m["kind"] == "media":        # not the base64: what it is
+            content = "\n".join(voice.media_note("image", p["mime"], p["data"])
+                                for p in _parts(content))
+        parts.append(f"{head}\n{indented(content)}")
     return "\n".join(parts)
 
 

@@ -16,7 +16,7 @@ from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, registry, toolruns
-from agentctl.tools import calls, mcp, proxy, sandbox
+from agentctl.tools import calls, mcp, mcpsession, proxy, sandbox
 from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
 
@@ -37,8 +37,7 @@ class Toolset:
         self.programs, self.mcp_tools, self.servers = {}, {}, None
         self.proxy = self._sandbox = self._environment = None
         if agent["allow"]:          # no grant, no search of the tool path
-            usable = Catalog(self.warnings, strict=True).usable(conn, agent["id"],
-                                                               self.builtin)
+            usable = Catalog(self.warnings).usable(conn, agent["id"], self.builtin)
             self.programs = usable.programs
             self._mcp(usable)
         for line in self.warnings:
@@ -64,16 +63,25 @@ class Toolset:
         return self._sandbox
 
     def _mcp(self, usable):
+        """The tools of the MCP servers its grants reach: what each offered when it was
+        last listed (no server is started for a turn that calls none of its tools), or,
+        never listed (or its entry or program changed since), listed now. A server
+        that can't be started is a warning, and offers nothing this turn."""
         if not usable.servers:
             return
-        self.servers = mcp.Servers()
-        for server, spec in usable.servers.items():
-            for tool, description, schema in self.servers.start(server, spec, self.cwd(),
-                                                                self.environment(),
-                                                                self.sandbox()):
+        self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox)
+        for server, entry in usable.servers.items():
+            offered = mcp.cached(entry, self.environment())
+            if offered is None:
+                try:
+                    offered = self.servers.tools(entry)
+                except mcpsession.Failed as e:
+                    self.warnings.append(str(e))
+                    continue
+            for tool, description, schema in offered:
                 name = usable.mcp_name(server, tool)
                 if name is not None:
-                    self.mcp_tools[name] = (server, tool, description, schema)
+                    self.mcp_tools[name] = (entry, tool, description, schema)
 
     def cwd(self):
         return self.agent["cwd"] or None
@@ -95,8 +103,8 @@ class Toolset:
                  s["function"]["parameters"]) for n, s in self.builtin.items()]
         rows += [(n, f"program {p.path}", confined, p.description, p.parameters)
                  for n, p in self.programs.items()]
-        rows += [(n, f"mcp {server}", confined, d, s)
-                 for n, (server, _, d, s) in self.mcp_tools.items()]
+        rows += [(n, f"mcp {entry.name}", confined, d, s)
+                 for n, (entry, _, d, s) in self.mcp_tools.items()]
         return rows
 
     def sandbox_problem(self):
@@ -200,14 +208,15 @@ class Toolset:
             lease.check_not_killed(conn, agent_id)
             run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],
                                     call["tool_name"], lease.host())
+        media = None
         try:
-            text = self._run(conn, agent_id, call, arguments, run_id)
+            text, media = self._run(conn, agent_id, call, arguments, run_id)
             outcome = "ok"
         except calls.ToolFailed as e:
             text, outcome = voice.tool_error(e), "error"
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
-            tools.record_result(conn, agent_id, turn_id, call, text, started, outcome)
+            tools.record_result(conn, agent_id, turn_id, call, text, started, outcome, media)
         return text
 
     def _run(self, conn, agent_id, call, arguments, run_id):
@@ -225,10 +234,10 @@ class Toolset:
                 raise calls.ToolFailed(voice.cant_run(program.path, e.strerror or e))
             with lease.holding(conn, agent_id):
                 toolruns.set_group(conn, run_id, running.pgid)
-            return running.wait(poll)
-        server, tool, _, _ = self.mcp_tools[name]
+            return running.wait(poll), None
+        entry, tool, _, _ = self.mcp_tools[name]
         timeout, cap = calls.settings(None)
-        text = self.servers.call(server, tool, arguments, timeout, poll)
+        text, media = self.servers.call(entry, tool, arguments, timeout, poll)
         cut = text.encode()[:cap]
-        return text if len(cut) == len(text.encode()) else \
-            cut.decode("utf-8", "ignore") + voice.output_cut(cap)
+        return (text if len(cut) == len(text.encode()) else
+                cut.decode("utf-8", "ignore") + voice.output_cut(cap)), media
