@@ -12,7 +12,7 @@ DESTDIR ?=
 JOBS    ?= 2
 EXTRAS  ?=
 
-PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc agent-db agent-log agent-answer agent-set agent-why
+PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc agent-db agent-log agent-answer agent-set agent-why agent-top
 STAMP    = $(VENV)/.stamp
 
 .PHONY: all venv demo test soak test-live bench install uninstall clean
@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/mcp.py
 	$(VENV)/bin/python bench/postgres.py
 	$(VENV)/bin/python bench/cache.py
+	$(VENV)/bin/python bench/top.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.

@@ -113,22 +113,23 @@ def test_invalid_utf8_and_nul_free_arguments_never_crash():
 
 
 @pytest.mark.parametrize("program", ["fork", "kill", "send", "mail", "ps", "replay", "wait",
-                                     "doc"])
+                                     "doc", "top"])
 def test_start_up_imports_nothing_heavy(program, home):
     agent("fork", "-n", "x")
     args = {"fork": ["-n", "y"], "kill": ["-s", "STOP", "x"], "send": ["x", "hi"],
             "mail": ["-c", "x"], "ps": [], "replay": ["x"], "wait": ["--timeout", "0", "x"],
-            "doc": ["put", "x", "hi"], "db": ["check"], "log": ["-n", "5"], "answer": []}[program]
+            "doc": ["put", "x", "hi"], "db": ["check"], "log": ["-n", "5"], "answer": [],
+            "top": []}[program]
     code = (f"import sys; sys.argv = ['agent-{program}'] + {args!r}\n"
             f"from agentctl.cli.{program} import main\n"
             "try:\n    main()\nfinally:\n"
             "    heavy = [m for m in ('sqlite_utils', 'requests', 'json', 'agentctl.models', "
-            "'psycopg')"
+            "'psycopg', 'curses')"
             " if m in sys.modules]\n"
             "    print(' '.join(heavy), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     heavy = set(proc.stderr.split())
-    allowed = {"json"} if program in ("replay", "ps", "log") else set()
+    allowed = {"json"} if program in ("replay", "ps", "log", "top") else set()
     if str(home).startswith("postgresql://"):
         allowed |= {"psycopg", "json"}      # the PostgreSQL backend's own imports (psycopg imports json)
     assert heavy <= allowed, proc.stderr

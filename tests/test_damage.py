@@ -51,7 +51,8 @@ def runs(ids):
             ("replay", ids[0]), ("send", ids[2], "x"), ("fork", "-n", "new", "-m", "echo", "hi"),
             ("wait", "--timeout", "0", ids[3]), ("kill", ids[4]), ("doc", "get", "notes/a"),
             ("log",), ("log", "--tree", ids[0], "--format", "jsonl"), ("answer",),
-            ("answer", "-c"), ("why", ids[1]), ("set", ids[2], "max_children=3")]
+            ("answer", "-c"), ("why", ids[1]), ("set", ids[2], "max_children=3"),
+            ("top",), ("top", "-a")]
 
 
 def test_every_program_is_covered():

@@ -38,6 +38,7 @@ OPTIONS = {
     "set": ["-o", "--model-option", "model=echo", "budget=5", "allow=read_file", "ask=run:1h",
             "max_children=2", "options=max_tokens=5", "schema={}", "temperature=0.2", "a"],
     "why": ["a", "b", "c", "init"],
+    "top": ["-a", "--all"],
 }
 LISTING = ["--format", "-o", "-q", "--quiet", "-0", "--null", "--no-headers"]
 COMMON = ["--db", "-h", "--help", "--version", "--", "-"]

@@ -102,7 +102,7 @@ def digest(path):
 ARGS = {"fork": ["-n", "x"], "kill": ["init"], "ps": [], "send": ["init", "hi"],
         "mail": ["-c", "init"], "replay": ["init"], "run": ["init"], "wait": ["--timeout", "0", "init"],
         "doc": ["put", "notes", "hi"], "db": ["check"], "log": ["-n", "1"],
-        "answer": [], "set": ["init", "model=echo"], "why": ["init"]}
+        "answer": [], "set": ["init", "model=echo"], "why": ["init"], "top": []}
 MAKERS = ("fork", "doc")        # the programs that make a database (agentctl(7), EXIT STATUS)
 
 
@@ -144,7 +144,7 @@ def files(directory):
 READ_ONLY_ARGS = {"fork": "-n x", "kill": "a", "ps": "", "send": "a hi", "mail": "-c a",
                   "replay": "a", "run": "a", "wait": "--timeout 0 a", "doc": "put notes hi",
                   "db": "check", "log": "-n 1", "answer": "", "set": "a model=echo",
-                  "why": "a"}
+                  "why": "a", "top": ""}
 WRITERS = ("fork", "kill", "send", "run", "doc", "set")
 
 
@@ -192,7 +192,8 @@ def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp
     else:
         assert codes == {"fork": "74", "kill": "74", "ps": "0", "send": "74", "mail": "1",
                          "replay": "0", "run": "74", "wait": "1", "doc": "74", "db": "0",
-                         "log": "0", "answer": "0", "set": "74", "why": "0"}, result
+                         "log": "0", "answer": "0", "set": "74", "why": "0",
+                         "top": "0"}, result
         assert sorted(errors) == sorted(f"agent-{p}" for p in WRITERS), result.err
         assert all(line.endswith("database is read-only") for line in errors.values())
     assert len(result.err.splitlines()) == len(errors)

@@ -36,16 +36,7 @@ def cli(db_path, sig, cascade, grace, wait, agents):
     status, signalled = 0, []
     for ref in targets:
         try:
-            target = registry.resolve(conn, ref)
-            authority.check(conn, me, target, "signal")
-            with transaction(conn):
-                count, refusal = signals.apply(conn, registry.get(conn, target["id"]), sig,
-                                               cascade=cascade, actor=me["id"] if me else None,
-                                               grace=grace)
-            if refusal:
-                raise Refused(refusal + (f" (its descendants were signalled: {count})"
-                                         if cascade else ""))
-            signalled.append(target["id"])
+            signalled.append(signal(conn, me, ref, sig, cascade=cascade, grace=grace))
         except AgentctlError as e:
             warn("agent-kill", str(e))
             status = status or e.code
@@ -60,6 +51,22 @@ def cli(db_path, sig, cascade, grace, wait, agents):
                                f"still running after {wait:g} s")
         status = status or (1 if pending else 0)
     return status
+
+
+def signal(conn, me, ref, sig, *, cascade=False, grace=None):
+    """Signal the agent `ref` (with `cascade`, its descendants too) as `me` (None: the
+    operator) may, in a transaction of its own; its id. Refused when the agent itself
+    could not be signalled (agent-top's keys signal through this too)."""
+    target = registry.resolve(conn, ref)
+    authority.check(conn, me, target, "signal")
+    with transaction(conn):
+        count, refusal = signals.apply(conn, registry.get(conn, target["id"]), sig,
+                                       cascade=cascade, actor=me["id"] if me else None,
+                                       grace=grace)
+    if refusal:
+        raise Refused(refusal + (f" (its descendants were signalled: {count})"
+                                 if cascade else ""))
+    return target["id"]
 
 
 def main(argv=None):

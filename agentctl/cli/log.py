@@ -152,7 +152,7 @@ def print_events(rows, shown, names, *, header, fmt, quiet, null):
         end = "\0" if null else "\n"
         sys.stdout.write("".join(f"{row[0]}{end}" for row in rows))
     elif fmt == "text" and [c.key for c in shown] == DEFAULT:
-        sys.stdout.write(for_terminal(_lines(rows, names)))
+        sys.stdout.write(for_terminal(text_lines(rows, names)))
     elif fmt == "text":
         sys.stdout.write(for_terminal("".join(line(item(row, names), shown) + "\n"
                                               for row in rows)))
@@ -162,7 +162,7 @@ def print_events(rows, shown, names, *, header, fmt, quiet, null):
     sys.stdout.flush()
 
 
-def _lines(rows, names):
+def text_lines(rows, names):
     """The default text lines, without a dict per event: 100,000 events are listed in
     well under a second."""
     decode, stamps, out = _decoder(), {}, []

@@ -54,7 +54,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
         from agentctl.cli.graph import graph    # (start-up: only for a picture)
         return graph(conn, rows)
     if forest:
-        rows = as_tree(rows)
+        rows = proctable.as_tree(rows)
     default = DEFAULT
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
@@ -64,27 +64,6 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         chosen = chosen + [Column("depth", "DEPTH")]
     render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
-
-
-def as_tree(items):
-    """Rows in depth-first order by lifecycle parent, each with a depth; a row
-    whose parent is not listed is a root."""
-    present = {item["id"] for item in items}
-    children = {}
-    roots = []
-    for item in items:
-        if item["parent_id"] in present and item["parent_id"] != item["id"]:
-            children.setdefault(item["parent_id"], []).append(item)
-        else:
-            roots.append(item)
-    ordered = []
-    stack = [(root, 0) for root in reversed(roots)]
-    while stack:
-        item, depth = stack.pop()
-        item["depth"] = depth
-        ordered.append(item)
-        stack.extend((child, depth + 1) for child in reversed(children.get(item["id"], [])))
-    return ordered
 
 
 def _label(item):
@@ -119,12 +98,19 @@ def _account(item, key):
     return settings.get("budget").json(Budget(item[key], item["budget_unit"] or "tokens"))
 
 
-def _cost(micros, unpriced):
+def cost_text(micros, unpriced):
     """A cost as people read it: dollars, + ? when some calls had no price, unpriced
     when none had one, - when there was no call."""
     if micros is None:
         return "unpriced" if unpriced else "-"
     return money.shown(micros) + ("+?" if unpriced else "")
+
+
+def stat_text(r):
+    """STAT as the table shows it: the status, H for an agent held after a failure, !
+    for one whose tools run unconfined."""
+    return (r["status"] + ("H" if r["held_at"] is not None else "")
+            + ("!" if r["unconfined"] else ""))
 
 
 def mark_tree_costs(conn, rows):
@@ -164,9 +150,7 @@ COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", machine=lambda r: r["status"],
-           human=lambda r: r["status"] + ("H" if r["held_at"] is not None else "")
-           + ("!" if r["unconfined"] else "")),
+    Column("stat", "STAT", machine=lambda r: r["status"], human=lambda r: stat_text(r)),
     _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),
@@ -186,10 +170,10 @@ COLUMNS = [
         r["budget_unit"] or "tokens") or None),
     Column("tokens", "TOKENS"),
     Column("cached", "CACHED", machine=lambda r: r["tokens_cached"]),
-    Column("cost", "COST", human=lambda r: _cost(r["cost"], r["unpriced"]),
+    Column("cost", "COST", human=lambda r: cost_text(r["cost"], r["unpriced"]),
            machine=lambda r: money.dollars(r["cost"])),
     Column("unpriced", "UNPRICED"),
-    Column("tree_cost", "TREE_COST", human=lambda r: _cost(r["tree_cost"], r["tree_unpriced"]),
+    Column("tree_cost", "TREE_COST", human=lambda r: cost_text(r["tree_cost"], r["tree_unpriced"]),
            machine=lambda r: money.dollars(r["tree_cost"])),
     Column("failures", "FAILURES"),
     Column("restarts", "RESTARTS"),

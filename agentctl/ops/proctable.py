@@ -42,3 +42,24 @@ def seen(row, now):
     elif due == "reap":
         item["status"] = "X"
     return item
+
+
+def as_tree(items):
+    """Rows in depth-first order by lifecycle parent, each with a depth; a row
+    whose parent is not listed is a root."""
+    present = {item["id"] for item in items}
+    children = {}
+    roots = []
+    for item in items:
+        if item["parent_id"] in present and item["parent_id"] != item["id"]:
+            children.setdefault(item["parent_id"], []).append(item)
+        else:
+            roots.append(item)
+    ordered = []
+    stack = [(root, 0) for root in reversed(roots)]
+    while stack:
+        item, depth = stack.pop()
+        item["depth"] = depth
+        ordered.append(item)
+        stack.extend((child, depth + 1) for child in reversed(children.get(item["id"], [])))
+    return ordered
