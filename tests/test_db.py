@@ -116,7 +116,7 @@ def test_a_database_of_the_schema_before_is_migrated_on_open(tmp_path):
     assert result.code == 0, result.err
     assert agent("run", "--db", path, "a").code == 0
     conn = db.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 10
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION == 11
     assert [tuple(r) for r in conn.execute("SELECT woke_at FROM turns")] == [(None,)]
 
 

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 import click
 
@@ -10,9 +11,9 @@ from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import for_terminal, warn
-from agentctl.errors import UsageError
+from agentctl.errors import AgentctlError, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, budget, deadlines, turns
+from agentctl.ops import asks, budget, deadlines, endpoints, lease, turns
 from agentctl.store import asks as asks_store, registry
 from agentctl.store.db import transaction
 from agentctl.text import first_line
@@ -45,6 +46,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
     as_json = as_json or fmt != "text"
+    # --all's claim this run takes over (a run it started): not for the turn's tools
+    handed = os.environ.pop(HANDED, None)
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
@@ -78,7 +81,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,
-                             warn=lambda line: warn("agent-run", line), prompt=prompt)
+                             warn=lambda line: warn("agent-run", line), prompt=prompt,
+                             handed=handed)
     finally:
         shown.flush()
     if as_json:
@@ -173,16 +177,18 @@ def _list_tools(conn, ref, fmt):
 
 def _all(db_path, jobs, model, max_steps, as_json):
     """Each turn in its own process (as cron would run it): a crash or a hung
-    model call of one agent can't take the others down."""
+    model call of one agent can't take the others down. Each agent is claimed for
+    its run before the run starts (turns.hand_out), so that no other --all starts
+    one for it; an agent whose endpoint has no room waits here while the runners
+    serve the others."""
     import subprocess
-    from concurrent.futures import ThreadPoolExecutor
     conn = connect(db_path)
     deadlines.carry_out(conn)
     ids = turns.runnable(conn)
     labels = {i: registry.label(registry.get(conn, i)) for i in ids}
     waiting = turns.backing_off(conn)
-    conn.close()
     if not ids:
+        conn.close()
         if waiting:     # why nothing runs, and until when
             first = min(r["retry_at"] for r in waiting)
             warn("agent-run", f"nothing to do now: {len(waiting)} "
@@ -198,33 +204,117 @@ def _all(db_path, jobs, model, max_steps, as_json):
     # folder there would be run instead of the package)
     base = [sys.executable, "-P", "-c",
             "import sys; from agentctl.cli.run import main; sys.exit(main())"]
+    env[HANDED] = lease.owner_token()
     extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
         + ["--max-steps", str(max_steps), "--json"]
 
     def one(agent_id):
-        proc = subprocess.run(base + extra + [agent_id], env=env, stdin=subprocess.DEVNULL,
+        return subprocess.run(base + extra + [agent_id], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True)
-        return agent_id, proc
+
+    def ended(agent_id, proc):
+        codes[agent_id] = proc.returncode
+        with transaction(conn):         # a run that never took its agent over
+            lease.undispatch(conn, agent_id)
+        if proc.stderr:     # each line names its agent, as the run of one would
+            sys.stderr.write(_named(proc.stderr, labels[agent_id]))
+        if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
+            codes[agent_id] = 128 - proc.returncode
+            warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
+        if as_json and proc.stdout:
+            sys.stdout.write(proc.stdout)
 
     codes = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for agent_id, proc in pool.map(one, ids):
-            codes[agent_id] = proc.returncode
-            if proc.stderr:     # each line names its agent, as the run of one would
-                sys.stderr.write(_named(proc.stderr, labels[agent_id]))
-            if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
-                codes[agent_id] = 128 - proc.returncode
-                warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
-            if as_json and proc.stdout:
-                sys.stdout.write(proc.stdout)
+    try:
+        left = dispatch(conn, ids, jobs, model, one, ended)
+    finally:
+        conn.close()
+    for agent_id in left:
+        codes[agent_id] = 75
     # 3: stopped, exited, killed or out of budget since the list was made: skipped, not failed
     counts = {c: sum(1 for code in codes.values() if code == c) for c in (0, 1, 3, 75)}
     failed = len(codes) - sum(counts.values())
     warn("agent-run", f"{len(codes)} agents: {counts[0]} ran, {counts[1]} had nothing to do, "
-                      f"{counts[3]} skipped, {counts[75]} busy or temporarily failing, "
-                      f"{failed} failed")
-    bad = [c for c in codes.values() if c not in (0, 1, 3)]
+                      f"{counts[3]} skipped, {counts[75]} busy or temporarily failing"
+                      + (f" ({len(left)} waiting for their provider)" if left else "")
+                      + f", {failed} failed")
+    bad = [codes[i] for i in ids if codes.get(i) not in (0, 1, 3)]
     return bad[0] if bad else 0
+
+
+POLL = 0.05     # seconds: how often --all looks again for room when none was found
+HANDED = "AGENTCTL_HANDED_BY"   # to a run --all starts: the holder of the claim it takes over
+
+
+def dispatch(conn, ids, jobs, model, one, ended):
+    """Start one(agent) for each of `ids` (oldest first), `jobs` at once, each once
+    turns.hand_out() has claimed its agent; ended(agent, what one returned) when it
+    ends. An agent whose endpoint has no room is held back, and the next one whose
+    endpoint has room goes first; one whose endpoint is throttled beyond
+    $AGENTCTL_PROVIDER_WAIT is left (warned, once for its endpoint). Returns the ids
+    left; those gone meanwhile (run by another, stopped) end as exit 1."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    identities = {i: _identity(conn, i, model) for i in ids}
+    limit, start = endpoints.wait_limit(), time.monotonic()
+    queue, running, left = list(ids), {}, []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while queue or running:
+            blocked = {}
+            for agent_id in list(queue):
+                if len(running) >= jobs:
+                    break
+                identity = identities[agent_id]
+                key = identity and identity.name
+                if key in blocked:
+                    continue
+                verdict = None if identity is None else endpoints.room(conn, identity)
+                if verdict is None:         # (read first, then claimed in a transaction)
+                    with transaction(conn):
+                        verdict = turns.hand_out(conn, agent_id, identity)
+                if verdict is None:
+                    queue.remove(agent_id)
+                    running[pool.submit(one, agent_id)] = agent_id
+                elif verdict == "gone":
+                    queue.remove(agent_id)
+                    ended(agent_id, _Gone())
+                else:
+                    blocked[key] = verdict
+                    past = time.monotonic() - start
+                    if verdict.until is not None and verdict.until - clock.now() > limit - past:
+                        held = [i for i in queue if identities[i] and identities[i].name == key]
+                        warn("agent-run", f"{len(held)} agent{'s' if len(held) > 1 else ''} "
+                                          f"left waiting for their provider: "
+                                          f"{identity.url}: {verdict.text}")
+                        left += held
+                        queue = [i for i in queue if i not in held]
+            if not running:
+                if queue:
+                    time.sleep(POLL)
+                continue
+            done, _ = wait(running, timeout=POLL if queue else None, return_when=FIRST_COMPLETED)
+            for future in done:
+                ended(running.pop(future), future.result())
+    return left
+
+
+class _Gone:
+    """What a run that was never started (its agent had gone: run by another, stopped)
+    ended with: nothing to do."""
+    returncode, stdout, stderr = 1, "", ""
+
+
+def _identity(conn, agent_id, model):
+    """The endpoint the run of the agent would call (models.endpoint.Identity), or None:
+    a model that calls no API, or one the run will refuse (it says why)."""
+    if not endpoints.shared():
+        return None
+    from agentctl.models import get_model   # (start-up: a provider's module)
+    spec = model or registry.get(conn, agent_id)["model"] or os.environ.get("AGENTCTL_MODEL")
+    try:
+        client = get_model(spec)
+        return client.identity() if hasattr(client, "identity") else None
+    except AgentctlError:
+        return None
 
 
 def _named(text, label):

@@ -178,7 +178,25 @@ CREATE INDEX requests_deadline ON requests(deadline) WHERE decision IS NULL
 """
 
 # (version, statements) after the baseline, in order: append only.
-MIGRATIONS = []
+MIGRATIONS = [
+    (11, [f"""CREATE TABLE endpoints (
+        id            {_TEXT} PRIMARY KEY,
+        provider      {_TEXT} NOT NULL,
+        url           {_TEXT} NOT NULL,
+        not_before    DOUBLE PRECISION,
+        reason        {_TEXT},
+        refused_at    DOUBLE PRECISION,
+        spacing       DOUBLE PRECISION,
+        next_at       DOUBLE PRECISION,
+        requests_left BIGINT,
+        tokens_left   BIGINT,
+        seen_at       DOUBLE PRECISION
+    )""",
+          f"ALTER TABLE agents ADD COLUMN endpoint {_TEXT} REFERENCES endpoints(id)",
+          "ALTER TABLE agents ADD COLUMN calling DOUBLE PRECISION",
+          "ALTER TABLE agents ADD COLUMN waiting DOUBLE PRECISION",
+          "CREATE INDEX agents_endpoint ON agents(endpoint) WHERE status = 'R'"]),
+]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the
 # ids it copied).

@@ -12,8 +12,9 @@ import os
 from agentctl import keys, voice
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
-from agentctl.ops import budget, ending, lease, mail, supervise, turns
+from agentctl.ops import budget, endpoints, ending, lease, mail, supervise, turns
 from agentctl.store import history, registry, turnlog
+from agentctl.store.db import path_of
 from agentctl.turn import builtin, compaction, context
 from agentctl.turn.toolset import Paused, Toolset
 
@@ -31,17 +32,29 @@ def choose_model(agent, override=None):
     return spec, model
 
 
+def gate(conn, agent_id, client):
+    """The gate the model's calls pass (ops.endpoints.Gate), or None: for a model that
+    calls no API, or with $AGENTCTL_ENDPOINT_STATE off."""
+    identity = getattr(client, "identity", None)
+    if identity is None or not endpoints.shared():
+        return None
+    return endpoints.Gate(path_of(conn), agent_id, identity())
+
+
 def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None,
-        prompt=None):
+        prompt=None, handed=None):
     """Run one turn of agent `ref`; returns an Outcome. Raises NotFound (1)
-    when there is nothing to do, Refused (3), TempFail (75), ModelError."""
-    agent = lease.claim(conn, ref)
+    when there is nothing to do, Refused (3), TempFail (75), ModelError.
+    `handed`: the holder (HOST:PID) of a claim this run takes over, agent-run --all's
+    for the run it started (lease.claim)."""
+    agent = lease.claim(conn, ref, handed=handed)
     agent_id = agent["id"]
     try:
         spec, client = choose_model(agent, model)
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
-        turn = turns.start(conn, agent, spec)
+        client.gate = gate(conn, agent_id, client)  # and a bad $AGENTCTL_CONCURRENCY
+        turn = turns.start(conn, agent, spec, client.gate and client.gate.identity)
     except lease.LostClaim:
         raise                   # ended by a cascade since the claim: touch nothing
     except BaseException:
@@ -54,6 +67,8 @@ def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, war
                 return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset)
             finally:
                 toolset.close()     # its MCP servers stop with the turn
+                if client.gate is not None:
+                    client.gate.close()
     except lease.LostClaim:
         raise                   # the agent is another run's now: touch nothing
     except Exception as e:
