@@ -25,7 +25,8 @@ from agentctl.store.db import connect, data_version, wait_for_commit
 
 REFUSALS = frozenset((429, 503, 529))   # a refusal to be left alone: every run waits
 READY = 2           # --all: runs on their way to a slot of an endpoint, for each slot
-PACE_MARGIN = 1.1   # calls start this much further apart than the budget comes back
+SLOWER = 1.1        # the pace's spacing after a response that says no request is left
+FASTER = 0.97       # and after one that says two or more are
 LOW_REQUESTS = 0.5  # a budget of requests with less than this share left is paced
 LOW_TOKENS = 0.05   # a budget of tokens with less than this share left is waited for
 SEEN_EVERY = 5.0    # seconds: what the provider said is written at most this often alone
@@ -200,13 +201,15 @@ def name(conn, agent_id, identity):
 
 # -- what a response teaches ---------------------------------------------------------------------
 
-def learn(row, said, now, backoff):
+def learn(row, said, now, backoff, sent=None):
     """(changes to the endpoint's row, the event to record as (kind, fields) or None) for
     a response that said `said` (models.limits.Limits; None when none came), `backoff`
-    the wait of the run that saw it."""
+    the wait of the run that saw it. A budget's reset is counted from when the request
+    was `sent` (when given): the provider counted it then, a response's time later."""
     if said is None:
         return {}, None
     changes, event = {}, None
+    counted = min(sent or now, now)
     not_before = row["not_before"] or 0
 
     def wait_until(until, reason):
@@ -230,27 +233,48 @@ def learn(row, said, now, backoff):
     requests, tokens = said.requests, said.tokens
     if requests is not None:
         limit, left, reset = requests.limit, requests.remaining, requests.reset
-        if left <= 0 and reset:
-            wait_until(now + reset / max(1, (limit or 1) - left),
+        if left <= 0 and reset:     # none left: not before one is back (whole: at most)
+            wait_until(counted + reset / max(1, limit or 1),
                        f"requests spent (0 of {limit or '?'} left)")
-        spacing = None
-        if limit and reset and left < limit and left <= LOW_REQUESTS * limit:
-            spacing = reset / (limit - left) * PACE_MARGIN
-        if (spacing is None) != (row["spacing"] is None) or \
-                spacing and abs(spacing - row["spacing"]) > 0.1 * row["spacing"]:
-            changes["spacing"] = spacing
+        changes.update(pace(row["spacing"], requests, said.status in REFUSALS))
     if tokens is not None and tokens.reset:
         limit, left = tokens.limit, tokens.remaining
         need = LOW_TOKENS * limit if limit else 1
         if left < need:
             share = (need - left) / (limit - left) if limit and limit > left else 1.0
-            wait_until(now + tokens.reset * share,
+            wait_until(counted + tokens.reset * share,
                        f"tokens low ({left} of {limit or '?'} left)")
     if changes or now - (row["seen_at"] or 0) >= SEEN_EVERY:
         if requests is not None or tokens is not None:
             changes.update(requests_left=requests and requests.remaining,
                            tokens_left=tokens and tokens.remaining, seen_at=now)
     return changes, event
+
+
+def pace(spacing, requests, refused):
+    """{"spacing": the seconds between the starts of two calls} when a budget of requests
+    (models.limits.Budget) changes the pace `spacing` (None: none), else {}.
+
+    A budget half spent or more starts the pace at the rate it comes back (the time
+    until it is whole over the requests used). A provider counts whole requests, so
+    that rate is only near: from then on each response that says none is left (or a
+    refusal) makes the calls a tenth further apart, each that says two or more are
+    left a little closer, so that the budget is spent as fast as it comes back, no
+    faster. A budget more than half left ends the pace."""
+    limit, left, reset = requests.limit, requests.remaining, requests.reset
+    if not limit or left > LOW_REQUESTS * limit:
+        return {"spacing": None} if spacing is not None else {}
+    if not reset:
+        return {}
+    if spacing is None:
+        new = reset / max(1, limit - left)
+    elif left <= 0 or refused:
+        new = spacing * SLOWER
+    elif left >= 2:
+        new = spacing * FASTER
+    else:
+        return {}
+    return {"spacing": min(new, reset)}
 
 
 # -- the gate --------------------------------------------------------------------------------------
@@ -274,6 +298,7 @@ class Gate:
         self.conn = None
         self.row = None             # the endpoint's row as the last acquire() read it
         self.holding = False        # a slot is held for the try in flight
+        self.sent = None            # when the try in flight was let through
         self.closed = threading.Event()
         self.lock = threading.Lock()
 
@@ -301,11 +326,13 @@ class Gate:
                 me = None if marked else registry.get(conn, self.agent_id)
                 if wait is None and not self.count and not (self.row and self.row["spacing"]) \
                         and me is not None and me["endpoint"] == self.endpoint:
+                    self.sent = now
                     return      # nothing to take, nothing to say: no write
                 if wait is None or not marked:
                     wait = self._step(conn, marked)
                     marked = marked or wait is not None
                 if wait is None:
+                    self.sent = clock.now()
                     return
             left = start + self.limit - time.monotonic()
             if wait.until is not None and wait.until - clock.now() > left or left <= 0:
@@ -354,14 +381,14 @@ class Gate:
         with self.lock:
             now = clock.now()
             if self.row is not None:
-                changes, event = learn(self.row, said, now, backoff)
+                changes, event = learn(self.row, said, now, backoff, self.sent)
                 if not (self.holding or changes or event):
                     return refused
             try:
                 with lease.holding(self._connection(), self.agent_id):
                     name(self.conn, self.agent_id, self.identity)
                     row = rows.get(self.conn, self.endpoint)
-                    changes, event = learn(row, said, now, backoff)
+                    changes, event = learn(row, said, now, backoff, self.sent)
                     if self.holding:
                         registry.update(self.conn, self.agent_id, calling=None)
                     if changes:
