@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/events.py
 	$(VENV)/bin/python bench/tools.py
 	$(VENV)/bin/python bench/postgres.py
+	$(VENV)/bin/python bench/limits.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.
