@@ -267,21 +267,24 @@ def test_what_a_response_teaches_the_endpoint():
                                      limits.Limits(200), 1006.0, backoff=1.0)
     assert changes == {"refused_at": None}
     assert event == ("recover", {"endpoint": "http://x/v1#-", "seconds": 6.0})
-    # a budget of requests half spent: paced as it comes back, then closer while two or
+    # a budget of requests half spent: paced as it comes back, then closer while one or
     # more are left, further apart when none is, not at all once it is more than half left
     low = limits.Limits(200, requests=limits.Budget(60, 20, 40.0))
     assert endpoints.learn(row(seen_at=now), low, now, 1.0)[0]["spacing"] == 1.0
-    assert endpoints.learn(row(seen_at=now, spacing=1.0), low, now, 1.0)[0]["spacing"] \
+    lower = limits.Limits(200, requests=limits.Budget(60, 20, 20.0))
+    assert endpoints.learn(row(seen_at=now, spacing=1.0), lower, now, 1.0)[0]["spacing"] \
         == endpoints.FASTER
-    one = limits.Limits(200, requests=limits.Budget(60, 1, 40.0))
-    assert "spacing" not in endpoints.learn(row(seen_at=now, spacing=1.0), one, now, 1.0)[0]
+    refused = limits.Limits(429, requests=limits.Budget(60, 1, 0.01))
+    assert endpoints.learn(row(seen_at=now, spacing=1.0), refused, now, 1.0)[0]["spacing"] \
+        == endpoints.SLOWER     # (a refused request's reset counts none: not taken for a rate)
     plenty = limits.Limits(200, requests=limits.Budget(60, 50, 10.0))
     assert "spacing" not in endpoints.learn(row(seen_at=now), plenty, now, 1.0)[0]
     assert endpoints.learn(row(seen_at=now, spacing=1.1), plenty, now, 1.0)[0]["spacing"] is None
     # spent: nobody calls until one comes back
     spent = limits.Limits(200, requests=limits.Budget(60, 0, 30.0))
     changes = endpoints.learn(row(seen_at=now, spacing=1.0), spent, now, 1.0, sent=now - 0.5)[0]
-    assert changes["not_before"] == 1000.0 and changes["spacing"] == endpoints.SLOWER
+    assert changes["not_before"] == 1000.0                  # counted from when it was sent
+    assert changes["spacing"] == pytest.approx(30 / 59 * endpoints.SLOWER)  # the slower bound
     # tokens low: waited for until 5% of them are back
     tokens = limits.Limits(200, tokens=limits.Budget(1000, 0, 100.0))
     assert endpoints.learn(row(seen_at=now), tokens, now, 1.0)[0]["not_before"] == 1005.0

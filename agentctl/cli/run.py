@@ -269,6 +269,8 @@ def dispatch(conn, ids, jobs, model, one, ended):
                     continue
                 verdict = None if identity is None else endpoints.room(conn, identity)
                 if verdict is None:         # (read first, then claimed in a transaction)
+                    verdict = "gone" if turns.gone(conn, agent_id) else None
+                if verdict is None:
                     with transaction(conn):
                         verdict = turns.hand_out(conn, agent_id, identity)
                 if verdict is None:

@@ -57,7 +57,7 @@ class Reply:
 class Gate:
     """What a model's calls to an endpoint ask before each try and tell after it, so that
     every run that shares a database shares what it knows of the endpoint (a turn hands
-    one to its model: ops.endpoints.Gate). Models know nothing of the database; this is
+    one to its model: ops.gate.Gate). Models know nothing of the database; this is
     the whole of what they see of it. The calls of one model are made one at a time.
 
     acquire() returns when a try may be sent (a slot of the endpoint is free and it is

@@ -10,23 +10,22 @@ calls together stay within what it allows:
 - a pace (endpoints.spacing, next_at): while the provider says its budget of requests
   is low, calls start that far apart, so that it is spent no faster than it comes back.
 
-The Gate is what a turn hands its model; waiting() answers agent-ps and agent-why;
-room() is agent-run --all's.
+The Gate a turn hands its model is ops/gate.py's; waiting() answers agent-ps and
+agent-why; room() is agent-run --all's.
 """
 
 import os
-import time
 
 from agentctl import clock, env
-from agentctl.errors import TempFail, UsageError
+from agentctl.errors import UsageError
 from agentctl.ops import lease
-from agentctl.store import endpoints as rows, events, registry
-from agentctl.store.db import connect, data_version, wait_for_commit
+from agentctl.store import endpoints as rows, registry
 
 REFUSALS = frozenset((429, 503, 529))   # a refusal to be left alone: every run waits
 READY = 2           # --all: runs on their way to a slot of an endpoint, for each slot
+HOLD_BACK = 5.0     # --all: seconds of a throttle it starts no run for
 SLOWER = 1.1        # the pace's spacing after a response that says no request is left
-FASTER = 0.97       # and after one that says two or more are
+FASTER = 0.98       # and after one that says one or more are
 LOW_REQUESTS = 0.5  # a budget of requests with less than this share left is paced
 LOW_TOKENS = 0.05   # a budget of tokens with less than this share left is waited for
 SEEN_EVERY = 5.0    # seconds: what the provider said is written at most this often alone
@@ -171,13 +170,15 @@ def states(conn, ids, now=None, found=None):
 
 def room(conn, identity, now=None):
     """agent-run --all: why no run of an agent of the endpoint (models.endpoint.Identity)
-    may start now (a Wait), or None. With a cap, as many runs may be calling it as it
-    has slots, and READY times as many more be on their way to a slot (starting,
-    waiting for one, or ending: a run takes a while to start), counted among the runs
-    under way (marked R, their lease alive), whoever started them."""
+    may start now (a Wait), or None. None while it is throttled for more than
+    HOLD_BACK seconds (a shorter wait is over by the time a run has started). With a
+    cap, as many runs may be calling it as it has slots, and READY times as many more
+    be on their way to a slot (starting, waiting for one, or ending: a run takes a
+    while to start), counted among the runs under way (marked R, their lease alive),
+    whoever started them."""
     now = now or clock.now()
     row = rows.get(conn, identity.name)
-    if row is not None and (row["not_before"] or 0) > now:
+    if row is not None and (row["not_before"] or 0) > now + HOLD_BACK:
         return blocked(row, (), None, now)
     count = cap(identity.provider, identity.url)
     if count:
@@ -255,156 +256,27 @@ def pace(spacing, requests, refused):
     """{"spacing": the seconds between the starts of two calls} when a budget of requests
     (models.limits.Budget) changes the pace `spacing` (None: none), else {}.
 
-    A budget half spent or more starts the pace at the rate it comes back (the time
-    until it is whole over the requests used). A provider counts whole requests, so
-    that rate is only near: from then on each response that says none is left (or a
-    refusal) makes the calls a tenth further apart, each that says two or more are
-    left a little closer, so that the budget is spent as fast as it comes back, no
-    faster. A budget more than half left ends the pace."""
+    A budget half spent or more starts the pace at the rate it comes back: the time
+    until it is whole over the requests used. A provider counts whole requests, so
+    that rate is only near (between the time over the requests used and over one
+    fewer): from then on each response that says none is left makes the calls a tenth
+    further apart (at most a tenth more than the slower bound), each that says one or
+    more are left 2% closer (never closer than the faster bound), so that the budget
+    is spent as fast as it comes back and no faster; a refusal makes them a tenth
+    further apart (what it says of the budget counts no request). A budget more than
+    half left ends the pace."""
     limit, left, reset = requests.limit, requests.remaining, requests.reset
     if not limit or left > LOW_REQUESTS * limit:
         return {"spacing": None} if spacing is not None else {}
+    if refused:
+        return {"spacing": spacing * SLOWER} if spacing else {}
     if not reset:
         return {}
+    fast, slow = reset / max(1, limit - left), reset / max(1, limit - left - 1)
     if spacing is None:
-        new = reset / max(1, limit - left)
-    elif left <= 0 or refused:
-        new = spacing * SLOWER
-    elif left >= 2:
-        new = spacing * FASTER
+        new = fast
+    elif left <= 0:
+        new = max(fast, min(spacing, slow) * SLOWER)
     else:
-        return {}
-    return {"spacing": min(new, reset)}
-
-
-# -- the gate --------------------------------------------------------------------------------------
-
-class Gate:
-    """What a turn hands its model (models.base.Gate) for the calls of one run to the
-    endpoint `identity` (models.endpoint.Identity): a slot taken before each try and given
-    back after it when the endpoint is capped, the endpoint's not-before and pace waited
-    for, what each response says shared. The calls run in a thread of their own
-    (turn.runner.Interruptible): the gate has its own connection, and its writes are the
-    run's (lease.holding: a run that lost its claim writes nothing)."""
-
-    POLL = 0.05         # SQLite: how often a waiting call looks for a commit, at most
-
-    def __init__(self, path, agent_id, identity):
-        import threading    # (here: only a turn that calls an API needs it)
-        self.path, self.agent_id, self.identity = path, agent_id, identity
-        self.endpoint = identity.name
-        self.count = cap(identity.provider, identity.url)
-        self.limit = wait_limit()
-        self.conn = None
-        self.row = None             # the endpoint's row as the last acquire() read it
-        self.holding = False        # a slot is held for the try in flight
-        self.sent = None            # when the try in flight was let through
-        self.closed = threading.Event()
-        self.lock = threading.Lock()
-
-    def _connection(self):
-        if self.closed.is_set():
-            raise TempFail(f"{self.identity.provider}: the turn ended")
-        if self.conn is None:
-            self.conn = connect(self.path)
-        return self.conn
-
-    def _check(self, conn, now):
-        self.row = rows.get(conn, self.endpoint)
-        count = self.count
-        runs = rows.runs(conn, self.endpoint) if count else ()
-        return blocked(self.row, runs, count, now, but=self.agent_id)
-
-    def acquire(self):
-        start = time.monotonic()
-        marked = False          # agents.waiting says this run waits
-        while True:
-            with self.lock:
-                conn = self._connection()
-                now = clock.now()
-                wait = self._check(conn, now)
-                me = None if marked else registry.get(conn, self.agent_id)
-                if wait is None and not self.count and not (self.row and self.row["spacing"]) \
-                        and me is not None and me["endpoint"] == self.endpoint:
-                    self.sent = now
-                    return      # nothing to take, nothing to say: no write
-                if wait is None or not marked:
-                    wait = self._step(conn, marked)
-                    marked = marked or wait is not None
-                if wait is None:
-                    self.sent = clock.now()
-                    return
-            left = start + self.limit - time.monotonic()
-            if wait.until is not None and wait.until - clock.now() > left or left <= 0:
-                raise TempFail(f"model API unavailable: {self.identity.provider}: "
-                               f"{self.identity.url} {wait.text} (AGENTCTL_PROVIDER_WAIT="
-                               f"{self.limit:g} s)")
-            self._sleep(conn, min(left, wait.until - clock.now() + 0.001 if wait.until
-                                  else left))
-
-    def _step(self, conn, marked):
-        """Take a slot (and the pace's next start) when the endpoint allows a call now, in
-        one transaction of the run; else mark the run as waiting. The Wait, or None."""
-        with lease.holding(conn, self.agent_id):
-            now = clock.now()
-            name(conn, self.agent_id, self.identity)
-            wait = self._check(conn, now)
-            if wait is not None:
-                if not marked:
-                    registry.update(conn, self.agent_id, waiting=now)
-                return wait
-            if self.row["spacing"]:
-                rows.update(conn, self.endpoint, next_at=now + self.row["spacing"])
-            registry.update(conn, self.agent_id, waiting=None,
-                            calling=now if self.count else None)
-            self.holding = bool(self.count)
-            return None
-
-    def _sleep(self, conn, seconds):
-        """Until another connection commits, `seconds` pass (a second at most: a slot's
-        holder may die without a commit) or the gate is closed."""
-        deadline = time.monotonic() + max(0.0, min(seconds, 1.0))
-        try:
-            first = data_version(conn)
-            wait_for_commit(conn, deadline, lambda: self.closed.is_set() or
-                            data_version(conn) != first, most=self.POLL)
-        except Exception:
-            if self.closed.is_set():        # closed under it: the turn is over
-                raise TempFail(f"{self.identity.provider}: the turn ended") from None
-            raise
-
-    def release(self, said, backoff):
-        """Give the slot back and share what the response said (models.base.Gate)."""
-        refused = said is not None and said.status in REFUSALS
-        if self.closed.is_set():
-            return refused
-        with self.lock:
-            now = clock.now()
-            if self.row is not None:
-                changes, event = learn(self.row, said, now, backoff, self.sent)
-                if not (self.holding or changes or event):
-                    return refused
-            try:
-                with lease.holding(self._connection(), self.agent_id):
-                    name(self.conn, self.agent_id, self.identity)
-                    row = rows.get(self.conn, self.endpoint)
-                    changes, event = learn(row, said, now, backoff, self.sent)
-                    if self.holding:
-                        registry.update(self.conn, self.agent_id, calling=None)
-                    if changes:
-                        rows.update(self.conn, self.endpoint, **changes)
-                    if event:
-                        events.record(self.conn, self.agent_id, event[0], **event[1])
-            except lease.LostClaim:
-                pass            # the agent is another run's now: its row is not ours
-            finally:
-                self.holding = False
-        return refused
-
-    def close(self):
-        """The turn is over: a call still waiting gives up, the connection is closed."""
-        self.closed.set()
-        with self.lock:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
+        new = max(fast, spacing * FASTER)
+    return {"spacing": new}

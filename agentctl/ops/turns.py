@@ -159,6 +159,13 @@ def would_run(conn, r, now, spent=None):
             and has_pending_input(conn, r, now))
 
 
+def gone(conn, agent_id):
+    """Whether agent-run --all need not run the agent any more (another run has it or ran
+    it, it was stopped, it backs off): read first, so that overlapping --all loops skip
+    each other's agents without taking the write lock."""
+    return not would_run(conn, registry.get(conn, agent_id), clock.now())
+
+
 def hand_out(conn, agent_id, identity=None):
     """agent-run --all, in the caller's transaction: claim the agent for a run it is
     about to start (lease.dispatch), when it should still run and its endpoint

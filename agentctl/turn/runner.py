@@ -13,6 +13,7 @@ from agentctl import keys, voice
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
 from agentctl.ops import budget, endpoints, ending, lease, mail, supervise, turns
+from agentctl.ops.gate import Gate
 from agentctl.store import history, registry, turnlog
 from agentctl.store.db import path_of
 from agentctl.turn import builtin, compaction, context
@@ -33,12 +34,12 @@ def choose_model(agent, override=None):
 
 
 def gate(conn, agent_id, client):
-    """The gate the model's calls pass (ops.endpoints.Gate), or None: for a model that
-    calls no API, or with $AGENTCTL_ENDPOINT_STATE off."""
+    """The gate the model's calls pass (ops.gate.Gate), or None: for a model that calls
+    no API, or with $AGENTCTL_ENDPOINT_STATE off."""
     identity = getattr(client, "identity", None)
     if identity is None or not endpoints.shared():
         return None
-    return endpoints.Gate(path_of(conn), agent_id, identity())
+    return Gate(path_of(conn), agent_id, identity())
 
 
 def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None,
