@@ -26,16 +26,17 @@ def run(env, *args, stdin=None):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
-def agents(url, count, prompt=None):
-    """`count` agents forked from init (rows written directly: the setup is not timed)."""
+def agents(url, count, prompt=None, model="echo"):
+    """`count` agents of `model` forked from init, each with `prompt` ("{i}" its number)
+    when given (rows written directly: the setup is not timed)."""
     conn = db.connect(url)
     with transaction(conn):
         for i in range(count):
             agent_id = new_id()
             registry.insert(conn, id=agent_id, name=f"b{i}", parent_id=INIT_ID,
-                            forked_from=INIT_ID, fork_msg_id=0, model="echo")
+                            forked_from=INIT_ID, fork_msg_id=0, model=model)
             if prompt:
-                history.append(conn, agent_id, "user", prompt)
+                history.append(conn, agent_id, "user", prompt.format(i=i))
     conn.close()
 
 

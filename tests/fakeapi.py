@@ -153,7 +153,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         body = json.loads(raw)
         fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
-                                                            self.headers.items()}, "body": body})
+                                                            self.headers.items()}, "body": body,
+                              "at": time.time()})
         flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
         try:
             problem = flavour and request_problem(flavour, body)

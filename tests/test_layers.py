@@ -264,6 +264,8 @@ OWN_TRANSACTION = {
     "agentctl.ops.lease.claim": "the claim: the transaction that starts a run",
     "agentctl.ops.lease.holding": "the run's transaction itself, its claim checked inside it",
     "agentctl.ops.lease.heartbeat": "a thread with a connection of its own: a commit a beat",
+    "agentctl.ops.gate.Gate": "a model call's thread with a connection of its own: a "
+                                   "slot taken and given back by the run (lease.holding)",
     "agentctl.ops.lifecycle.wait": "a waiting loop: each reap is committed as it is found",
     "agentctl.ops.deadlines.carry_out": "every writing program's first step, and the tick of a "
                                         "waiting loop: it looks without the write lock first",

@@ -279,6 +279,11 @@ def summary(e, d, names):
     if kind == "restart":
         text = f"restart {d.get('count')} of {d.get('limit')}, next try in {d.get('delay', 0):g}s"
         return text + (f": {d['error']}" if d.get("error") else "")
+    if kind == "throttle":
+        until = f" until {clock.iso(d['until'])}" if d.get("until") else ""
+        return f"endpoint {d.get('endpoint')} throttled{until}: {d.get('reason')}"
+    if kind == "recover":
+        return f"endpoint {d.get('endpoint')} recovered after {d.get('seconds', 0):.1f}s"
     return e["detail"] or ""
 
 

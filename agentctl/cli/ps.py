@@ -30,12 +30,13 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     edges), for `agent-ps -a --format dot | dot -Tsvg > tree.svg`.
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
-    budget, and spent in machine formats), and model created exit_code signal
-    forked_from fork_msg wake budget spent budget_unit tokens cached cost
-    unpriced tree_cost failures restarts retry held failure allow ask cwd ro net
-    limits unconfined options schema with -o. In the table, an H after STAT marks an
-    agent held after a failure (agent-why says why), a ! one whose tools run
-    unconfined.
+    budget, and spent in machine formats; in the table provider when an agent
+    waits for its provider), and model created exit_code signal forked_from
+    fork_msg wake budget spent budget_unit tokens cached cost unpriced tree_cost
+    failures restarts retry held failure allow ask cwd ro net limits unconfined
+    options schema endpoint provider provider_until with -o. In the table, an H
+    after STAT marks an agent held after a failure (agent-why says why), a ! one
+    whose tools run unconfined.
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
@@ -58,6 +59,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     default = DEFAULT
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
+        if fmt == "table" and any(r["provider"] for r in rows):
+            default = default + ["provider"]    # who waits for its provider, when any does
     chosen = pick(COLUMNS, columns, default)
     if any(c.key == "tree_cost" for c in chosen):       # (only then: it reads every agent)
         mark_tree_costs(conn, rows)
@@ -192,7 +195,22 @@ COLUMNS = [
     _setting("unconfined"),
     _setting("options"),
     _setting("schema"),
+    Column("endpoint", "ENDPOINT"),
+    Column("provider", "PROVIDER", human=lambda r: _provider(r["provider"]),
+           machine=lambda r: r["provider"] and r["provider"].why),
+    Column("provider_until", "PROVIDER_UNTIL",
+           human=lambda r: until(r["provider"].until) if r["provider"] and r["provider"].until
+           else "-", machine=lambda r: r["provider"] and iso(r["provider"].until)),
 ]
+
+
+def _provider(wait):
+    """Why it waits for its provider, short: throttled (in 12s), paced (in 1s), full 2/2."""
+    if wait is None:
+        return "-"
+    if wait.why == "full":
+        return f"full {wait.busy}/{wait.count}"
+    return f"{wait.why} ({until(wait.until)})"
 
 
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]

@@ -2,18 +2,19 @@
 
 import os
 import sys
+import time
 
 import click
 
-from agentctl import keys
+from agentctl import clock, keys
 from agentctl.cli import streamjson
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import Interrupted, for_terminal, warn
-from agentctl.errors import NotFound, UsageError
+from agentctl.errors import AgentctlError, NotFound, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, budget, deadlines, turns
+from agentctl.ops import asks, budget, deadlines, endpoints, lease, turns
 from agentctl.store import asks as asks_store, registry
 from agentctl.store.db import transaction
 from agentctl.text import first_line
@@ -51,6 +52,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     if as_json and fmt == "stream-json":
         raise UsageError("--json is --format json: not with --format stream-json")
     as_json = as_json or fmt != "text"
+    # --all's claim this run takes over (a run it started): not for the turn's tools
+    handed = os.environ.pop(HANDED, None)
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
@@ -107,7 +110,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,
                              warn=lambda line: warn("agent-run", line), prompt=prompt,
-                             watch=Watch(watchers))
+                             watch=Watch(watchers), handed=handed)
     finally:
         shown.flush()
     if fmt == "stream-json":
@@ -213,9 +216,11 @@ def _all(db_path, jobs, model, max_steps, fmt):
     model call of one agent can't take the others down. Each reply is printed as it
     comes, each line prefixed by its agent's name (with `fmt`, json or jsonl: the
     turn's record, a line each); nothing at all when nothing ran, so that cron mails
-    only when something happened (why an agent did not run: agent-why)."""
+    only when something happened (why an agent did not run: agent-why). Each agent
+    is claimed for its run before the run starts (turns.hand_out), so that no other
+    --all starts one for it; an agent whose endpoint has no room waits here while
+    the runners serve the others."""
     import subprocess
-    from concurrent.futures import ThreadPoolExecutor
     try:
         conn = connect(db_path, create=False)
     except NotFound:
@@ -223,8 +228,8 @@ def _all(db_path, jobs, model, max_steps, fmt):
     deadlines.carry_out(conn)
     ids = turns.runnable(conn)
     labels = {i: registry.label(registry.get(conn, i)) for i in ids}
-    conn.close()
     if not ids:
+        conn.close()
         return 1
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -233,34 +238,43 @@ def _all(db_path, jobs, model, max_steps, fmt):
     # folder there would be run instead of the package)
     base = [sys.executable, "-P", "-c",
             "import sys; from agentctl.cli.run import main; sys.exit(main())"]
+    env[HANDED] = lease.owner_token()
     extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
         + ["--max-steps", str(max_steps), "--json"]
 
     def one(agent_id):
-        proc = subprocess.run(base + extra + [agent_id], env=env, stdin=subprocess.DEVNULL,
+        return subprocess.run(base + extra + [agent_id], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True)
-        return agent_id, proc
+
+    def ended(agent_id, proc):
+        codes[agent_id] = proc.returncode
+        with transaction(conn):         # a run that never took its agent over
+            lease.undispatch(conn, agent_id)
+        if proc.stderr:     # each line names its agent, as the run of one would
+            sys.stderr.write(_named(proc.stderr, labels[agent_id]))
+        if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
+            codes[agent_id] = 128 - proc.returncode
+            warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
+        if proc.stdout:
+            sys.stdout.write(proc.stdout if fmt else _replies(proc.stdout, labels[agent_id]))
+            sys.stdout.flush()
 
     codes = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for agent_id, proc in pool.map(one, ids):
-            codes[agent_id] = proc.returncode
-            if proc.stderr:     # each line names its agent, as the run of one would
-                sys.stderr.write(_named(proc.stderr, labels[agent_id]))
-            if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
-                codes[agent_id] = 128 - proc.returncode
-                warn("agent-run", f"{agent_id}: killed by signal {-proc.returncode}")
-            if proc.stdout:
-                sys.stdout.write(proc.stdout if fmt else _replies(proc.stdout, labels[agent_id]))
-                sys.stdout.flush()
+    try:
+        left = dispatch(conn, ids, jobs, model, one, ended)
+    finally:
+        conn.close()
+    for agent_id in left:
+        codes[agent_id] = 75
     # 3: stopped, exited, killed or out of budget since the list was made: skipped, not failed
     counts = {c: sum(1 for code in codes.values() if code == c) for c in (0, 1, 3, 75)}
     failed = len(codes) - sum(counts.values())
     if counts[0] != len(codes):     # all ran: their replies say so; else say what did not
         warn("agent-run", f"{len(codes)} agents: {counts[0]} ran, {counts[1]} had nothing "
-                          f"to do, {counts[3]} skipped, {counts[75]} busy or temporarily "
-                          f"failing, {failed} failed")
-    bad = [c for c in codes.values() if c not in (0, 1, 3)]
+                          f"to do, {counts[3]} skipped, {counts[75]} busy or temporarily failing"
+                          + (f" ({len(left)} waiting for their provider)" if left else "")
+                          + f", {failed} failed")
+    bad = [codes[i] for i in ids if codes.get(i) not in (0, 1, 3)]
     return bad[0] if bad else 0
 
 
@@ -273,6 +287,83 @@ def _replies(records, label):
         text = json.loads(record).get("text") or ""
         lines += [f"{label}: {line}" for line in for_terminal(text).splitlines()]
     return "".join(line + "\n" for line in lines)
+
+
+POLL = 0.05     # seconds: how often --all looks again for room when none was found
+HANDED = "AGENTCTL_HANDED_BY"   # to a run --all starts: the holder of the claim it takes over
+
+
+def dispatch(conn, ids, jobs, model, one, ended):
+    """Start one(agent) for each of `ids` (oldest first), `jobs` at once, each once
+    turns.hand_out() has claimed its agent; ended(agent, what one returned) when it
+    ends. An agent whose endpoint has no room is held back, and the next one whose
+    endpoint has room goes first; one whose endpoint is throttled beyond
+    $AGENTCTL_PROVIDER_WAIT is left (warned, once for its endpoint). Returns the ids
+    left; those gone meanwhile (run by another, stopped) end as exit 1."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    identities = {i: _identity(conn, i, model) for i in ids}
+    limit, start = endpoints.wait_limit(), time.monotonic()
+    queue, running, left = list(ids), {}, []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while queue or running:
+            blocked = {}
+            for agent_id in list(queue):
+                if len(running) >= jobs:
+                    break
+                identity = identities[agent_id]
+                key = identity and identity.name
+                if key in blocked:
+                    continue
+                verdict = None if identity is None else endpoints.room(conn, identity)
+                if verdict is None:         # (read first, then claimed in a transaction)
+                    verdict = "gone" if turns.gone(conn, agent_id) else None
+                if verdict is None:
+                    with transaction(conn):
+                        verdict = turns.hand_out(conn, agent_id, identity)
+                if verdict is None:
+                    queue.remove(agent_id)
+                    running[pool.submit(one, agent_id)] = agent_id
+                elif verdict == "gone":
+                    queue.remove(agent_id)
+                    ended(agent_id, _Gone())
+                else:
+                    blocked[key] = verdict
+                    past = time.monotonic() - start
+                    if verdict.until is not None and verdict.until - clock.now() > limit - past:
+                        held = [i for i in queue if identities[i] and identities[i].name == key]
+                        warn("agent-run", f"{len(held)} agent{'s' if len(held) > 1 else ''} "
+                                          f"left waiting for their provider: "
+                                          f"{identity.url}: {verdict.text}")
+                        left += held
+                        queue = [i for i in queue if i not in held]
+            if not running:
+                if queue:
+                    time.sleep(POLL)
+                continue
+            done, _ = wait(running, timeout=POLL if queue else None, return_when=FIRST_COMPLETED)
+            for future in done:
+                ended(running.pop(future), future.result())
+    return left
+
+
+class _Gone:
+    """What a run that was never started (its agent had gone: run by another, stopped)
+    ended with: nothing to do."""
+    returncode, stdout, stderr = 1, "", ""
+
+
+def _identity(conn, agent_id, model):
+    """The endpoint the run of the agent would call (models.endpoint.Identity), or None:
+    a model that calls no API, or one the run will refuse (it says why)."""
+    if not endpoints.shared():
+        return None
+    from agentctl.models import get_model   # (start-up: a provider's module)
+    spec = model or registry.get(conn, agent_id)["model"] or os.environ.get("AGENTCTL_MODEL")
+    try:
+        client = get_model(spec)
+        return client.identity() if hasattr(client, "identity") else None
+    except AgentctlError:
+        return None
 
 
 def _named(text, label):

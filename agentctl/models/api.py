@@ -14,6 +14,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from . import endpoint as where
 from .base import Model
 
 # What the APIs (OpenAI, Anthropic, vLLM, llama.cpp's server) say of a conversation too long for
@@ -83,10 +84,15 @@ class HTTPModel(Model):
         self.endpoint()
 
     def endpoint(self):
-        from . import http      # (start-up: requests, only for a model call)
-        url = http.base_url(self.url_variable, self.default_url)
-        key = http.api_key(self.key_variable, url, self.name)
+        url = where.base_url(self.url_variable, self.default_url)
+        key = where.api_key(self.key_variable, url, self.name)
         return Endpoint(url, key, self.options(url))
+
+    def identity(self):
+        """The endpoint its calls go to, as the database names it (models.endpoint.Identity),
+        read from the environment as a call reads it; UsageError as check() raises."""
+        url = where.base_url(self.url_variable, self.default_url)
+        return where.Identity(self.provider, url, where.api_key(self.key_variable, url, self.name))
 
     def complete(self, messages, tools, on_text=None, cache=None):
         from . import http      # (start-up: requests, only for a model call)
@@ -101,7 +107,8 @@ class HTTPModel(Model):
 
         with self._session() as session:
             reply = http.post(session, self.provider, endpoint.url + self.path, headers, body,
-                              read, lambda status, text: self.hint(status, text, endpoint))
+                              read, lambda status, text: self.hint(status, text, endpoint),
+                              gate=self.gate)
         reply.api_url = endpoint.url
         return reply
 

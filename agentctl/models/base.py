@@ -67,12 +67,34 @@ class Cache:
     key: str = ""
 
 
+class Gate:
+    """What a model's calls to an endpoint ask before each try and tell after it, so that
+    every run that shares a database shares what it knows of the endpoint (a turn hands
+    one to its model: ops.gate.Gate). Models know nothing of the database; this is
+    the whole of what they see of it. The calls of one model are made one at a time.
+
+    acquire() returns when a try may be sent (a slot of the endpoint is free and it is
+    not throttled or paced), raising TempFail (75) when that would take too long.
+    release(limits, backoff) is told what the try's response said (models.limits.Limits,
+    None when none came) and the wait this run would take before its next try; it
+    returns True when it took that wait over (the next acquire() waits for it)."""
+
+    def acquire(self):
+        pass
+
+    def release(self, limits, backoff):
+        return False
+
+
 class Model:
-    """A conversation in, one reply out. Subclasses: the API providers and the offline models."""
+    """A conversation in, one reply out. Subclasses: the API providers and the offline models.
+
+    `gate`: the Gate its calls to an API pass (None: none; the offline models call none)."""
 
     name = ""
     model_options = {}  # model options by agentctl's name (modelspec.OPTIONS), checked
     schema = None       # a JSON Schema the final reply must fit (agentctl.shape's subset)
+    gate = None
 
     def complete(self, messages, tools, on_text=None, cache=None):
         """Return the model's Reply to `messages` (OpenAI chat form), offering `tools` (OpenAI form).

@@ -7,30 +7,25 @@ notice inside a stream. urllib3's own retries are off, so the tries and the time
 place.
 """
 
-import email.utils
-import ipaddress
-import os
 import random
-import re
 import time
-from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, ProtocolError, ReadTimeoutError
 
 from .. import env, jsonin
-from ..errors import TempFail, UsageError
+from ..errors import TempFail
 from ..keys import redact
+from . import limits
 from .base import ModelError, Transient, Unusable, load_json, said
+from .endpoint import api_key, base_url, is_loopback, where  # noqa: F401  (named here too)
 
 # The official SDKs retry 408 and 409 too; 529 is Anthropic's "overloaded". Any other non-2xx status
 # is taken as the API's final word.
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 CONNECT_TIMEOUT = 10.0
 ERROR_BYTES = 64 * 1024     # of an error response's body, for its explanation
-VISIBLE_ASCII = re.compile(r"[!-~]*")
-SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
 
 
 # -- settings, read from the environment at each call and never kept --------------------------------
@@ -45,45 +40,6 @@ class Settings:
     @property
     def timeouts(self):
         return (min(CONNECT_TIMEOUT, self.timeout), self.timeout)
-
-
-def base_url(variable, default):
-    """The API's base URL from `variable`, checked, without a trailing slash."""
-    url = os.environ.get(variable, "").strip() or default
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        # The value itself is not shown: a URL may carry credentials.
-        raise UsageError(f"{variable} must be an http:// or https:// URL")
-    return url.rstrip("/")
-
-
-def is_loopback(url):
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def api_key(variable, url, spec):
-    """The key from `variable`; a local server (llama-server, Ollama) may need none."""
-    key = os.environ.get(variable, "").strip()
-    if not key and not is_loopback(url):
-        raise UsageError(f"{variable} is not set (needed by model {spec})")
-    if not VISIBLE_ASCII.fullmatch(key):
-        # A header can't carry it (or would carry other bytes than meant): say so now, not as an
-        # encoding error (70) or a connection fault (75). The value is not shown.
-        raise UsageError(f"{variable} must be printable ASCII without spaces "
-                         "(it is sent in an HTTP header)")
-    return key
-
-
-def where(url):
-    """host:port of url, for messages: never the userinfo, path or query, which may hold secrets."""
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
 
 
 # -- the retry budget ---------------------------------------------------------------------------------
@@ -112,22 +68,6 @@ class Budget:
                          else f"retry time {limit} spent")
             return False
         return True
-
-
-def retry_after(response):
-    """The seconds a Retry-After header asks for (a number or an HTTP date), or None for none or
-    one that can't be read: the caller then waits its own backoff."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    seconds = SECONDS.fullmatch(value)
-    try:
-        if seconds:
-            return float(seconds.group(1))
-        date = email.utils.parsedate_tz(value)
-        return max(0.0, email.utils.mktime_tz(date) - time.time()) if date else None
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 # -- describing faults in one line, without secrets ------------------------------------------------------
@@ -193,13 +133,18 @@ def new_session():
     return session
 
 
-def post(session, provider, url, headers, body, read, hint=lambda status, text: ""):
+def post(session, provider, url, headers, body, read, hint=lambda status, text: "", gate=None):
     """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
 
     hint(status, body text) gives what a refusal's message should end with: " (set VARIABLE)".
 
     read() parses the body and raises Transient for a fault worth retrying. When it streams text
     out (on_text), a retry streams the text again from the start.
+
+    `gate` (models.base.Gate), when given, is asked before each try and told after it, once the
+    response is read: it shares what the endpoint said with the other runs. A refusal it takes
+    the wait of (a 429's Retry-After, which every run now waits for) is not slept on here:
+    the next try's acquire() waits for it.
     """
     settings = Settings()
     budget = Budget(settings)
@@ -207,40 +152,51 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
         budget.tries += 1
         asked = None        # the wait a Retry-After asked for
         words = ""          # what the server said of a retryable status, for the last one
+        own = budget.backoff()
+        said_limits, shared = None, False
+        if gate is not None:
+            gate.acquire()
         try:
-            response = session.post(url, json=body, headers=headers, stream=True,
-                                    timeout=settings.timeouts, allow_redirects=False)
-        except requests.exceptions.SSLError as exc:
-            raise ModelError(f"model API error: {provider}: TLS failure with "
-                             f"{where(url)}") from exc
-        except requests.RequestException as exc:
-            fault = describe(exc, url, settings)
-        else:
-            with response:
-                status = response.status_code
-                if status in RETRY_STATUSES:
-                    # 0 or a date gone by: our own backoff (a server can't make us spin)
-                    fault, asked = f"HTTP {status}", retry_after(response) or None
-                    words = api_error(response)[0]
-                elif not 200 <= status < 300:
-                    message, text = api_error(response)
-                    raise ModelError(f"model API error: {provider}: HTTP {status}: "
-                                     f"{message or 'no explanation given'}{hint(status, text)}")
-                else:
-                    try:
-                        return read(response)
-                    except (Transient, requests.RequestException) as exc:
-                        fault = describe(exc, url, settings)
-                    except Unusable as exc:     # too deep, too large, an error event
-                        raise ModelError(f"model API error: {provider}: "
-                                         f"{redact(str(exc))}") from None
-        wait = budget.backoff() if asked is None else asked
+            try:
+                response = session.post(url, json=body, headers=headers, stream=True,
+                                        timeout=settings.timeouts, allow_redirects=False)
+            except requests.exceptions.SSLError as exc:
+                raise ModelError(f"model API error: {provider}: TLS failure with "
+                                 f"{where(url)}") from exc
+            except requests.RequestException as exc:
+                fault = describe(exc, url, settings)
+            else:
+                with response:
+                    status = response.status_code
+                    said_limits = limits.read(status, response.headers)
+                    if status in RETRY_STATUSES:
+                        # 0 or a date gone by: our own backoff (a server can't make us spin)
+                        fault, asked = f"HTTP {status}", said_limits.retry_after or None
+                        words = api_error(response)[0]
+                    elif not 200 <= status < 300:
+                        message, text = api_error(response)
+                        raise ModelError(f"model API error: {provider}: HTTP {status}: "
+                                         f"{message or 'no explanation given'}"
+                                         f"{hint(status, text)}")
+                    else:
+                        try:
+                            return read(response)
+                        except (Transient, requests.RequestException) as exc:
+                            fault = describe(exc, url, settings)
+                        except Unusable as exc:     # too deep, too large, an error event
+                            raise ModelError(f"model API error: {provider}: "
+                                             f"{redact(str(exc))}") from None
+        finally:
+            if gate is not None:
+                shared = gate.release(said_limits, own)
+        wait = own if asked is None else asked
         if not budget.allows(wait, asked=asked is not None):
             note = f" ({budget.note})" if budget.note else ""
             words = f": {words}" if words else ""
             raise TempFail(f"model API unavailable: {provider}: {redact(fault)} after "
                            f"{plural(budget.tries)}{note}{words}")
-        time.sleep(wait)
+        if not shared:
+            time.sleep(wait)
 
 
 # -- server-sent events ------------------------------------------------------------------------------------

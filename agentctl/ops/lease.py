@@ -51,9 +51,17 @@ def owner_token():
 def held(agent, now=None):
     """Whether the agent's lease holds: it has not expired and, when its owner ran
     on this host, that process still exists (a crash frees it at once)."""
-    if agent["lease_owner"] is None or (agent["lease_until"] or 0) <= (now or clock.now()):
+    return alive(agent["lease_owner"], agent["lease_until"], now)
+
+
+def alive(owner, until, now=None):
+    """Whether what `owner` (HOST:PID, as owner_token() names a holder) took until
+    `until` still holds: not expired, and when it ran on this host its process still
+    exists. The rule of a lease, and of the slot of an endpoint a run's lease holds
+    (ops/endpoints.py)."""
+    if owner is None or (until or 0) <= (now or clock.now()):
         return False
-    holder, _, pid = agent["lease_owner"].rpartition(":")
+    holder, _, pid = owner.rpartition(":")
     if holder == host() and pid.isascii() and pid.isdigit():
         try:
             os.kill(int(pid), 0)
@@ -74,14 +82,17 @@ def effective_status(agent, now=None):
     return agent["status"]
 
 
-def claim(conn, ref):
+def claim(conn, ref, handed=None):
     """Take the agent for one turn, in a transaction of its own: status R and a
-    lease. Exit 75 when another run holds it; 3 when it is stopped or has exited."""
+    lease. Exit 75 when another run holds it; 3 when it is stopped or has exited.
+    `handed`: the holder (HOST:PID) that may hold it, having claimed it to hand it to
+    this run (agent-run --all: dispatch()): its lease is taken over."""
     with transaction(conn):
         agent = registry.resolve(conn, ref)
         if agent["id"] == INIT_ID:
             raise Refused("init doesn't run turns")
-        if agent["status"] == "R" and held(agent):
+        if agent["status"] == "R" and held(agent) and not (
+                handed and agent["lease_owner"] == handed):
             raise TempFail(f"{registry.label(agent)}: claimed by another agent-run "
                            f"({agent['lease_owner']})")
         if agent["status"] == "T":
@@ -93,6 +104,26 @@ def claim(conn, ref):
             raise Refused(f"{registry.label(agent)}: has exited")
         registry.claim(conn, agent["id"], owner_token(), clock.now() + lease_seconds())
         return registry.get(conn, agent["id"])
+
+
+def dispatch(conn, agent_id):
+    """agent-run --all's claim of an agent it is about to hand to a run of its own (the
+    run takes it over: claim(handed=True)), in the caller's transaction: so that no
+    other --all starts a run for it meanwhile. Whether it was claimed: not when another
+    run holds it, or it is no longer sleeping."""
+    agent = registry.get(conn, agent_id)
+    if agent["status"] not in ("S", "R") or (agent["status"] == "R" and held(agent)):
+        return False
+    registry.claim(conn, agent_id, owner_token(), clock.now() + lease_seconds())
+    return True
+
+
+def undispatch(conn, agent_id):
+    """Give back what dispatch() claimed when its run never took it over (it failed to
+    start, or found the agent had nothing to do first), in the caller's transaction."""
+    agent = registry.get(conn, agent_id)
+    if agent["lease_owner"] == owner_token():
+        registry.release(conn, agent_id)
 
 
 class LostClaim(TempFail):

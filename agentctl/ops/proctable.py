@@ -2,8 +2,8 @@
 reader sees it before the next writing program carries out what is due."""
 
 from agentctl import clock
-from agentctl.ops import lease, lifecycle, signals
-from agentctl.store import proctable, registry
+from agentctl.ops import endpoints, lease, lifecycle, signals
+from agentctl.store import endpoints as endpoint_rows, proctable, registry
 
 
 def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
@@ -25,6 +25,7 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         if statuses and item["status"] not in statuses:
             continue
         found.append(item)
+    waiting_for_providers(conn, found, now)
     return found
 
 
@@ -63,3 +64,28 @@ def as_tree(items):
         ordered.append(item)
         stack.extend((child, depth + 1) for child in reversed(children.get(item["id"], [])))
     return ordered
+
+
+def waiting_for_providers(conn, items, now):
+    """Each item's `provider`: why it waits for its provider (an endpoints.Wait), when its
+    run waits for its endpoint or it sleeps with input pending (mail, a timer due, a
+    prompt, an open turn) and its endpoint can't be called now; else None."""
+    known = endpoint_rows.every(conn)
+    for item in items:
+        item["endpoint"] = endpoints.endpoint_of(item, known) if known else item["endpoint"]
+        item["provider"] = None
+    if not known:
+        return
+    states = endpoints.states(conn, {i["endpoint"] for i in items if i["endpoint"]}, now,
+                              known)
+    pending = None
+    for item in items:
+        wait = states.get(item["endpoint"])
+        if wait is None:
+            continue
+        if item["status"] == "S" and pending is None:
+            pending = proctable.with_input(conn)
+        if item["status"] == "R" and item["waiting"] is not None or item["status"] == "S" and (
+                item["mail"] or item["id"] in pending
+                or item["wake_at"] is not None and item["wake_at"] <= now):
+            item["provider"] = wait

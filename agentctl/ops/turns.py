@@ -13,7 +13,7 @@ agent held (ops/supervise.py).
 
 from agentctl import clock, env, money, voice
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
-from agentctl.ops import budget, lifecycle, mail, prices
+from agentctl.ops import budget, endpoints, lease, lifecycle, mail, prices
 from agentctl.ops.lease import effective_status, holding, renew
 from agentctl.store import accounts, events, history, mailbox, registry, turnlog
 
@@ -31,12 +31,13 @@ def has_pending_input(conn, agent, now=None):
             or open_turn(conn, agent["id"]) is not None)
 
 
-def start(conn, agent, model_name):
+def start(conn, agent, model_name, identity=None):
     """Resume the agent's open turn, or open one with ALL pending input: the
     unanswered prompt, every unread mail (one inbox message), a due timer.
     Returns the turn row; NotFound when there is nothing to do, Refused when
     a new turn would start with the agent's account exhausted. A step of the
-    run: its own transactions (lease.holding)."""
+    run: its own transactions (lease.holding). `identity`: the endpoint its model
+    calls (models.endpoint.Identity), which the agent's row names from now on."""
     # Under the claim: a cascade may have ended the agent since it was claimed.
     if agent["budget_id"] is not None:
         with holding(conn, agent["id"]):    # committed before refusing: the notice stays
@@ -45,6 +46,8 @@ def start(conn, agent, model_name):
         if over:
             raise Refused(over)
     with holding(conn, agent["id"]):
+        if identity is not None:
+            endpoints.name(conn, agent["id"], identity)
         turn = open_turn(conn, agent["id"])
         if turn is not None:
             return turn
@@ -139,8 +142,41 @@ def runnable(conn, now=None):
     dead lease), with pending input or a due timer, not backing off, not held."""
     now = now or clock.now()
     spent = accounts.exhausted_ids(conn)
-    return [r["id"] for r in registry.sleeping_or_running(conn)
-            if effective_status(r, now) != "R"      # sleeping, or its run died
+    return [r["id"] for r in registry.sleeping_or_running(conn) if would_run(conn, r, now, spent)]
+
+
+def would_run(conn, r, now, spent=None):
+    """Whether `agent-run --all` should run the agent of row `r` (`spent`: the accounts
+    exhausted; None: the run will say whether its account is)."""
+    return (r["status"] in ("S", "R") and effective_status(r, now) != "R"
             and (r["retry_at"] is None or r["retry_at"] <= now) and r["held_at"] is None
-            and (r["budget_id"] not in spent or open_turn(conn, r["id"]))
-            and has_pending_input(conn, r, now)]
+            and (spent is None or r["budget_id"] not in spent
+                 or open_turn(conn, r["id"]) is not None)
+            and has_pending_input(conn, r, now))
+
+
+def gone(conn, agent_id):
+    """Whether agent-run --all need not run the agent any more (another run has it or ran
+    it, it was stopped, it backs off): read first, so that overlapping --all loops skip
+    each other's agents without taking the write lock."""
+    return not would_run(conn, registry.get(conn, agent_id), clock.now())
+
+
+def hand_out(conn, agent_id, identity=None):
+    """agent-run --all, in the caller's transaction: claim the agent for a run it is
+    about to start (lease.dispatch), when it should still run and its endpoint
+    (`identity`, None for a model that calls none) has room for it (endpoints.room).
+    Returns None when claimed; "gone" when it no longer needs a run (another ran it,
+    it was stopped, it backs off); else the endpoints.Wait that holds it back. (An
+    account exhausted since the list was made is the run's to say.)"""
+    now = clock.now()
+    if identity is not None:
+        wait = endpoints.room(conn, identity, now)
+        if wait is not None:
+            return wait
+    if not would_run(conn, registry.get(conn, agent_id), now) \
+            or not lease.dispatch(conn, agent_id):
+        return "gone"
+    if identity is not None:
+        endpoints.name(conn, agent_id, identity)
+    return None

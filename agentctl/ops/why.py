@@ -1,12 +1,12 @@
 """Why an agent is not running a turn now (agent-why(1)): each reason is one function
 of (conn, agent row, now) that returns its line, or None when it does not hold; REASONS
-lists them in the order agent-why prints them. A new reason (a provider's rate limit,
-a sandbox that can't be made) is one more function added to the list: nothing else
-changes. ready() says whether `agent-run --all` would start a turn of it now."""
+lists them in the order agent-why prints them. A new reason is one more function
+added to the list: nothing else changes. ready() says whether `agent-run --all` would
+start a turn of it now."""
 
 from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
-from agentctl.ops import budget, lifecycle, turns
+from agentctl.ops import budget, endpoints, lifecycle, turns
 from agentctl.ops.lease import effective_status, held
 from agentctl.store import asks, history, mailbox, registry, turnlog
 
@@ -75,6 +75,18 @@ def backing_off(conn, agent, now):
             f"after {agent['failures']} failure(s): {_line(agent['last_failure'])}")
 
 
+def provider(conn, agent, now):
+    """Its endpoint can't be called now (agent-run(1), Providers), when its run waits for
+    it or it has input a run would take."""
+    if agent["status"] not in ("S", "R") or not (
+            agent["waiting"] is not None or turns.has_pending_input(conn, agent, now)):
+        return None
+    wait = endpoints.waiting(conn, agent, now)
+    if wait is None:
+        return None
+    return f"waiting for its provider: {wait.endpoint.partition('#')[0]}: {wait.text}"
+
+
 def nothing_pending(conn, agent, now):
     if not registry.is_live(agent) or turns.has_pending_input(conn, agent, now):
         return None
@@ -95,7 +107,7 @@ def timer(conn, agent, now):
 
 
 REASONS = [kernel, exited, claimed, stopped, paused, budget_spent, held_after_failure,
-           backing_off, nothing_pending, deferred_mail, timer]
+           backing_off, provider, nothing_pending, deferred_mail, timer]
 
 
 def reasons(conn, agent, now):

@@ -8,11 +8,14 @@ from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store.db import snapshot, transaction
 
-# In an order that keeps every reference to a row already copied: agents by age
-# (a parent, a history parent and a budget's account are older than the agent),
-# turns before the tool runs and requests that point at them.
+# Every table, as agent-db copy names them (a new one is added at the end).
 TABLES = ("agents", "messages", "turns", "mail", "documents", "events", "tool_runs",
-          "requests")
+          "requests", "endpoints")
+# In an order that keeps every reference to a row already copied: endpoints before
+# the agents that name one, agents by age (a parent, a history parent and a budget's
+# account are older than the agent), turns before the tool runs and requests that
+# point at them.
+COPIED = ("endpoints",) + TABLES[:-1]
 ORDER = {"agents": "created_at, id", "requests": "created_at, id"}
 BATCH = 1000
 
@@ -35,7 +38,7 @@ def copy(source, target, shown_target):
         if target.sql.defer_foreign_keys:
             target.execute(target.sql.defer_foreign_keys)
         target.execute("DELETE FROM agents WHERE id = ?", (INIT_ID,))   # the source's instead
-        for table in TABLES:
+        for table in COPIED:
             columns = None
             counts[table] = 0
             rows = source.execute(f"SELECT * FROM {table} ORDER BY {ORDER.get(table, 'id')}")
@@ -52,4 +55,4 @@ def copy(source, target, shown_target):
         if target.dialect == "postgresql":
             from agentctl.store import pg  # (psycopg, an optional extra: only for a URL)
             pg.set_sequences(target)
-    return counts
+    return {table: counts[table] for table in TABLES}

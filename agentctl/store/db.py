@@ -18,7 +18,7 @@ from agentctl.errors import DatabaseFault, NotFound, TempFail, UsageError
 from agentctl.store.dialect import SQLite
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 
@@ -333,14 +333,15 @@ def _read_only(path):
         os.path.exists(path) and not os.access(path, os.W_OK)
 
 
-def wait_for_commit(conn, deadline, check, next_due=None):
+def wait_for_commit(conn, deadline, check, next_due=None, most=0.5):
     """Block until check() is true or the deadline passes, without burning CPU:
     PRAGMA data_version changes only when another connection commits, so the
     real query runs only then; the poll interval backs off to 0.5 s.
     `next_due()` names a Unix time (deferred mail coming due) when check()
     must run again though nothing was committed; it is asked after every
     check, so a deferral committed meanwhile counts too. On PostgreSQL the wait
-    blocks on LISTEN until a commit's NOTIFY (or a time due): no query meanwhile."""
+    blocks on LISTEN until a commit's NOTIFY (or a time due): no query meanwhile; on
+    SQLite the poll interval grows to `most` seconds."""
     delay = 0.01
     version = due = None
     while True:
@@ -361,7 +362,7 @@ def wait_for_commit(conn, deadline, check, next_due=None):
             conn.wait_for_change(wait)
         else:
             time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, most)
 
 
 def data_version(conn):

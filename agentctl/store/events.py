@@ -38,6 +38,8 @@ KINDS = {
     "set": "setting old? new?",
     "ask": "request type tool?",
     "answer": "request decision",
+    "throttle": "endpoint until reason",
+    "recover": "endpoint seconds",
 }
 # The detail text of the kinds released before the event log (agentctl(5)), made of
 # their fields: the first template whose fields an event has. (Those events have no

@@ -329,6 +329,33 @@ def trace(db):
     """)
 
 
+@MIGRATIONS(name="0015_endpoints")
+def endpoints(db):
+    # Many runners, one provider (agent-run(1), Providers): what every run that shares the
+    # database knows of each endpoint (a base URL and a key's fingerprint, never the key),
+    # and on each agent's row the endpoint its run calls, and since when it has a call in
+    # flight there (a slot: it counts while the run's lease holds) or waits for one.
+    _run(db, """
+    CREATE TABLE endpoints (
+        id            TEXT PRIMARY KEY,
+        provider      TEXT NOT NULL,
+        url           TEXT NOT NULL,
+        not_before    REAL,
+        reason        TEXT,
+        refused_at    REAL,
+        spacing       REAL,
+        next_at       REAL,
+        requests_left INTEGER,
+        tokens_left   INTEGER,
+        seen_at       REAL
+    );
+    ALTER TABLE agents ADD COLUMN endpoint TEXT REFERENCES endpoints(id);
+    ALTER TABLE agents ADD COLUMN calling REAL;
+    ALTER TABLE agents ADD COLUMN waiting REAL;
+    CREATE INDEX agents_endpoint ON agents(endpoint) WHERE status = 'R'
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

@@ -198,6 +198,23 @@ MIGRATIONS = [
         "ALTER TABLE turns ADD COLUMN unpriced BIGINT NOT NULL DEFAULT 0",
     ]),
     (14, [f"ALTER TABLE agents ADD COLUMN trace {_TEXT}"]),        # 0014_trace
+    (15, [f"""CREATE TABLE endpoints (
+        id            {_TEXT} PRIMARY KEY,
+        provider      {_TEXT} NOT NULL,
+        url           {_TEXT} NOT NULL,
+        not_before    DOUBLE PRECISION,
+        reason        {_TEXT},
+        refused_at    DOUBLE PRECISION,
+        spacing       DOUBLE PRECISION,
+        next_at       DOUBLE PRECISION,
+        requests_left BIGINT,
+        tokens_left   BIGINT,
+        seen_at       DOUBLE PRECISION
+    )""",
+          f"ALTER TABLE agents ADD COLUMN endpoint {_TEXT} REFERENCES endpoints(id)",
+          "ALTER TABLE agents ADD COLUMN calling DOUBLE PRECISION",
+          "ALTER TABLE agents ADD COLUMN waiting DOUBLE PRECISION",
+          "CREATE INDEX agents_endpoint ON agents(endpoint) WHERE status = 'R'"]),  # 0015_endpoints
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

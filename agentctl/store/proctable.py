@@ -28,6 +28,7 @@ def rows(conn, *, statuses=None, parent=None, role=None):
                a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
                a.restarts, a.retry_at, a.failures, a.last_failure, a.allow, a.ask, a.cwd,
                a.ro, a.net, a.limits, a.unconfined, a.held_at, a.options, a.schema,
+               a.endpoint, a.waiting,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
                   AND {deferred(conn)}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,
@@ -56,3 +57,12 @@ def costs(conn):
     subtree's total is summed from."""
     return {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
         "SELECT id, parent_id, cost, unpriced FROM agents")}
+
+
+def with_input(conn):
+    """The ids of the agents with a prompt no turn has taken or a turn still open (the
+    input pending that mail and timers do not show), in two scans of partial indexes."""
+    prompts = conn.execute("SELECT DISTINCT agent_id FROM messages WHERE kind = 'user' "
+                           "AND turn_id IS NULL AND void = 0").fetchall()
+    running = conn.execute("SELECT agent_id FROM turns WHERE status = 'running'").fetchall()
+    return {r[0] for r in prompts} | {r[0] for r in running}

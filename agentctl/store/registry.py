@@ -31,13 +31,13 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
                  "last_failure, allow, ask, cwd, ro, net, limits, unconfined, held_at, "
                  "options, schema, budget_unit, tokens_cached, tokens_written, cost, unpriced, "
-                 "trace")
+                 "trace, endpoint, calling, waiting")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
                       "failures", "hup_pending", "budget", "parent_id", "restarts",
                       "window_start", "window_restarts", "kill_at", "last_failure",
-                      "held_at", "trace"))
+                      "held_at", "trace", "endpoint", "calling", "waiting"))
 
 
 
@@ -274,8 +274,8 @@ def change_status(conn, agent_id, old, new):
 
 
 def claim(conn, agent_id, owner, until):
-    conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ? "
-                 "WHERE id = ?", (owner, until, agent_id))
+    conn.execute("UPDATE agents SET status = 'R', lease_owner = ?, lease_until = ?, "
+                 "calling = NULL, waiting = NULL WHERE id = ?", (owner, until, agent_id))
 
 
 def renew(conn, agent_id, owner, until):
@@ -287,7 +287,8 @@ def release(conn, agent_id, status="S"):
     """Give up the claim: a running agent becomes `status`; one that exited
     during its turn keeps its Z or X."""
     conn.execute("UPDATE agents SET status = CASE status WHEN 'R' THEN ? ELSE status END, "
-                 "lease_owner = NULL, lease_until = NULL WHERE id = ?", (status, agent_id))
+                 "lease_owner = NULL, lease_until = NULL, calling = NULL, waiting = NULL "
+                 "WHERE id = ?", (status, agent_id))
 
 
 def add_usage(conn, agent_id, tokens_in, tokens_out, cached, written, cost):

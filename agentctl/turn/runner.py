@@ -12,8 +12,10 @@ import os
 from agentctl import keys, modelspec, settings, shape, voice
 from agentctl.errors import UsageError
 from agentctl.models import ModelError, get_model
-from agentctl.ops import budget, ending, lease, mail, prices, supervise, turns
+from agentctl.ops import budget, endpoints, ending, lease, mail, prices, supervise, turns
+from agentctl.ops.gate import Gate
 from agentctl.store import history, registry, turnlog
+from agentctl.store.db import path_of
 from agentctl.turn import builtin, compaction, context
 from agentctl.turn.toolset import Paused, Toolset
 from agentctl.turn.watch import NOBODY
@@ -38,14 +40,25 @@ def choose_model(agent, override=None):
     return spec, model
 
 
+def gate(conn, agent_id, client):
+    """The gate the model's calls pass (ops.gate.Gate), or None: for a model that calls
+    no API, or with $AGENTCTL_ENDPOINT_STATE off."""
+    identity = getattr(client, "identity", None)
+    if identity is None or not endpoints.shared():
+        return None
+    return Gate(path_of(conn), agent_id, identity())
+
+
 def run(conn, ref, *, model=None, max_steps=DEFAULT_MAX_STEPS, on_text=None, warn=None,
-        prompt=None, watch=None):
+        prompt=None, watch=None, handed=None):
     """Run one turn of agent `ref`; returns an Outcome. Raises NotFound (1)
     when there is nothing to do, Refused (3), TempFail (75), ModelError. `watch`
-    (a turn.watch.Watch) is told of the turn as it happens."""
+    (a turn.watch.Watch) is told of the turn as it happens. `handed`: the holder
+    (HOST:PID) of a claim this run takes over, agent-run --all's for the run it
+    started (lease.claim)."""
     watch = watch or NOBODY
     try:
-        agent = lease.claim(conn, ref)
+        agent = lease.claim(conn, ref, handed=handed)
         watch.attach(conn)
         outcome = _run(conn, agent, model, max_steps, on_text, warn, prompt, watch)
     except BaseException as e:
@@ -71,7 +84,8 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
         prices.check()                  # and a bad $AGENTCTL_PRICES
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
         resumed = turns.open_turn(conn, agent_id) is not None
-        turn = turns.start(conn, agent, spec)
+        client.gate = gate(conn, agent_id, client)  # and a bad $AGENTCTL_CONCURRENCY
+        turn = turns.start(conn, agent, spec, client.gate and client.gate.identity)
     except lease.LostClaim:
         raise                   # ended by a cascade since the claim: touch nothing
     except BaseException:
@@ -86,6 +100,8 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
                              watch)
             finally:
                 toolset.close()     # its MCP servers stop with the turn
+                if client.gate is not None:
+                    client.gate.close()
     except lease.LostClaim:
         raise                   # the agent is another run's now: touch nothing
     except Exception as e:

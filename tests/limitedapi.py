@@ -1,0 +1,185 @@
+"""A model API on 127.0.0.1 that enforces limits as a provider does, for the tests and the
+bench of shared endpoint limits (agent-run(1), Providers):
+
+- at most `concurrency` requests in flight: one more is answered 429;
+- at most `rate` requests a second, with a burst of `burst` (a token bucket): one more
+  is answered 429;
+
+each 429 with Retry-After (whole seconds, as RFC 9110 has it) and retry-after-ms (as
+the official SDKs read first), and every response with the rate-limit headers of the
+API it speaks (OpenAI's x-ratelimit-*-requests: a Go duration until the bucket is full;
+Anthropic's anthropic-ratelimit-requests-*: the RFC 3339 time it is). A request that
+passes is answered after `latency` seconds with a short reply in the API's plain JSON
+form (a stream asked for is answered plain: a client must take that too).
+
+It counts what a test checks: requests answered, refused for concurrency and for rate,
+the most in flight at once, and when each answer was sent.
+
+    server = LimitedAPI(concurrency=2, rate=4, burst=2, latency=0.2)
+    ... OPENAI_BASE_URL=server.url + "/v1" ...
+    server.counts()  ->  {"answered": 20, "over_concurrency": 0, "over_rate": 1, ...}
+"""
+
+import datetime
+import json
+import math
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class LimitedAPI:
+    def __init__(self, concurrency=2, rate=4.0, burst=None, latency=0.2, headers=True):
+        self.concurrency, self.rate, self.latency = concurrency, float(rate), latency
+        self.burst = float(burst if burst is not None else max(1.0, rate))
+        self.headers = headers          # send the rate-limit headers
+        self.lock = threading.Lock()
+        self.tokens, self.filled = self.burst, time.monotonic()
+        self.in_flight = self.most_in_flight = 0
+        self.answered, self.over_concurrency, self.over_rate = 0, 0, 0
+        self.answers = []               # time.time() of each answer sent (200)
+        self.arrivals = []              # (time.time(), status) of each request
+        self.closed = False
+        self.server = _Server(("127.0.0.1", 0), _Handler)
+        self.server.api = self
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    # -- the limits ----------------------------------------------------------------------
+
+    def _refill(self, now):
+        self.tokens = min(self.burst, self.tokens + (now - self.filled) * self.rate)
+        self.filled = now
+
+    def admit(self):
+        """(status, retry after in seconds or None, bucket state for the headers)."""
+        with self.lock:
+            now = time.monotonic()
+            self._refill(now)
+            if self.in_flight >= self.concurrency:
+                self.over_concurrency += 1
+                status, wait = 429, self.latency
+            elif self.tokens < 1.0:
+                self.over_rate += 1
+                status, wait = 429, (1.0 - self.tokens) / self.rate
+            else:
+                self.tokens -= 1.0
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+                status, wait = 200, None
+            self.arrivals.append((time.time(), status))
+            return status, wait, self.tokens
+
+    def done(self):
+        with self.lock:
+            self.in_flight -= 1
+            self.answered += 1
+            self.answers.append(time.time())
+
+    def counts(self):
+        with self.lock:
+            return {"answered": self.answered, "over_concurrency": self.over_concurrency,
+                    "over_rate": self.over_rate, "most_in_flight": self.most_in_flight,
+                    "refused": self.over_concurrency + self.over_rate}
+
+    def limit_per_second(self):
+        """The most requests a second it can answer for long: its rate, or its concurrency
+        over its latency when that is less."""
+        return min(self.rate, self.concurrency / self.latency if self.latency else self.rate)
+
+    def close(self):
+        self.closed = True
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def go_duration(seconds):
+    """A Go duration as OpenAI writes its resets: 1s, 6m0s, 12ms, 2m59.56s."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass            # a client gone away (a killed run) is no fault of the server's
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        api = self.server.api
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
+        if flavour is None:
+            return self.send(404, {"error": {"message": f"no route {self.path}"}}, [])
+        status, wait, tokens = api.admit()
+        headers = self.limit_headers(api, flavour, tokens)
+        if status != 200:
+            headers += [("Retry-After", str(max(1, math.ceil(wait)))),
+                        ("retry-after-ms", str(max(1, round(wait * 1000))))]
+            error = {"message": "rate limited (fake)", "type": "rate_limit_error"}
+            return self.send(429, {"error": error} if flavour == "openai"
+                             else {"type": "error", "error": error}, headers)
+        try:
+            time.sleep(api.latency)
+            self.send(200, reply(flavour, body.get("model")), headers)
+        finally:
+            api.done()
+
+    def limit_headers(self, api, flavour, tokens):
+        if not api.headers:
+            return []
+        full_in = (api.burst - tokens) / api.rate
+        if flavour == "openai":
+            return [("x-ratelimit-limit-requests", str(int(api.burst))),
+                    ("x-ratelimit-remaining-requests", str(int(tokens))),
+                    ("x-ratelimit-reset-requests", go_duration(full_in))]
+        at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=full_in)
+        return [("anthropic-ratelimit-requests-limit", str(int(api.burst))),
+                ("anthropic-ratelimit-requests-remaining", str(int(tokens))),
+                ("anthropic-ratelimit-requests-reset",
+                 at.isoformat(timespec="milliseconds").replace("+00:00", "Z"))]
+
+    def send(self, status, obj, headers):
+        data = json.dumps(obj).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def reply(flavour, model):
+    if flavour == "openai":
+        return {"id": "chatcmpl-limited", "object": "chat.completion", "created": 1700000000,
+                "model": model, "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                             "message": {"role": "assistant", "content": "done",
+                                                         "refusal": None}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+    return {"id": "msg_limited", "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn",
+            "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
