@@ -42,13 +42,22 @@ demo: $(STAMP)
 	AGENTCTL_DB="$(CURDIR)/.demo/agents.db" PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
 
 # Twice: on SQLite files, then the tests of storage semantics (every program end to
-# end) on PostgreSQL, a server per worker started by the fixture (tests/pgserver.py);
-# tests of parsing, rendering and the SQLite file itself run once. Without the
-# PostgreSQL server binaries the second pass says so loudly and skips.
+# end: mail, the event log, runs and leases, requests, lifecycle, timers, budgets,
+# endpoints, concurrent writers) on PostgreSQL, a server per worker started by the
+# fixture (tests/pgserver.py). The tests of parsing, rendering, the models' wire and
+# faults, tools and their sandbox, compaction's text, the docs' examples and the SQLite
+# file itself run once: their SQL is the same on both. Without the PostgreSQL server
+# binaries the second pass says so loudly and skips.
 PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tests/test_man.py \
 	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
 	tests/test_models_wire.py tests/test_damage.py tests/test_fuzz.py tests/test_postgresql.py \
-	tests/test_terminal.py tests/live tests/test_mcp.py tests/test_sandbox.py
+	tests/test_terminal.py tests/live tests/test_mcp.py tests/test_sandbox.py \
+	tests/test_cli.py tests/test_examples.py tests/test_external_tools.py \
+	tests/test_compaction.py tests/test_compaction_replay.py tests/test_voice.py \
+	tests/test_prefix.py tests/test_tool_pairing.py tests/test_streamjson.py \
+	tests/test_hostile_model.py tests/test_hostile_input.py tests/test_models_faults.py \
+	tests/test_models_openai.py tests/test_models_anthropic.py tests/test_models_offline.py \
+	tests/test_models_limits.py
 test: $(STAMP)
 	@# the official MCP reference servers, from npm once per machine (tests/npm/)
 	PYTHON=$(VENV)/bin/python sh tests/npm/install.sh
