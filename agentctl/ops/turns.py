@@ -129,14 +129,6 @@ def back_off(conn, agent_id):
     return delay
 
 
-def backing_off(conn, now=None):
-    """The agents with pending input that --all leaves alone for now, after failures."""
-    now = now or clock.now()
-    return [r for r in registry.sleeping_or_running(conn)
-            if r["retry_at"] is not None and r["retry_at"] > now
-            and effective_status(r, now) != "R" and has_pending_input(conn, r, now)]
-
-
 def runnable(conn, now=None):
     """Ids of the agents `agent-run --all` should run: sleeping (or holding a
     dead lease), with pending input or a due timer, not backing off, not held."""
