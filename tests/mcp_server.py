@@ -5,13 +5,14 @@ port of 127.0.0.1 and writes the port there; with $MCP_TOKEN, a request without
 "Authorization: Bearer $MCP_TOKEN" is refused as an OAuth-protected server refuses it).
 
 $MCP_STARTS counts its starts; with $MCP_EXTRA naming a file that holds "gone", it has
-no tool `extra` (a server whose program changed since it was listed)."""
+no tool `extra` (a server whose program changed since it was listed). Its tool `grow`
+adds a tool `fresh` and sends notifications/tools/list_changed."""
 
 import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
@@ -57,6 +58,17 @@ PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA
 
 def extra() -> str:
     return "still here"
+
+
+def fresh() -> str:
+    return "new"
+
+
+@server.tool(description="Offer one more tool, and say that the list changed.")
+async def grow(ctx: Context) -> str:
+    server.tool(description="A tool added while the server ran.")(fresh)
+    await ctx.notify_tools_changed()            # a subscriptions/listen stream (2026-07-28)
+    return "grown"
 
 
 def _gone():

@@ -102,6 +102,20 @@ def test_a_tool_gone_since_it_was_listed_is_an_error_and_listed_again(tmp_path, 
     assert "notes__extra" not in listed("w")
 
 
+def test_a_list_changed_notification_lists_the_server_again_for_the_next_turn(tmp_path,
+                                                                            monkeypatch):
+    """A server that says its tools changed (notifications/tools/list_changed) during a
+    turn is listed again before it stops: the next turn is offered its new tool."""
+    work = work_dir(tmp_path)
+    configure(tmp_path, monkeypatch, {"notes": notes(work / "starts")})
+    fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, [("notes__grow", {})]), "go")
+    assert "notes__fresh" not in listed("w")
+    ran = agent("run", "w")
+    assert ran.code == 0, ran.err
+    assert results(connect(os.environ["AGENTCTL_DB"]), "w") == ["grown"]
+    assert "notes__fresh" in listed("w")
+
+
 def test_a_server_that_fails_says_why_and_breaks_only_its_own_tools(tmp_path, monkeypatch):
     work = work_dir(tmp_path)
     broken = {"command": sys.executable, "args": [

@@ -141,9 +141,24 @@ class Servers:
         box = {}
 
         async def note(message):
+            """A change said on the connection, as servers of the protocols before
+            2026-07-28 say it."""
             root = getattr(message, "root", message)
             if type(root).__name__ == "ToolListChangedNotification":
                 changed.add(entry.name)
+
+        async def listen(client, acked):
+            """A change said on a subscriptions/listen stream, the only way a server of
+            2026-07-28 says it (open before the first call: a change is not replayed)."""
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    acked.set()
+                    async for _ in subscription:
+                        changed.add(entry.name)
+            except Exception:   # an earlier protocol (its changes come to note()), a refusal
+                pass
+            finally:
+                acked.set()
 
         async def serve():
             stop = self.asyncio.Event()
@@ -152,8 +167,13 @@ class Servers:
                 async with Client(transport, mode="auto", message_handler=note,
                                   cache=None) as client:
                     box["client"] = client
+                    acked = self.asyncio.Event()
+                    listening = self.asyncio.ensure_future(listen(client, acked))
+                    await acked.wait()
                     ready.set()
                     await stop.wait()
+                    listening.cancel()
+                    await self.asyncio.gather(listening, return_exceptions=True)
             except BaseException as e:     # said by the caller, which waits for `ready`
                 box["error"] = e
                 ready.set()
