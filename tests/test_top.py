@@ -34,7 +34,7 @@ class Pane:
         run = " ".join([program] + [f"'{a}'" for a in args])
         script = (f"cd {self.dir}; trap : INT; stty -g > before; "
                   f"sh -c 'echo $$ > pid; exec \"$@\"' - {run}; echo \"exit=$?\"; "
-                  "stty -g > after; exec sleep 3600")
+                  "stty -g > after; exec tail -f /dev/null")     # the pane stays to be read
         full = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"], **(env or {}))
         for name in ("TMUX", "COLUMNS", "LINES"):     # (curses takes a size they give)
             full.pop(name, None)
