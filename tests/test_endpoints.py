@@ -173,6 +173,33 @@ def test_a_run_waits_for_a_slot_as_long_as_allowed_and_a_kill_ends_the_wait(fake
     assert first.wait(timeout=60) == 0
 
 
+def test_all_leaves_the_agents_of_an_endpoint_throttled_past_the_wait_allowed(fakeapi, home,
+                                                                             monkeypatch):
+    """An endpoint that refused with Retry-After 600: a run allowed 1 s of waiting exits
+    75 (its agent backs off); then --all leaves the other agent of that endpoint for a
+    later run, says so once for the endpoint and counts it as temporarily failing (75),
+    sending nothing; an echo agent still runs."""
+    monkeypatch.setenv("AGENTCTL_PROVIDER_WAIT", "1")
+    fork("-n", "a", "-m", "openai:gpt-test", "one")
+    fork("-n", "b", "-m", "openai:gpt-test", "two")
+    fork("-n", "e", "-m", "echo", "three")
+    fakeapi.error(429, "slow down", retry_after=600)
+    first = agent("run", "a")
+    assert first.code == 75, first.err
+    assert len(fakeapi.requests) == 1
+    ran = agent("run", "--all", "-j", "2")
+    assert ran.code == 75, ran.err
+    lines = ran.err.splitlines()
+    assert [line for line in lines if "left waiting" in line] == [lines[0]], ran.err
+    assert lines[0].startswith("agent-run: 1 agent left waiting for their provider: "
+                               f"{fakeapi.url}/v1: throttled until "), ran.err
+    assert lines[0].endswith(": HTTP 429, Retry-After 600 s"), ran.err
+    assert lines[-1] == ("agent-run: 2 agents: 1 ran, 0 had nothing to do, 0 skipped, 1 busy "
+                         "or temporarily failing (1 waiting for their provider), 0 failed")
+    assert ran.out == "e: three\n"
+    assert len(fakeapi.requests) == 1           # nothing more was sent
+
+
 def test_all_serves_other_agents_while_an_endpoint_is_full(fakeapi, home, monkeypatch):
     """--all -j 4 with five agents of an endpoint capped at 1 whose call hangs, and four
     of the echo model: it starts three runs of the endpoint (one calling, two ready), and
