@@ -135,10 +135,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self.send(429, {"error": error} if flavour == "openai"
                              else {"type": "error", "error": error}, headers)
         try:
-            time.sleep(api.latency)
-            self.send(200, reply(flavour, body.get("model")), headers)
+            time.sleep(api.latency)     # the provider's time to answer
         finally:
+            # Done before the answer leaves: once the client has it, the slot it held is
+            # free and another run may be let through at once (counted after the send, a
+            # server thread descheduled between the two counted it as over the limit)
             api.done()
+        self.send(200, reply(flavour, body.get("model")), headers)
 
     def limit_headers(self, api, flavour, tokens):
         if not api.headers:
