@@ -59,9 +59,14 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     default = DEFAULT
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
-        if fmt == "table" and any(r["provider"] for r in rows):
-            default = default + ["provider"]    # who waits for its provider, when any does
+        if fmt == "table":
+            proctable.mark_providers(conn, rows)
+            if any(r["provider"] for r in rows):
+                default = default + ["provider"]    # who waits for its provider, when any does
     chosen = pick(COLUMNS, columns, default)
+    if any(c.key in ("provider", "provider_until") for c in chosen) and \
+            not (forest and fmt == "table"):    # (only then: it reads the endpoints)
+        proctable.mark_providers(conn, rows)
     if any(c.key == "tree_cost" for c in chosen):       # (only then: it reads every agent)
         mark_tree_costs(conn, rows)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):

@@ -16,7 +16,7 @@ agent-why; room() is agent-run --all's.
 
 import os
 
-from agentctl import clock, env
+from agentctl import clock, env, modelspec
 from agentctl.errors import UsageError
 from agentctl.ops import lease
 from agentctl.store import endpoints as rows, registry
@@ -136,11 +136,12 @@ def waiting(conn, agent, now=None):
     asker's environment has it. Whether the agent would call it now (its run waits:
     agents.waiting; or it sleeps with input pending) is for the caller to say: this
     answers for its endpoint."""
-    endpoint = endpoint_of(agent, rows.every(conn))
+    known = rows.every(conn)
+    endpoint = endpoint_of(agent, known)
     if endpoint is None:
         return None
     now = now or clock.now()
-    row = rows.get(conn, endpoint)
+    row = known.get(endpoint)
     count = row and cap(row["provider"], row["url"])
     return blocked(row, rows.runs(conn, endpoint) if count else (), count, now,
                    but=agent["id"])
@@ -152,17 +153,24 @@ def endpoint_of(agent, known):
     `known` (the endpoints' rows by id) holds, if there is exactly one; else None."""
     if agent["endpoint"]:
         return agent["endpoint"]
-    spec = agent["model"] or os.environ.get("AGENTCTL_MODEL") or ""
-    provider = spec.partition(":")[0]
+    provider = modelspec.provider(agent["model"] or os.environ.get("AGENTCTL_MODEL"))
     ids = [i for i, row in known.items() if row["provider"] == provider]
     return ids[0] if len(ids) == 1 else None
 
 
-def states(conn, ids, now=None, found=None):
+def wants_call(agent, has_input):
+    """Whether the agent would call its endpoint now, so that the endpoint's state is
+    its wait (agent-ps's PROVIDER, agent-why): its run waits for the endpoint, or it
+    sleeps (its status as seen: a dead run's agent sleeps) with input a run would take
+    (`has_input()`, asked only then)."""
+    return (agent["status"] == "R" and agent["waiting"] is not None
+            or agent["status"] == "S" and bool(has_input()))
+
+
+def states(conn, ids, found, now=None):
     """{endpoint: a Wait, or None} for the endpoints named by `ids` (agent-ps): whether
-    calls to each can't start now, and why (`found`: their rows, when read already)."""
+    calls to each can't start now, and why (`found`: the endpoints' rows by id)."""
     now = now or clock.now()
-    found = rows.of(conn, ids) if found is None else found
     counts = {i: cap(r["provider"], r["url"]) for i, r in found.items()}
     runs = rows.runs_of(conn, [i for i, count in counts.items() if count])
     return {i: blocked(found.get(i), runs.get(i, ()), counts.get(i), now) for i in ids}

@@ -25,7 +25,6 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         if statuses and item["status"] not in statuses:
             continue
         found.append(item)
-    waiting_for_providers(conn, found, now)
     return found
 
 
@@ -66,26 +65,29 @@ def as_tree(items):
     return ordered
 
 
-def waiting_for_providers(conn, items, now):
-    """Each item's `provider`: why it waits for its provider (an endpoints.Wait), when its
-    run waits for its endpoint or it sleeps with input pending (mail, a timer due, a
-    prompt, an open turn) and its endpoint can't be called now; else None."""
+def mark_providers(conn, items, now=None):
+    """Each item's `provider`: why it waits for its provider (an endpoints.Wait), when it
+    would call its endpoint now (endpoints.wants_call: its run waits, or it sleeps with
+    mail, a timer due, a prompt or an open turn) and the endpoint can't be called; else
+    None. Only for agent-ps's provider columns: it reads the endpoints and their runs."""
+    now = now or clock.now()
     known = endpoint_rows.every(conn)
     for item in items:
         item["endpoint"] = endpoints.endpoint_of(item, known) if known else item["endpoint"]
         item["provider"] = None
     if not known:
         return
-    states = endpoints.states(conn, {i["endpoint"] for i in items if i["endpoint"]}, now,
-                              known)
-    pending = None
+    states = endpoints.states(conn, {i["endpoint"] for i in items if i["endpoint"]}, known,
+                              now)
+    pending = []        # the agents with a prompt or an open turn, read once when asked
+
+    def has_input(item):
+        if not pending:
+            pending.append(proctable.with_input(conn))
+        return item["mail"] or item["id"] in pending[0] \
+            or item["wake_at"] is not None and item["wake_at"] <= now
+
     for item in items:
         wait = states.get(item["endpoint"])
-        if wait is None:
-            continue
-        if item["status"] == "S" and pending is None:
-            pending = proctable.with_input(conn)
-        if item["status"] == "R" and item["waiting"] is not None or item["status"] == "S" and (
-                item["mail"] or item["id"] in pending
-                or item["wake_at"] is not None and item["wake_at"] <= now):
+        if wait is not None and endpoints.wants_call(item, lambda: has_input(item)):
             item["provider"] = wait

@@ -8,7 +8,7 @@ from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, turns
 from agentctl.ops.lease import effective_status, held
-from agentctl.store import asks, history, mailbox, registry, turnlog
+from agentctl.store import accounts, asks, history, mailbox, registry, turnlog
 
 
 def kernel(conn, agent, now):
@@ -78,8 +78,8 @@ def backing_off(conn, agent, now):
 def provider(conn, agent, now):
     """Its endpoint can't be called now (agent-run(1), Providers), when its run waits for
     it or it has input a run would take."""
-    if agent["status"] not in ("S", "R") or not (
-            agent["waiting"] is not None or turns.has_pending_input(conn, agent, now)):
+    seen = dict(agent, status=effective_status(agent, now))
+    if not endpoints.wants_call(seen, lambda: turns.has_pending_input(conn, agent, now)):
         return None
     wait = endpoints.waiting(conn, agent, now)
     if wait is None:
@@ -117,7 +117,7 @@ def reasons(conn, agent, now):
 
 def ready(conn, agent, now):
     """Whether `agent-run --all` would start (or resume) a turn of it now."""
-    return agent["id"] in turns.runnable(conn, now)
+    return turns.would_run(conn, agent, now, accounts.exhausted_ids(conn))
 
 
 def pending(conn, agent, now):

@@ -22,18 +22,6 @@ def every(conn):
     return {row["id"]: row for row in conn.execute(f"SELECT {COLUMNS} FROM endpoints")}
 
 
-def of(conn, ids):
-    """{id: row} of the endpoints named by `ids` that have a row."""
-    ids = sorted(set(i for i in ids if i))
-    found = {}
-    for start in range(0, len(ids), 500):       # (SQLite's limit on parameters)
-        chunk = ids[start:start + 500]
-        for row in conn.execute(f"SELECT {COLUMNS} FROM endpoints WHERE id IN "
-                                f"({', '.join('?' * len(chunk))})", chunk):
-            found[row["id"]] = row
-    return found
-
-
 def ensure(conn, endpoint_id, provider, url):
     """The endpoint's row, made when it is first named (in the caller's transaction)."""
     row = get(conn, endpoint_id)
