@@ -2,6 +2,8 @@
 the models package, so that agent-fork can refuse a name no provider answers to
 without importing any provider."""
 
+import os
+
 from agentctl.errors import UsageError
 
 PROVIDERS = ("openai", "anthropic", "scripted")
@@ -36,6 +38,12 @@ OPTIONS = {
     },
 }
 _LARGEST = 2 ** 63 - 1
+
+
+def chosen(agent, override=None):
+    """The model a turn of `agent` calls: the one given (-m), else the agent's own, else
+    $AGENTCTL_MODEL; None when there is none."""
+    return override or agent["model"] or os.environ.get("AGENTCTL_MODEL") or None
 
 
 def provider(spec):

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from agentctl import clock
+from agentctl import clock, modelspec
 from agentctl.cli.program import connect
 from agentctl.cli.stdio import for_terminal, warn
 from agentctl.errors import AgentctlError, NotFound
@@ -162,9 +162,8 @@ def _identity(conn, agent_id, model):
     if not endpoints.shared():
         return None
     from agentctl.models import get_model   # (start-up: a provider's module)
-    spec = model or registry.get(conn, agent_id)["model"] or os.environ.get("AGENTCTL_MODEL")
     try:
-        client = get_model(spec)
+        client = get_model(modelspec.chosen(registry.get(conn, agent_id), model))
         return client.identity() if hasattr(client, "identity") else None
     except AgentctlError:
         return None

@@ -153,7 +153,7 @@ def endpoint_of(agent, known):
     `known` (the endpoints' rows by id) holds, if there is exactly one; else None."""
     if agent["endpoint"]:
         return agent["endpoint"]
-    provider = modelspec.provider(agent["model"] or os.environ.get("AGENTCTL_MODEL"))
+    provider = modelspec.provider(modelspec.chosen(agent))
     ids = [i for i, row in known.items() if row["provider"] == provider]
     return ids[0] if len(ids) == 1 else None
 

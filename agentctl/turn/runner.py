@@ -7,7 +7,6 @@ database, so the loop can start from any point: that is how an
 interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 """
 
-import os
 
 from agentctl import keys, modelspec, settings, shape, voice
 from agentctl.errors import UsageError
@@ -28,7 +27,7 @@ Outcome = ending.Outcome
 def choose_model(agent, override=None):
     """The model a turn of `agent` calls, with the agent's options (those its provider
     takes: an -m of another provider leaves the others out) and schema."""
-    spec = override or agent["model"] or os.environ.get("AGENTCTL_MODEL")
+    spec = modelspec.chosen(agent, override)
     if not spec:
         raise UsageError(f"{registry.label(agent)}: no model (give -m MODEL, fork it with -m, "
                          "or set AGENTCTL_MODEL)")
