@@ -9,15 +9,17 @@ parse() and narrows(), each but those `fixed` at fork."""
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from agentctl import env, limits, modelspec, money, shape
+from agentctl import env, limits, modelspec, money, paths, shape
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 
 RESTART_POLICIES = ("never", "on-failure", "always")
+VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")      # an environment variable's name
 FLAGS = {"yes": True, "true": True, "1": True, "on": True,
          "no": False, "false": False, "0": False, "off": False}
 
@@ -25,7 +27,8 @@ FLAGS = {"yes": True, "true": True, "1": True, "on": True,
 # A fork applies only "subset" (ops.grants.check_fork) and "carve" (ops.budget.carve).
 MIN = "min"             # a smaller number, or one where there was none (no limit)
 CARVE = "carve"         # as MIN, in one unit; it comes out of the parent's account (ops.budget)
-SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs)
+SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs),
+                        # or fewer names (--rw, --env)
 SUPERSET = "superset"   # more patterns (--ask: more calls wait for approval)
 WITHIN = "within"       # paths inside the old ones (--cwd, --ro: less of the file tree)
 OFF = "off"             # a flag turned off (--net)
@@ -56,8 +59,9 @@ class Setting:
     `by_role` names the role, else the parent's when `inherit`, else `default`."""
     name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
     kind: str                   # text, model, choice, count, budget, duration, patterns,
-                                # dir, paths, flag, limits, options (KEY=VALUE, a line
-                                # each) or schema (JSON text)
+                                # dir, paths, names (of `choices`, else variables'),
+                                # flag, limits, options (KEY=VALUE, a line each) or
+                                # schema (JSON text)
     doc: str
     inherit: bool = False
     default: object = None
@@ -88,8 +92,10 @@ class Setting:
     def parse(self, text):
         """A value from text (agent-set's KEY=VALUE), as ops.lifecycle.fork takes it;
         a usage error that names the setting when it is none. Patterns are split at
-        commas; ops.grants.check checks them. A directory is made absolute; whoever
-        uses it checks that it is one, as agent-fork does."""
+        commas; ops.grants.check checks them. Paths are resolved (absolute, every link
+        followed: the sandbox compares and binds them as they are now, and refuses one
+        that resolves otherwise later); whoever uses one checks that it exists, as
+        agent-fork does (after checking that the actor may name it)."""
         if self.kind == "text":
             return text
         if self.kind == "patterns":
@@ -134,9 +140,11 @@ class Setting:
         if self.kind == "dir":
             if not text:
                 raise UsageError(f"bad {self.name}: '' (want a directory)")
-            return os.path.abspath(text)
+            return resolved(text)
         if self.kind == "paths":
-            return [os.path.abspath(p) for p in text.split(",") if p]
+            return [resolved(p) for p in text.split(",") if p]
+        if self.kind == "names":
+            return self.names([p.strip() for p in text.split(",") if p.strip()])
         if self.kind == "flag":
             if text.lower() not in FLAGS:
                 raise UsageError(f"bad {self.name}: {env.shown(text)} (want yes or no)")
@@ -145,9 +153,18 @@ class Setting:
             return limits.parse(text)
         raise AssertionError(f"{self.name}: unknown kind {self.kind}")
 
+    def names(self, given):
+        """Names checked: each one of `choices`, or a variable's name."""
+        for name in given:
+            if (name not in self.choices) if self.choices else not VARIABLE.fullmatch(name):
+                want = f"one of {', '.join(self.choices)}" if self.choices else \
+                    "a variable's name: letters, digits and _"
+                raise UsageError(f"bad {self.name}: {env.shown(name)} ({want})")
+        return list(given)
+
     def text(self, value):
         """The stored value as people read it: - for none, patterns joined by commas."""
-        if self.kind in ("patterns", "paths", "options"):
+        if self.kind in LISTS:
             return ",".join(value.split("\n")) if value else "-"
         if self.kind == "flag":
             return "yes" if value else "-"
@@ -158,7 +175,7 @@ class Setting:
     def json(self, value):
         """The stored value for programs: patterns as a list, a budget in dollars or
         tokens (its unit is agent-ps's budget_unit)."""
-        if self.kind in ("patterns", "paths"):
+        if self.kind in ("patterns", "paths", "names"):
             return value.split("\n") if value else []
         if isinstance(value, Budget):
             return money.dollars(value.amount) if value.unit == "usd" else value.amount
@@ -205,6 +222,13 @@ SETTINGS = (    # role first: the others' rules read the child's role
             "binds), within its parent's.", inherit=True, narrows=WITHIN, header="RO"),
     Setting("net", "flag", "Its tools may use the network.", inherit=True, narrows=OFF,
             header="NET"),
+    Setting("rw", "names", "Names of the read-only set (.git, .vscode ...: agentctl(7), "
+            "SANDBOX) its tools may write at the top of their working directory, within "
+            "its parent's.", inherit=True, narrows=SUBSET, header="RW",
+            choices=paths.READ_ONLY_SET),
+    Setting("env", "names", "Environment variables its tools get from agent-run's, by "
+            "name (besides PATH, LANG, TERM, TZ ...), within its parent's.", inherit=True,
+            narrows=SUBSET, header="ENV"),
     Setting("limits", "limits", "The limits on each of its tool calls (cpu, mem, procs, "
             "fsize, files), at most its parent's.", inherit=True, narrows=LOWER,
             header="LIMITS"),
@@ -219,6 +243,7 @@ SETTINGS = (    # role first: the others' rules read the child's role
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
+LISTS = ("patterns", "paths", "names", "options")      # stored one a line
 KEYS = frozenset(s.key for s in SETTINGS)
 
 
@@ -258,9 +283,12 @@ def _patterns(value):
     return set(value.split("\n") if isinstance(value, str) else value)
 
 
-def inside(path, tops):
-    """Whether `path` is one of the directories `tops` or below one."""
-    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
+inside = paths.inside
+
+
+def resolved(text):
+    """A path as the sandbox binds it: absolute, each link followed."""
+    return os.path.realpath(text)
 
 
 def narrows(setting, old, new):

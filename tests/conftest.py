@@ -147,9 +147,15 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
+def home(tmp_path, monkeypatch, request):
     for name in CLEAN:
         monkeypatch.delenv(name, raising=False)
+    if os.geteuid() == 0:
+        # As root, tools run as nobody (agentctl(7), SANDBOX): a test's directories are
+        # made writable by it, as a root operator gives an agent its working directory.
+        os.chmod(tmp_path, 0o777)
+        previous = os.umask(0)
+        request.addfinalizer(lambda: os.umask(previous))
     db = tmp_path / "agents.db"
     if BACKEND["name"] == "postgresql":
         db = postgresql_server().database()

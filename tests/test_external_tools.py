@@ -240,7 +240,7 @@ def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
     assert "link is a symbolic link: refused" in out[2]
     assert "dirlink is a symbolic link: refused" in out[3]
     assert "outside the working directory" in out[4]
-    assert "the database are not for tools" in out[5]
+    assert "agents.db: not for tools" in out[5]
     assert out[6] == "wrote 4 bytes to sub/new.txt" and (work / "sub/new.txt").read_text() == "made"
     assert "symbolic link: refused" in out[7] and (tmp_path / "secret").read_text() == "outside"
     assert out[8] == "a.txt\t6\nnew.txt\t4\n"
@@ -367,8 +367,7 @@ def test_the_tool_path_and_the_mcp_file_are_refused_inside_the_working_directory
     out = results(conn, "w")
     assert len(out) == 5
     for result in out:
-        assert result.endswith("the tool path, the MCP configuration and the database "
-                               "are not for tools"), result
+        assert ": not for tools (agentctl's database, configuration" in result, result
     assert not (tools / "evil").exists()
     assert (work / "mcp.json").read_text() == '{"mcpServers": {}}'
 
@@ -511,9 +510,8 @@ def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkey
     assert agent("run", "w").code == 0
     out = results(db.connect(str(tmp_path / "agents.db")), "w")
     if how == "unconfined":
-        for result in out[:3]:
-            assert result.endswith("the MCP configuration and the database are not for tools")
-        assert out[3] == "wrote 2 bytes to .config/agentctl/other.json"
+        for result in out:      # (agentctl's directories whole, not just its files)
+            assert ": not for tools (" in result, result
     else:
         assert not (home / ".config/agentctl/other.json").exists()
     assert not (home / ".config/agentctl/mcp.json").exists()
@@ -591,19 +589,21 @@ def test_relative_paths_are_made_absolute_at_start(tmp_path):
         ("write_file", {"path": "ops/agents.db", "content": "clobbered"}),
         ("write_file", {"path": "ops/mcp.json", "content": "{}"}),
         ("where", {})])
-    make_tool(tmp_path, "where", 'echo "db=$AGENTCTL_DB mcp=$AGENTCTL_MCP"; agent-ps -q')
+    tools = tmp_path / "tools"      # (not above the cwd: a tool path holds no working directory)
+    tools.mkdir()
+    make_tool(tools, "where", 'echo "db=$AGENTCTL_DB mcp=$AGENTCTL_MCP"; agent-ps -q')
     result = shell(f"cd {work}/ops && export AGENTCTL_MCP=mcp.json "
-                   f"AGENTCTL_TOOLS={tmp_path}:{ROOT}/agentctl/toolbox && "
+                   f"AGENTCTL_TOOLS={tools}:{ROOT}/agentctl/toolbox && "
                    f"agent-fork --db agents.db -n w --allow '*_file' --allow where "
                    f"--cwd {work} -m {model} go >/dev/null && agent-run --db agents.db w")
     assert result.code == 0, result.err
     from agentctl.store import db
     conn = db.connect(str(work / "ops" / "agents.db"))
     clobber, mcp, where = results(conn, "w")
-    assert clobber.endswith("the MCP configuration and the database are not for tools")
-    assert mcp.endswith("the MCP configuration and the database are not for tools")
+    assert ": not for tools (" in clobber and ": not for tools (" in mcp, (clobber, mcp)
     me = conn.execute("SELECT id FROM agents WHERE name = 'w'").fetchone()[0]
-    assert where.split("\n")[0] == f"db={work}/ops/agents.db mcp={work}/ops/mcp.json"
+    # (AGENTCTL_MCP is not in a sandboxed tool's environment at all)
+    assert where.split("\n")[0] == f"db={work}/ops/agents.db mcp="
     assert me in where.split("\n")[1:]     # agent-ps in the tool read the same database
     assert sorted(os.listdir(work)) == ["ops"]      # no database made in the tool's cwd
 
@@ -661,8 +661,7 @@ def test_a_hard_link_to_a_program_on_the_tool_path_cant_be_written(toolpath, tmp
     model = script(tmp_path, [("write_file", {"path": "innocent", "content": "echo evil"})])
     fork("-n", "w", "--allow", "write_file", "--cwd", str(work), "-m", model, "go")
     assert agent("run", "w").code == 0
-    assert results(conn, "w")[0].endswith("the MCP configuration and the database are not "
-                                          "for tools")
+    assert "innocent: not for tools (" in results(conn, "w")[0]
     assert "echo honest" in victim.read_text()
 
 

@@ -17,29 +17,33 @@ from agentctl.ops import lifecycle
 from agentctl.store import registry
 from agentctl.store.db import connect, transaction
 
-from .conftest import agent, fork
+from .conftest import ROOT, agent, fork
 
 PARENT = object()   # the parent's value
+TOP = os.path.realpath(ROOT)    # a working directory that exists (a fork checks)
 # What a child forked without the setting gets (agent-fork(1)), and the roles that
 # have a value of their own.
 UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_window": PARENT,
          "budget": None, "restart": "never", "max_restarts": None, "restart_window": None,
          "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "allow": None,
-         "ask": None, "cwd": PARENT, "ro": PARENT, "net": PARENT, "limits": PARENT,
+         "ask": None, "cwd": PARENT, "ro": PARENT, "rw": PARENT, "env": PARENT, "net": PARENT,
+         "limits": PARENT,
          "unconfined": None, "options": PARENT, "schema": None}
 BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
 # A parent with every setting set, and a child given every one, each different.
 PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
            "context_window": 9000, "budget": 5000, "restart": "on-failure",
            "max_restarts": 2, "restart_window": 60.0, "reap_after": 120.0, "idle_exit": 30.0,
-           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": "/parent",
-           "ro": ["/usr"], "net": True, "limits": {"cpu": 100}, "unconfined": True,
+           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": TOP,
+           "ro": ["/usr"], "rw": [".git", ".envrc"], "env": ["GITHUB_TOKEN", "TOKEN2"],
+           "net": True, "limits": {"cpu": 100}, "unconfined": True,
            "options": ["temperature=0.5"], "schema": '{"type":"object"}'}
 CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
             "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
             "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
             "max_children": 0, "allow": ["read_file", "list_dir"], "ask": ["*"],
-            "cwd": "/parent/child", "ro": ["/usr/share"], "net": False,
+            "cwd": os.path.join(TOP, "tests"), "ro": ["/usr/share"], "rw": [".git"],
+            "env": ["TOKEN2"], "net": False,
             "limits": {"cpu": 50, "procs": 8}, "unconfined": True,
             "options": ["max_tokens=100", "seed=7"], "schema": '{"type":"array"}'}
 SQL_TYPES = {"count": "INTEGER", "budget": "INTEGER", "duration": "REAL",
@@ -153,11 +157,12 @@ def test_agent_ps_shows_the_declared_columns():
     row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
     assert row == {"role": "lead", "model": "echo", "budget": 100,
                    "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd(),
-                   "ro": [], "net": False, "limits": limits.DEFAULTS, "unconfined": False,
+                   "ro": [], "rw": [], "env": [], "net": False, "limits": limits.DEFAULTS,
+                   "unconfined": False,
                    "options": {"max_tokens": 9}, "schema": {"type": "object"}}
     assert result.lines[2].split()[:2] == ["lead", "echo"]
     assert result.lines[2].split()[3:] == ["read_file,list_dir", "run", os.getcwd(),
-                                          "-", "-", "-", "-", "max_tokens=9",
+                                          "-", "-", "-", "-", "-", "-", "max_tokens=9",
                                           '{"type":"object"}']
 
 
@@ -214,8 +219,8 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     texts = {"role": "worker", "model": "echo", "system_prompt": "Hi.", "context_window": "100",
              "budget": "50", "restart": "always", "max_restarts": "3", "restart_window": "1h",
              "reap_after": "2h", "idle_exit": "5m", "max_children": "2",
-             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": "/work", "ro": "/usr,/etc",
-             "net": "yes", "limits": "cpu=1m,mem=1G", "unconfined": "no",
+             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": TOP, "ro": "/usr,/etc",
+             "rw": ".git,.vscode", "env": "GITHUB_TOKEN", "net": "yes", "limits": "cpu=1m,mem=1G", "unconfined": "no",
              "options": "max_tokens=5", "schema": '{"type": "object", "required": ["a"]}'}
     assert set(texts) == set(settings.BY_NAME)
     values = {name: settings.get(name).parse(text) for name, text in texts.items()}

@@ -8,7 +8,7 @@ from agentctl.cli.options import BudgetType, Count, Duration, complete_agents, c
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body, warn
 from agentctl.errors import UsageError
-from agentctl import limits, modelspec, settings
+from agentctl import limits, modelspec, paths, settings
 from agentctl.ids import INIT_ID, ROLES
 from agentctl.ops import authority, lifecycle
 from agentctl.store import registry
@@ -57,6 +57,13 @@ from agentctl.store.db import transaction
 @click.option("--ro", multiple=True, metavar="PATH",
               help="A path its tools may read besides its working directory, within what "
                    "the parent's may (repeatable; inherited).")
+@click.option("--rw", multiple=True, metavar="NAME",
+              help="Its tools may write NAME of the read-only set at the top of their "
+                   "working directory (.git, .vscode ...: agentctl(7), SANDBOX), if the "
+                   "parent's may (repeatable; inherited).")
+@click.option("--env", "env_names", multiple=True, metavar="NAME",
+              help="Its tools get agent-run's variable NAME, which they don't by default "
+                   "(a token, a password ...), if the parent's do (repeatable; inherited).")
 @click.option("--net/--no-net", default=None,
               help="Its tools may use the network (default: the parent's; a child of an "
                    "agent without it can't have it).")
@@ -74,8 +81,8 @@ from agentctl.store.db import transaction
                    "Schema (a file, or the JSON itself).")
 @click.argument("prompt", required=False)
 def cli(db_path, parent, name, role, model, system, at, window, budget, restart, max_restarts,
-        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, ro, net, limit,
-        unconfined, options, schema, prompt):
+        restart_window, reap_after, idle_exit, max_children, allow, ask, cwd, ro, rw,
+        env_names, net, limit, unconfined, options, schema, prompt):
     """Create a child of PARENT and print its id.
 
     With PROMPT (or - to read it from stdin) the prompt is the child's first
@@ -91,10 +98,6 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         modelspec.check_name(model)
     if schema is not None:
         schema = settings.get("schema").parse(schema)
-    if cwd is not None:
-        cwd = os.path.abspath(cwd)
-        if not os.path.isdir(cwd):
-            raise UsageError(f"--cwd {cwd}: not a directory")
     limits_given = limits.parse(limit) if limit else None
     catalog = None
     if allow or ask:    # the tools a grant may name, found before taking the lock
@@ -106,7 +109,7 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         source = registry.resolve(conn, parent) if parent else (me or registry.get(conn, INIT_ID))
         authority.check(conn, me, source, "fork")
         if cwd is None:     # the parent's, else this one
-            cwd = source["cwd"] or os.getcwd()
+            cwd = source["cwd"] or _this_directory()
         child = lifecycle.fork(conn, source, name=name, role=role, model=model, system=system,
                                at=at, prompt=body, actor=me["id"] if me else None,
                                context_window=window, budget=budget,
@@ -114,7 +117,8 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
                                restart_window=restart_window, reap_after=reap_after,
                                idle_exit=idle_exit, max_children=max_children,
                                allow=list(allow), ask=list(ask), cwd=cwd,
-                               ro=list(ro) or None, net=net, limits=limits_given,
+                               ro=list(ro) or None, rw=list(rw) or None,
+                               env=list(env_names) or None, net=net, limits=limits_given,
                                unconfined=unconfined,
                                model_options=list(options) or None, schema=schema,
                                tool_names=catalog and catalog.names)
@@ -122,6 +126,18 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
         warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "
                            "tools installed later)")
     click.echo(child)
+
+
+def _this_directory():
+    """The directory agent-fork runs in, for a child of init given no --cwd: never the
+    home or what holds it, / or the system's, silently (its tools would write there)."""
+    here = os.path.realpath(os.getcwd())
+    why = paths.refused_workdir(here) or (
+        f"it holds your home, {paths.home()}" if paths.inside(paths.home(), [here]) else None)
+    if why:
+        raise UsageError(f"no --cwd, and this directory can't be the child's working "
+                         f"directory (where its tools write): {why}: give --cwd DIR")
+    return here
 
 
 def main(argv=None):

@@ -195,6 +195,8 @@ COLUMNS = [
     _setting("ask"),
     _setting("cwd"),
     _setting("ro"),
+    _setting("rw"),
+    _setting("env"),
     _setting("net"),
     _setting("limits"),
     _setting("unconfined"),

@@ -13,10 +13,10 @@ let go: the next `agent-run --all` tries it again."""
 
 import os
 
-from agentctl import limits, settings
+from agentctl import limits, paths, settings
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import budget, lifecycle, supervise
+from agentctl.ops import budget, confinement, lifecycle, supervise
 from agentctl.store import events, registry
 
 EVENT_TEXT = 200        # of an old or new value, in its event
@@ -25,7 +25,7 @@ EVENT_TEXT = 200        # of an old or new value, in its event
 def stored(setting, value, old=None):
     """A parsed value (settings.Setting.parse) as the agents column holds it; limits
     given are put on top of the `old` ones, as a fork puts them on its parent's."""
-    if setting.kind in ("patterns", "options", "paths") and isinstance(value, list):
+    if setting.kind in settings.LISTS and isinstance(value, list):
         return "\n".join(dict.fromkeys(value)) or None
     if setting.kind == "flag":
         return 1 if value else None
@@ -53,6 +53,9 @@ def change(conn, agent, actor, values, tool_names=None):
         setting = settings.get(name)
         if setting.fixed:
             raise UsageError(f"{name} is set once, at fork")
+        if actor is not None and setting.kind in ("dir", "paths"):
+            confinement.visible(actor, value if isinstance(value, list) else [value],
+                                setting.name)
         new[name] = _checked(conn, setting, stored(setting, value, agent[name]), agent)
     if "options" in new or "model" in new:
         model = new.get("model", agent["model"])
@@ -81,6 +84,9 @@ def _checked(conn, setting, value, agent):
     """A value checked as a fork checks it."""
     if setting.kind == "dir" and not os.path.isdir(value):
         raise UsageError(f"{setting.name} {value}: not a directory")
+    if setting.kind == "dir" and paths.refused_workdir(value):
+        raise UsageError(f"{setting.name} {value}: {paths.refused_workdir(value)}: no "
+                         "working directory can be")
     if setting.kind == "paths" and value:
         for path in value.split("\n"):
             if not os.path.exists(path):

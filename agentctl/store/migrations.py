@@ -356,6 +356,16 @@ def endpoints(db):
     """)
 
 
+@MIGRATIONS(name="0016_confine")
+def confine(db):
+    # Two grants of the sandbox (agentctl(7), SANDBOX), one name a line: the names of the
+    # read-only set its tools may write (rw), the environment variables they get (env).
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN rw TEXT;
+    ALTER TABLE agents ADD COLUMN env TEXT
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

@@ -215,6 +215,8 @@ MIGRATIONS = [
           "ALTER TABLE agents ADD COLUMN calling DOUBLE PRECISION",
           "ALTER TABLE agents ADD COLUMN waiting DOUBLE PRECISION",
           "CREATE INDEX agents_endpoint ON agents(endpoint) WHERE status = 'R'"]),  # 0015_endpoints
+    (16, [f"ALTER TABLE agents ADD COLUMN rw {_TEXT}",
+          f"ALTER TABLE agents ADD COLUMN env {_TEXT}"]),        # 0016_confine
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

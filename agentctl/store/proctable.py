@@ -28,7 +28,7 @@ def rows(conn, *, statuses=None, parent=None, role=None):
                a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
                a.restarts, a.retry_at, a.failures, a.last_failure, a.allow, a.ask, a.cwd,
                a.ro, a.net, a.limits, a.unconfined, a.held_at, a.options, a.schema,
-               a.endpoint, a.waiting,
+               a.endpoint, a.waiting, a.rw, a.env,
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
                   AND {deferred(conn)}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,

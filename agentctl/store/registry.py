@@ -31,7 +31,7 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, m
                  "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
                  "last_failure, allow, ask, cwd, ro, net, limits, unconfined, held_at, "
                  "options, schema, budget_unit, tokens_cached, tokens_written, cost, unpriced, "
-                 "trace, endpoint, calling, waiting")
+                 "trace, endpoint, calling, waiting, rw, env")
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
@@ -241,7 +241,7 @@ FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id
                           "restart", "max_restarts", "restart_window", "reap_after",
                           "idle_exit", "max_children", "depth", "allow", "ask", "cwd", "ro",
                           "net", "limits", "unconfined", "options", "schema", "budget_unit",
-                          "trace"))
+                          "trace", "rw", "env"))
 # The columns of the settings (agentctl.settings) that agent-set may change: those a
 # fork writes, but who the agent is and where it comes from.
 SETTABLE = FORK_COLUMNS - {"id", "name", "parent_id", "forked_from", "fork_msg_id", "depth",

@@ -69,15 +69,18 @@ class Call:
         env = dict(env if sandbox is None else sandbox.environment)
         if run_id is not None:      # what finds its processes after a crash (kill_run)
             env[RUN_MARK] = str(run_id)
-        argv, self.status, self.group, fds = command(program.path), None, None, ()
+        argv, self.status, self.prepared, fds = command(program.path), None, None, ()
         if sandbox is not None:
             self.status, status_w = os.pipe()
             fds = (status_w,)
             try:
-                argv, self.group = sandbox.wrap(argv, status_w, program.path)
+                self.prepared = sandbox.wrap(argv, status_w, program.path)
+                argv, handles = self.prepared.opened()
             except BaseException:
                 self._close_sandbox(status_w)
                 raise
+            fds += tuple(handles)
+            cwd = None          # (bwrap's --chdir: the host's path is not looked up again)
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -94,9 +97,9 @@ class Call:
         for fd in fds + ((self.status,) if self.status is not None else ()):
             os.close(fd)
         self.status = None
-        if self.group is not None:
-            self.group.remove()
-            self.group = None
+        if self.prepared is not None:
+            self.prepared.close()
+            self.prepared = None
 
     def _sandbox_failed(self, stderr):
         """Whether the sandbox could not be made (bwrap never ran the command): its
@@ -199,8 +202,8 @@ class Call:
             self._close_sandbox()
         tail = err.decode("utf-8", "replace").strip()
         if failed:
-            from agentctl.tools import sandbox      # (only for a sandbox that failed)
-            raise ToolFailed(voice.sandbox_failed(sandbox.explain(tail)))
+            from agentctl.tools import bwrap        # (only for a sandbox that failed)
+            raise ToolFailed(voice.sandbox_failed(bwrap.explain(tail)))
         text = out[:self.cap].decode("utf-8", "replace")
         if len(out) > self.cap:
             text += voice.output_cut(self.cap)

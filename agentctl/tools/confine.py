@@ -5,8 +5,8 @@ exit), and confinement to the agent's working directory.
 Confinement opens each component of a path relative to the directory before it,
 never following a symbolic link (O_NOFOLLOW, dir_fd), so that no check can be
 raced between checking and opening: `..`, an absolute path outside the directory
-and a link anywhere on the way are refused. The tool path, the MCP configuration
-and the database are refused even inside it.
+and a link anywhere on the way are refused. What no tool may touch
+(paths.protected) is refused even inside it.
 """
 
 import json
@@ -21,7 +21,8 @@ class Refused(Exception):
     pass
 
 
-REFUSED = "{}: the tool path, the MCP configuration and the database are not for tools"
+REFUSED = ("{}: not for tools (agentctl's database, configuration, caches and tool path, "
+           "the MCP configuration, the prices, the PostgreSQL password file)")
 
 
 def tool(description, parameters, handler, timeout=None):
@@ -53,20 +54,27 @@ def _fail(message):
 FORBIDDEN = "AGENTCTL_FORBIDDEN"     # forbidden() as agent-run found it, for a sandbox
 
 
-def forbidden():
-    """What no confined tool may open or create (paths.forbidden_to_tools), known by
+def forbidden(protected=None):
+    """What no confined tool may open or create: the hidden part of paths.protected()
+    (or of `protected`, as a sandbox worked it out for the database it opened), and the
+    programs on the tool path (a hard link to one elsewhere is the same file); known by
     (device, inode) where it exists, and by (device, inode of its directory, name)
     whether it exists or not, so that a missing MCP configuration can't be written
-    into being. In a sandbox, where the tool path is not to be seen, as agent-run found
-    it outside ($AGENTCTL_FORBIDDEN): a hard link in the working directory to a tool
-    program is still that program."""
+    into being. In a sandbox, where none of it is to be seen, as agent-run found it
+    outside ($AGENTCTL_FORBIDDEN)."""
     given = os.environ.get(FORBIDDEN)
     if given:
         found = json.loads(given)
         return ({tuple(i) for i in found["inodes"]}, {tuple(n) for n in found["names"]})
+    protected = paths.protected() if protected is None else protected
+    hidden = [path for path, how in protected if how == paths.HIDE]
+    for directory in paths.tool_path():
+        try:
+            hidden += [entry.path for entry in os.scandir(directory)]
+        except OSError:
+            pass
     inodes, names = set(), set()
-    for path in paths.forbidden_to_tools():
-        path = os.path.abspath(path)
+    for path in hidden:
         for where, into, key in ((path, inodes, ()), (os.path.dirname(path), names,
                                                       (os.path.basename(path),))):
             try:
@@ -98,7 +106,8 @@ def open_inside(path, flags, mode=0o644):
         for n, part in enumerate(parts):
             last = n == len(parts) - 1
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino, part) in forbidden_[1]:
+            if (st.st_dev, st.st_ino, part) in forbidden_[1] or \
+                    (_identity(fd, part) in forbidden_[0]):     # (before a write is tried)
                 raise Refused(REFUSED.format(path))
             try:
                 nfd = os.open(part, (flags if last else os.O_RDONLY | os.O_DIRECTORY)
@@ -118,6 +127,14 @@ def open_inside(path, flags, mode=0o644):
     except BaseException:
         os.close(fd)
         raise
+
+
+def _identity(dir_fd, name):
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _is_link(dir_fd, name):

@@ -51,7 +51,7 @@ class Servers:
         self.changed = set()        # servers that said their list of tools changed
         self.entries = {}
         self.refused = {}           # servers that refused a request: (status, what to do)
-        self.groups = []            # the pids cgroups of sandboxed servers (root's)
+        self.groups = []            # the sandboxes of servers (tools/sandbox.Prepared)
 
     def _start_loop(self):
         """The event loop the servers live in, in a thread of its own (asyncio and the
@@ -120,12 +120,12 @@ class Servers:
         sandbox = self.sandbox()
         if sandbox is not None:
             try:
-                argv, group = sandbox.wrap(argv, per_call=False, ro=spec.get("ro", []),
-                                           net=spec.get("net") is True)
+                prepared = sandbox.wrap(argv, per_call=False, ro=spec.get("ro", []),
+                                        net=spec.get("net") is True)
             except Unavailable as e:
                 raise Failed(f"MCP server {entry.name}: not started: {e}") from None
-            if group is not None:
-                self.groups.append(group)
+            self.groups.append(prepared)        # (closed when the servers are)
+            argv = prepared.launcher()
             env = {**sandbox.environment, **filled["env"]}
         os.makedirs(os.path.dirname(log), exist_ok=True)
         errlog = open(log, "w", encoding="utf-8", errors="replace")
@@ -284,8 +284,8 @@ class Servers:
                 pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
-        for group in self.groups:
-            group.remove()
+        for prepared in self.groups:
+            prepared.close()
 
 
 class _Closing:

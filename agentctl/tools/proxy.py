@@ -2,161 +2,384 @@
 
 A sandboxed call sees no database. Inside, agent-send, agent-fork ... (the directory
 PROGRAMS_DIR, first on its PATH) only forward: each sends its arguments, its
-working directory and its standard input, output and error (the descriptors
-themselves) over a socket to agent-run (`Server`), and exits with the status it
-gets back. agent-run runs the real program outside the sandbox with the three
-descriptors, as the agent: AGENT_ID and the database are agent-run's, whatever the
-tool's environment says, no --db is taken (AGENTCTL_PROXIED), agent-run and agent-db
-are not offered, and the programs' own rules say what an agent may do (only to
-itself and its descendants: ops/authority.py). A program still running when its
-tool's process goes away is killed.
+working directory, its standard input, output and error (the descriptors
+themselves) and the proxy's key over a socket to agent-run (`Server`), and exits with
+the status it gets back. agent-run runs the real program outside the sandbox with the
+three descriptors, as the agent: AGENT_ID and the database are agent-run's, whatever
+the tool's environment says, no --db is taken (AGENTCTL_PROXIED), agent-run, agent-db
+and agent-top are not offered, nor what only the operator may do (OPERATOR_ONLY), and
+the programs' own rules say what an agent may do (only to itself and its
+descendants: ops/authority.py). A program still running when its tool's process goes
+away is killed.
 
-The forwarding side (`forward`) is what runs in the sandbox: the standard library
-only, so that it starts fast.
+The socket is in a directory of its own in agentctl's private run-time directory
+(paths.runtime), bound read-only into the sandbox at MOUNT; a request without the server's key
+(`Server.inside()`, in the sandbox's environment), or from a process of another uid,
+is refused. At most MAX_CONNECTIONS requests are served at once, and a request must
+come within REQUEST_TIMEOUT of its connection.
+
+The forwarding side is forward.py, what runs in the sandbox.
 """
 
 import os
-import socket
-import struct
 import sys
+
+from agentctl import paths
 
 PROGRAMS = ("fork", "kill", "ps", "send", "mail", "replay", "wait", "doc", "log", "answer",
             "set", "why")
 REFUSED = ("run", "db", "top")      # each says it is not offered
+# What only the operator may do with a program offered: program -> {option: what it does}.
+# Any spelling click takes is refused (--opt VALUE, --opt=VALUE), and any prefix of the
+# option, though click takes none.
+OPERATOR_ONLY = {"log": {"--prune-before": "prune the event log"}}
 MAX_REQUEST = 1 << 20
+MAX_CONNECTIONS = 16        # requests served at once: one more is told to try again
+REQUEST_TIMEOUT = 10.0      # seconds from a connection to its request
+GRACE = 1.0                 # seconds the server waits on a tool it refuses (to say so)
 SOCKET = "socket"
 MOUNT = "/run/agentctl"     # where a sandbox finds the socket and the programs
 PROGRAMS_DIR = "bin"
+KEY = "AGENTCTL_PROXY_KEY"  # the sandbox's proof that it is this server's
+FDS = 3                     # standard input, output and error
+SUN_PATH = 108              # the bytes of a socket's path, with its NUL
+USAGE, TEMPFAIL = 2, 75
+REFUSAL = "agentctl: a sandboxed tool's request was refused"
+BUSY = (f"agentctl: too many agentctl programs at once from this sandbox (at most "
+        f"{MAX_CONNECTIONS}): try again")
 
 
-def forward(program, argv=None):
-    """Run agent-`program` through agent-run's socket; its exit status."""
-    import json
-    argv = sys.argv[1:] if argv is None else argv
-    if program not in PROGRAMS:
-        sys.stderr.write(f"agent-{program}: not offered to a sandboxed tool (only "
-                         f"{', '.join('agent-' + p for p in PROGRAMS)})\n")
-        return 2
-    request = json.dumps({"program": program, "argv": argv, "cwd": os.getcwd()},
-                         ensure_ascii=False, default=str).encode("utf-8", "surrogateescape")
-    if len(request) > MAX_REQUEST:
-        sys.stderr.write(f"agent-{program}: arguments too long for a sandboxed tool\n")
-        return 2
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-            s.connect(os.environ["AGENTCTL_SOCKET"])
-            socket.send_fds(s, [request], [0, 1, 2])
-            status = s.recv(4)
-    except OSError as e:
-        sys.stderr.write(f"agent-{program}: agent-run can't be reached from this sandbox: "
-                         f"{e.strerror or e}\n")
-        return 75
-    if len(status) != 4:
-        sys.stderr.write(f"agent-{program}: agent-run ended before the program did\n")
-        return 75
-    return struct.unpack("!i", status)[0]
+def base():
+    """The directory of every proxy's: agentctl's private run-time directory."""
+    return paths.runtime()
+
+
+def operator_only(program, argv):
+    """The option of `argv` that only the operator may give agent-`program`, and what
+    it does; None when there is none."""
+    options = OPERATOR_ONLY.get(program, {})
+    for word in argv:
+        name = word.split("=", 1)[0]
+        for option, what in options.items():
+            if len(name) > 2 and option.startswith(name):
+                return option, what
+    return None
+
+
+class Refused(Exception):
+    """A request not served: the exit status its forwarder gets, and the line said on
+    its standard error."""
+
+    def __init__(self, status=USAGE, line=REFUSAL):
+        super().__init__(line)
+        self.status, self.line = status, line
 
 
 class Server:
-    """agent-run's side: a socket in a private directory (bound into each sandbox at
-    sandbox.PROXY), a thread that answers it, and the forwarding programs."""
+    """agent-run's side: a socket in a private directory (`dir`, with the forwarding
+    programs, to bind read-only at MOUNT in each sandbox, whose environment gets
+    `inside()`), and a thread that answers it."""
 
-    def __init__(self, environment, cwd):
-        import tempfile
+    def __init__(self, environment, cwd, peer_uids=None):
+        import secrets
+        import socket
         import threading
         self.environment = dict(environment, AGENTCTL_PROXIED="1")
-        self.environment.pop("AGENTCTL_SOCKET", None)
+        for name in ("AGENTCTL_SOCKET", KEY):
+            self.environment.pop(name, None)
         self.cwd = cwd
-        self.dir = tempfile.mkdtemp(prefix="agentctl-proxy-")
-        os.chmod(self.dir, 0o755)
-        self._programs()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.listener.bind(os.path.join(self.dir, SOCKET))
-        self.listener.listen(16)
-        self.running = []
+        self.key = secrets.token_hex(32)
+        self.peer_uids = {os.getuid(), *(peer_uids or ())}
+        self.lock = threading.Lock()
+        self.active = 0             # connections being served
+        self.running = {}           # the programs running for them: peer (pid, uid, gid)
         self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.dir = _directory()
+        try:
+            self._programs()
+            path = os.path.join(self.dir, SOCKET)
+            if len(os.fsencode(path)) >= SUN_PATH:
+                raise OSError(f"{path}: too long for a socket: set XDG_RUNTIME_DIR to a "
+                              "shorter directory")
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.listener.bind(path)
+            os.chmod(path, 0o666)       # a tool may run as another uid: the key decides
+            self.listener.listen(MAX_CONNECTIONS)
+        except BaseException:
+            self._remove()
+            raise
+        threading.Thread(target=self._accept, daemon=True, name="agentctl-proxy").start()
+
+    def inside(self):
+        """The environment variables a sandbox needs to reach this server."""
+        return {"AGENTCTL_SOCKET": f"{MOUNT}/{SOCKET}", KEY: self.key}
 
     def _programs(self):
         """agent-PROGRAM in PROGRAMS_DIR: forward(PROGRAM), under this Python."""
         import shlex
         top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        with open(os.path.join(self.dir, "forward.py"), "w") as f:
-            f.write(f"import sys\nsys.path.insert(0, {top!r})\n"
-                    "from agentctl.tools.proxy import forward\n"
-                    "sys.exit(forward(sys.argv[1], sys.argv[2:]))\n")
+        _write(os.path.join(self.dir, "forward.py"), 0o644,
+               f"import sys\nsys.path.insert(0, {top!r})\n"
+               "from agentctl.tools.forward import forward\n"
+               "sys.exit(forward(sys.argv[1], sys.argv[2:]))\n")
         bin_dir = os.path.join(self.dir, PROGRAMS_DIR)
         os.mkdir(bin_dir)
+        os.chmod(bin_dir, 0o755)
         for name in PROGRAMS + REFUSED:
-            path = os.path.join(bin_dir, f"agent-{name}")
-            with open(path, "w") as f:
-                f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -P "
-                        f"{MOUNT}/forward.py {name} \"$@\"\n")
-            os.chmod(path, 0o755)
+            _write(os.path.join(bin_dir, f"agent-{name}"), 0o755,
+                   f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -P "
+                   f"{MOUNT}/forward.py {name} \"$@\"\n")
 
     def _accept(self):
         import threading
+        import time
         while True:
             try:
                 conn, _ = self.listener.accept()
             except OSError:
-                return          # closed
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                if self.closed:
+                    return
+                time.sleep(0.05)        # (out of descriptors, say): not a busy loop
+                continue
+            with self.lock:
+                busy = self.active >= MAX_CONNECTIONS
+                if not busy:
+                    self.active += 1
+            if busy:
+                self._busy(conn)
+                continue
+            try:
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            except RuntimeError:        # no thread to be had
+                self._done(conn)
+
+    def _busy(self, conn):
+        """Tell a connection over MAX_CONNECTIONS to try again (on its standard error,
+        if its request comes soon enough)."""
+        with conn:
+            conn.settimeout(GRACE)
+            try:
+                _, _, fds = _receive(conn)
+            except OSError:
+                fds = []
+            try:
+                _refuse(conn, fds, Refused(TEMPFAIL, BUSY))
+            finally:
+                _close(fds)
 
     def _serve(self, conn):
-        import json
-        import select
-        import subprocess
-        fds = []
-        with conn:
+        try:
+            conn.settimeout(REQUEST_TIMEOUT)
             try:
-                data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST + 1, 3)
-                request = json.loads(data.decode("utf-8", "surrogateescape"))
-                program, argv = request["program"], request["argv"]
-                if program not in PROGRAMS or len(fds) != 3 or not isinstance(argv, list) \
-                        or not all(isinstance(a, str) for a in argv):
-                    raise ValueError(program)
-                cwd = os.path.abspath(str(request.get("cwd") or self.cwd))
-                if not (cwd == self.cwd or cwd.startswith(self.cwd.rstrip("/") + "/")) \
-                        or not os.path.isdir(cwd):
-                    cwd = self.cwd
-                proc = subprocess.Popen(
-                    [sys.executable, "-P", "-c", "import sys; from agentctl.cli."
-                     f"{program} import main; sys.exit(main())", *argv],
-                    stdin=fds[0], stdout=fds[1], stderr=fds[2], env=self.environment,
-                    cwd=cwd)
-            except (OSError, ValueError, KeyError, TypeError, UnicodeError):
-                if len(fds) == 3:
-                    os.write(fds[2], b"agentctl: a sandboxed tool's request was refused\n")
-                self._reply(conn, 2)
+                data, flags, fds = _receive(conn)
+            except OSError:
+                return          # no request in time, or the tool went away
+            try:
+                proc = self._start(conn, data, flags, fds)
+            except Refused as refusal:
+                _refuse(conn, fds, refusal)
                 return
             finally:
-                for fd in fds:
-                    os.close(fd)
-            self.running.append(proc)
-            while proc.poll() is None:
-                readable, _, _ = select.select([conn], [], [], 0.1)
-                if readable and not conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                    proc.kill()         # the tool went away: so does its program
-                    proc.wait()
-                    break
-            self.running.remove(proc)
-            code = proc.returncode
-            self._reply(conn, code if code >= 0 else 128 - code)
+                _close(fds)
+            conn.settimeout(None)
+            _reply(conn, self._watch(conn, proc))
+        finally:
+            self._done(conn)
 
-    @staticmethod
-    def _reply(conn, code):
+    def _done(self, conn):
+        conn.close()
+        with self.lock:
+            self.active -= 1
+
+    def _start(self, conn, data, flags, fds):
+        """The program a request asks for, started with its descriptors (or Refused):
+        the request must be whole, carry the key, and come from a process of a uid
+        the server's tools run as."""
+        import hmac
+        import json
+        import socket
+        import struct
+        import subprocess
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(data) > MAX_REQUEST \
+                or len(fds) != FDS:
+            raise Refused()
         try:
-            conn.send(struct.pack("!i", code))
-        except OSError:
-            pass
+            request = json.loads(data.decode("utf-8", "surrogateescape"))
+        except (ValueError, RecursionError):    # (not JSON, or nested beyond reason)
+            raise Refused() from None
+        key = request.get("key") if isinstance(request, dict) else None
+        if not isinstance(key, str) or not hmac.compare_digest(
+                key.encode("utf-8", "surrogateescape"), self.key.encode()):
+            raise Refused()
+        peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                   struct.calcsize("3i")))  # pid, uid, gid
+        if peer[1] not in self.peer_uids:
+            raise Refused()
+        program, argv = request.get("program"), request.get("argv")
+        if program not in PROGRAMS or not isinstance(argv, list) \
+                or not all(isinstance(a, str) for a in argv):
+            raise Refused()
+        forbidden = operator_only(program, argv)
+        if forbidden:
+            option, what = forbidden
+            raise Refused(USAGE, f"agent-{program}: {option}: only the operator may {what} "
+                                 "(not a sandboxed tool)")
+        cwd = os.path.abspath(str(request.get("cwd") or self.cwd))
+        if not (cwd == self.cwd or cwd.startswith(self.cwd.rstrip("/") + "/")) \
+                or not os.path.isdir(cwd):
+            cwd = self.cwd
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-c", "import sys; from agentctl.cli."
+                 f"{program} import main; sys.exit(main())", *argv],
+                stdin=fds[0], stdout=fds[1], stderr=fds[2], env=self.environment, cwd=cwd)
+        except (OSError, ValueError):       # (a NUL in an argument: ValueError)
+            raise Refused() from None
+        with self.lock:
+            self.running[proc] = peer
+        return proc
+
+    def _watch(self, conn, proc):
+        """Wait for the program, killing it if the tool's side of the connection closes
+        first; its exit status."""
+        import select
+        import socket
+        poll = select.poll()
+        poll.register(conn, select.POLLIN)
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):   # (before Linux 5.3: look ten times a second)
+            pidfd = None
+        else:
+            poll.register(pidfd, select.POLLIN)
+        timeout = None if pidfd is not None else 100
+        try:
+            while proc.poll() is None:
+                if conn.fileno() not in [fd for fd, _ in poll.poll(timeout)]:
+                    continue
+                try:
+                    gone = not conn.recv(1, socket.MSG_DONTWAIT)  # (more is dropped)
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    proc.kill()         # the tool went away: so does its program
+                    break
+            proc.wait()
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+            with self.lock:
+                self.running.pop(proc, None)
+        code = proc.returncode
+        return code if code >= 0 else 128 - code
 
     def close(self):
-        import shutil
+        import socket
         if self.closed:
             return
         self.closed = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)    # (wakes the accepting thread)
+        except OSError:
+            pass
         self.listener.close()
-        for proc in list(self.running):
-            proc.kill()
+        with self.lock:
+            running = list(self.running)
+        for proc in running:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        self._remove()
+
+    def _remove(self):
+        import shutil
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_swept = set()      # the bases whose directories of dead servers this process removed
+
+
+def _directory():
+    """A new directory proxy-PID-RANDOM in base(), made private, once the directories
+    of servers no longer running are removed from it."""
+    import tempfile
+    parent = paths.runtime(make=True)
+    if parent not in _swept:
+        _swept.add(parent)
+        _sweep(parent)
+    path = tempfile.mkdtemp(prefix=f"proxy-{os.getpid()}-", dir=parent)
+    os.chmod(path, 0o755)       # (a tool of another uid reads its programs)
+    return path
+
+
+def _sweep(parent):
+    """Remove the directories of the servers in `parent` whose process is gone (killed
+    before it could close them)."""
+    import shutil
+    for name in os.listdir(parent):
+        word, _, rest = name.partition("-")
+        pid = rest.partition("-")[0]
+        if word != "proxy" or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        except OSError:             # (alive, another uid's: not in this directory)
+            pass
+
+
+def _receive(conn):
+    """A request: its bytes, recvmsg's flags, and the descriptors that came with it
+    (each to be closed by the caller). OSError if none comes."""
+    import array
+    import socket
+    data, ancillary, flags, _ = conn.recvmsg(MAX_REQUEST + 1, socket.CMSG_SPACE(FDS * 4),
+                                             socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, flags, list(fds)
+
+
+def _refuse(conn, fds, refusal):
+    """Say why on the tool's standard error, when it sent the three descriptors, and
+    answer its status."""
+    if len(fds) == FDS:
+        _say(fds[2], refusal.line)
+    _reply(conn, refusal.status)
+
+
+def _say(fd, line):
+    """Write a line on a tool's descriptor, waiting at most GRACE for room (a pipe no
+    one reads may be full)."""
+    import select
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        if poll.poll(GRACE * 1000):
+            os.write(fd, f"{line}\n".encode())
+    except OSError:
+        pass
+
+
+def _reply(conn, code):
+    try:
+        conn.send(code.to_bytes(4, "big", signed=True))
+    except OSError:
+        pass
+
+
+def _close(fds):
+    for fd in fds:
+        os.close(fd)
+
+
+def _write(path, mode, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)

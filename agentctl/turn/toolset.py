@@ -21,6 +21,16 @@ from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
 
 
+def _peers():
+    """Who a sandboxed tool's process is: the operator, or as root the sandbox's user."""
+    if os.geteuid() != 0:
+        return {os.getuid()}
+    try:
+        return {sandbox.user()[0]}
+    except sandbox.Unavailable:
+        return {os.getuid()}        # (the call says why it can't be made)
+
+
 class Paused(Exception):
     """The turn waits for the decision of a request (its id)."""
 
@@ -58,8 +68,10 @@ class Toolset:
         if self.agent["unconfined"]:
             return None
         if self._sandbox is None:
-            self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd())
-            self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy.dir)
+            self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
+                                      peer_uids=_peers())
+            self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
+                                            db.path_of(self.conn))
         return self._sandbox
 
     def _mcp(self, usable):
