@@ -52,6 +52,7 @@ PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tes
 	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
 	tests/test_models_wire.py tests/test_damage.py tests/test_fuzz.py tests/test_postgresql.py \
 	tests/test_terminal.py tests/live tests/test_mcp.py tests/test_sandbox.py \
+	tests/test_sandbox_attacks.py tests/test_seccomp.py tests/test_proxy.py \
 	tests/test_cli.py tests/test_examples.py tests/test_external_tools.py \
 	tests/test_compaction.py tests/test_compaction_replay.py tests/test_voice.py \
 	tests/test_prefix.py tests/test_tool_pairing.py tests/test_streamjson.py \

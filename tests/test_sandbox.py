@@ -313,7 +313,8 @@ prepared.close()
 
 def test_the_process_limit_binds_a_user_other_than_root(tmp_path):
     """Not root: RLIMIT_NPROC, set in the sandbox's own user namespace (so that it counts
-    the call's processes, not all of the user's). Run as nobody, by the system's Python."""
+    the call's processes, not all of the user's). Run as nobody, by the system's Python,
+    on a copy of agentctl that nobody can read (a checkout in root's home is not)."""
     import shutil
     import subprocess
     import tempfile
@@ -325,8 +326,11 @@ def test_the_process_limit_binds_a_user_other_than_root(tmp_path):
         os.chmod(work, 0o777)
         forks = FORKS.split('"', 1)[1].rsplit('"', 1)[0]
         import pyseccomp
-        code = NOBODY.format(root=ROOT, work=work, forks=forks,
-                             site=os.path.dirname(pyseccomp.__file__))
+        package = os.path.join(work, "package")
+        shutil.copytree(os.path.join(ROOT, "agentctl"), os.path.join(package, "agentctl"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(pyseccomp.__file__, package)
+        code = NOBODY.format(root=package, work=work, forks=forks, site=package)
         proc = subprocess.run([setpriv, "--reuid", "65534", "--regid", "65534",
                                "--clear-groups", "/usr/bin/python3", "-c", code],
                               capture_output=True, text=True, timeout=120,
