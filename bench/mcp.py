@@ -63,6 +63,7 @@ def turn(tmp, env, allow, calls, tag):
 def measure(label, servers):
     entries, tool, arguments = servers
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)    # (as root, the tools run as nobody: agentctl(7), SANDBOX)
         config = os.path.join(tmp, "mcp.json")
         with open(config, "w") as f:
             json.dump({"mcpServers": entries}, f)

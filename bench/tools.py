@@ -48,6 +48,7 @@ def turn_seconds(tmp, env, calls, tag, *flags):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)    # (as root, the tools run as nobody: agentctl(7), SANDBOX)
         tools = os.path.join(tmp, "tools")
         os.mkdir(tools)
         path = os.path.join(tools, "words")

@@ -683,7 +683,7 @@ def test_a_pattern_reaches_mcp_tools_only_when_it_names_the_server(mcp_config, t
 def test_a_grant_that_matches_no_tool_is_taken_with_a_warning(toolpath):
     make_tool(toolpath, "read_file", "cat")
     made = agent("fork", "-n", "w", "--allow", "read_fle", "--allow", "read_*",
-                 "--ask", "writ_file:1h")
+                 "--ask", "writ_file:1h", "--cwd", str(toolpath.parent))
     assert made.code == 0
     assert made.err == ("agent-fork: read_fle: matches no tool that exists now (a grant may "
                         "name tools installed later)\n"

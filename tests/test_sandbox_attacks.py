@@ -282,3 +282,17 @@ def test_another_agents_proxy_is_out_of_reach(world, tmp_path, monkeypatch):
     finally:
         import shutil
         shutil.rmtree(short, ignore_errors=True)
+
+
+@ROOT_ONLY
+def test_root_is_told_when_the_sandbox_user_cant_write_the_cwd(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    os.chmod(mine, 0o755)
+    warned = agent("fork", "-n", "a", "--cwd", str(mine), "--allow", "run", "-m", "echo")
+    assert warned.code == 0 and "as root, its tools run as uid 65534" in warned.err
+    toolless = agent("fork", "-n", "b", "--cwd", str(mine), "-m", "echo")
+    assert toolless.code == 0 and toolless.err == ""    # (no tool: nothing to write)
+    os.chmod(mine, 0o777)
+    quiet = agent("fork", "-n", "c", "--cwd", str(mine), "--allow", "run", "-m", "echo")
+    assert quiet.code == 0 and quiet.err == ""

@@ -125,7 +125,27 @@ def cli(db_path, parent, name, role, model, system, at, window, budget, restart,
     for pattern in catalog.unmatched(list(allow) + list(ask)) if catalog else ():
         warn("agent-fork", f"{pattern}: matches no tool that exists now (a grant may name "
                            "tools installed later)")
+    if os.geteuid() == 0 and allow and not unconfined:     # (tools that may write)
+        _sandbox_user_can_write(cwd)
     click.echo(child)
+
+
+def _sandbox_user_can_write(cwd):
+    """As root, the child's tools run as the sandbox's user (agentctl(7), SANDBOX): say so
+    when its working directory is not that user's to write."""
+    import stat
+    from agentctl.tools import sandbox  # (start-up: root's forks only)
+    try:
+        uid, gid = sandbox.user()
+        st = os.stat(cwd)
+    except (sandbox.Unavailable, OSError):
+        return          # (its first call says why)
+    bit = stat.S_IWUSR if st.st_uid == uid else stat.S_IWGRP if st.st_gid == gid \
+        else stat.S_IWOTH
+    if not st.st_mode & bit:
+        warn("agent-fork", f"{cwd}: as root, its tools run as uid {uid} "
+                           f"(${sandbox.USER}, else nobody), who can't write there: give it "
+                           f"the directory (chown -R {uid} DIR) or name another user")
 
 
 def _this_directory():
