@@ -139,6 +139,16 @@ def test_there_are_pages():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=os.path.basename)
+def test_no_control_character_but_newline(page):
+    """A Python escape written into a page (\\f as a form feed) is no roff: some groffs
+    say nothing of it, and the page shows garbage."""
+    with open(page, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            bad = [c for c in line.rstrip("\n") if ord(c) < 32 and c != "\t"]
+            assert not bad, f"{os.path.basename(page)}:{number}: control character {bad[0]!r}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=os.path.basename)
 def test_renders_without_warnings(page):
     kind, tool = formatter()
     if kind == "groff":
