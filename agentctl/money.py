@@ -54,3 +54,11 @@ def shown(micros):
     else:
         text = f"{micros / MICROS:.6f}"
     return f"{sign}${text}"
+
+
+def cost_text(micros, unpriced):
+    """A cost as people read it: dollars, + ? when some calls had no price, unpriced
+    when none had one, - when there was no call."""
+    if micros is None:
+        return "unpriced" if unpriced else "-"
+    return shown(micros) + ("+?" if unpriced else "")

@@ -158,6 +158,40 @@ def test_the_check_catches_an_upward_import_and_a_cycle(module, source, expected
     assert expected in violations(modules)
 
 
+# A program (a module pyproject.toml's [project.scripts] starts) is imported by no module:
+# what two programs share lives below both (ARCHITECTURE.md, Invariants), so that each
+# program's start-up is its own and no program's change reaches into another.
+def programs():
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    return {target.partition(":")[0] for target in scripts.values()}
+
+
+def programs_imported(modules, programs):
+    return [f"{module} -> {target}: imports a program"
+            for module, targets in sorted(graph(modules).items())
+            for target in sorted(targets & programs)]
+
+
+def test_no_module_imports_a_program():
+    found = programs()
+    assert "agentctl.cli.log" in found and "agentctl.cli.top" in found
+    assert programs_imported(dict(sources()), found) == []
+
+
+@pytest.mark.parametrize("module, source, program", [
+    ("agentctl.cli.top", "from agentctl.cli import kill", "agentctl.cli.kill"),
+    ("agentctl.cli.top", "from agentctl.cli.ps import COLUMNS", "agentctl.cli.ps"),
+    ("agentctl.cli.streamjson", "def f():\n    import agentctl.cli.log  # (a reason)",
+     "agentctl.cli.log"),
+])
+def test_the_program_check_catches_an_import_of_a_program(module, source, program):
+    modules = dict(sources())
+    modules[module] += "\n" + source + "\n"
+    assert programs_imported(modules, programs()) == [f"{module} -> {program}: imports a program"]
+
+
 # A call on a connection, or a string that starts as a statement does.
 SQL = re.compile(r"\bconn\w*\.execute|[\"']\s*(SELECT|INSERT|UPDATE|DELETE|WITH|PRAGMA|BEGIN|"
                  r"COMMIT|ROLLBACK|CREATE|ALTER)\b")

@@ -2,6 +2,7 @@
 listed, filtered and followed."""
 
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -10,11 +11,13 @@ import time
 
 import pytest
 
+from agentctl import eventkinds
+from agentctl.eventkinds import KINDS
 from agentctl.ids import INIT_ID
 from agentctl.store import db, events
 from agentctl.store.db import transaction
 
-from .conftest import PATIENCE, agent, clock_slack, fork, shell, started, wait_until
+from .conftest import ROOT, PATIENCE, agent, clock_slack, fork, shell, started, wait_until
 
 
 def kinds(*args):
@@ -336,3 +339,81 @@ def test_record_refuses_data_its_kind_does_not_declare(conn, kind, data, message
         with transaction(conn):
             events.record(conn, INIT_ID, kind, **data)
     assert newest_event(conn) == before
+
+
+# -- each kind's line, declared with its payload (agentctl/eventkinds.py) ------------------
+
+# A value of each field of an event's data, of the type its writers give it.
+SAMPLES = {"parent": INIT_ID, "at": 1_790_000_000, "role": "agent", "model": "echo", "turn": 3,
+           "outcome": "done", "steps": 2, "input_tokens": 1200, "output_tokens": 30,
+           "mail_read": 1, "seconds": 1.5, "error": "HTTP 404: no such model",
+           "cache_read_tokens": 1000, "cache_write_tokens": 100, "cost": 0.0123,
+           "unpriced": 1, "estimated": 1, "tool": "read_file", "call": "call_1",
+           "to": INIT_ID, "mail": 7, "type": "exit", "count": 2, "first": 7, "last": 8,
+           "signal": "TERM", "old": "S", "new": "T", "code": 0, "status": "Z", "by": "set",
+           "summarised": 10, "keep_from": 11, "spent": 120, "budget": 100, "unit": "usd",
+           "limit": 3, "delay": 2.0, "setting": "budget", "request": 5,
+           "decision": "approved", "endpoint": "openai:https://api.openai.com/v1",
+           "until": 1_790_000_060, "reason": "HTTP 429"}
+
+
+def field_names(shape):
+    return [n.rstrip("?") for n in shape.split()]
+
+
+def shapes():
+    """(kind, data) of every shape of every kind: with every field it may hold, and with
+    only those it must."""
+    for kind, declared in KINDS.items():
+        for shape in declared.fields.split("|"):
+            yield kind, {n: SAMPLES.get(n, n) for n in field_names(shape)}
+            yield kind, {n: SAMPLES.get(n, n) for n in shape.split() if not n.endswith("?")}
+
+
+def test_every_field_of_every_kind_has_a_sample():
+    assert {n for kind in KINDS.values() for n in field_names(kind.fields.replace("|", " "))} \
+        == set(SAMPLES)
+
+
+@pytest.mark.parametrize("kind, data", list(shapes()))
+def test_every_shape_of_every_kind_has_its_line(conn, kind, data):
+    """Stored and read back as agent-log reads it, an event of each shape has a line of
+    its own, whoever did it: not the empty summary set, held and release once had."""
+    with transaction(conn):
+        for actor in (None, INIT_ID):
+            events.record(conn, INIT_ID, kind, actor, **data)
+    for row in events.select(conn, kinds=[kind], last=2):
+        fields = events.fields(kind, row[3], row[6])
+        line = eventkinds.line(kind, fields, row[4], lambda agent_id: "lead")
+        assert line and "None" not in line, line
+
+
+def test_every_kind_is_one_the_man_page_describes():
+    """agent-log(1), Kinds, describes each kind."""
+    text = open(os.path.join(ROOT, "man", "agent-log.1")).read()
+    section = text.split(".SS Kinds\n", 1)[1].split(".SS ", 1)[0]
+    described = re.findall(r"^\.BR? (.+)$", section, flags=re.M)
+    named = {w.replace("\\-", "-") for d in described for w in re.findall(r"[a-z\\-]+", d)}
+    assert set(KINDS) <= named
+
+
+def test_a_setting_changed_a_held_agent_and_its_release_each_have_their_line(
+        conn, tmp_path, monkeypatch):
+    """agent-log printed an empty summary for each of these."""
+    lead = fork("-n", "lead")
+    fork("-p", "lead", "-n", "w", "-m", script(tmp_path, {"steps": [{"fail": "error"}]}),
+         "go")
+    assert agent("run", "w").code == 69                 # held, its turn kept
+    assert agent("set", "w", "budget=100").code == 0    # by the operator: and let go
+    monkeypatch.setenv("AGENT_ID", lead)
+    assert agent("set", "w", "budget=50").code == 0     # by its parent
+    lines = agent("log", "--kind", "held,set,release", "w").lines
+    error = f"model API error: scripted: simulated error ({tmp_path / 'script.jsonl'}:1)"
+    assert [line.split(None, 4)[3:] for line in lines] == [
+        ["held", f"held after a failed turn (turn 1): {error}"],
+        ["set", "budget: - -> 100 by the operator"],
+        ["release", "released by the operator (its settings changed)"],
+        ["set", "budget: 100 -> 50 by lead"]]
+    summaries = [json.loads(line)["summary"] for line in
+                 agent("log", "--format", "jsonl", "--kind", "set", "w").lines]
+    assert summaries == ["budget: - -> 100 by the operator", "budget: 100 -> 50 by lead"]

@@ -166,6 +166,12 @@ def test_every_program_has_a_page(name):
     assert os.path.exists(page_of(name)), f"agent-{name} has no man page: man/agent-{name}.1"
 
 
+def test_the_program_pages_are_the_programs():
+    """man/agent-NAME.1 for each program of the table (agentctl/programs.py), and no other."""
+    assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(MAN, "agent-*"))) == \
+        sorted(f"agent-{p}.1" for p in PROGRAMS)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=os.path.basename)
 def test_required_sections(page):
     base = os.path.basename(page)
@@ -240,10 +246,10 @@ def test_the_columns_pages_list_are_those_the_programs_have():
     """agent-ps(1) once documented an `exit` column, and used it in an example,
     that the program did not have."""
     from agentctl.cli import ps
-    from agentctl.cli import mail, wait
+    from agentctl.cli import exited, mail
     assert documented_columns("agent-ps.1") == [c.key for c in ps.COLUMNS] + ["depth"]
     assert documented_columns("agent-mail.1") == [c.key for c in mail._columns()]
-    assert documented_columns("agent-wait.1") == [c.key for c in wait.wait_columns()]
+    assert documented_columns("agent-wait.1") == [c.key for c in exited.COLUMNS]
 
 
 @pytest.mark.sqlite_only

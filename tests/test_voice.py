@@ -51,12 +51,16 @@ def literals(source):
             and id(node) not in bare]
 
 
+# What is the operator's to read, not the model's: the programs' output (cli/), and the
+# event log's lines (agent-log's "forked from lead" is not the child's prompt).
+OPERATORS = ("agentctl.cli", "agentctl.eventkinds")
+
+
 def voice_elsewhere(modules):
-    """Voice.py's forms written by another module; the programs (cli/) are left out:
-    their output is the operator's."""
+    """Voice.py's forms written by another module but the operator's (OPERATORS)."""
     found = []
     for module, source in sorted(modules.items()):
-        if module == "agentctl.voice" or module.startswith("agentctl.cli"):
+        if module == "agentctl.voice" or module.startswith(OPERATORS):
             continue
         for line, text in literals(source):
             marker = form(text)

@@ -2,13 +2,12 @@
 
 import click
 
-from agentctl.cli import wait as agent_wait
+from agentctl.cli import exited
 from agentctl.cli.options import Seconds, complete_agents, complete_words
-from agentctl.cli.output import pick, render
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import stdin_words, warn
 from agentctl.errors import AgentctlError, Refused, UsageError
-from agentctl.ops import authority, deadlines, lifecycle, signals
+from agentctl.ops import deadlines, lifecycle, signals
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
@@ -41,11 +40,10 @@ def cli(db_path, sig, cascade, grace, wait, agents):
             warn("agent-kill", str(e))
             status = status or e.code
     if wait is not None and signalled:
-        exited, pending = lifecycle.wait(conn, signalled, timeout=wait, reap_them=False,
-                                         tick=lambda: deadlines.carry_out(conn),
-                                         next_due=lambda: deadlines.next_due(conn))
-        render([dict(r) | {"how": lifecycle.how(r)} for r in exited],
-               pick(agent_wait.wait_columns(), None, ["id", "name", "status"]))
+        ended, pending = lifecycle.wait(conn, signalled, timeout=wait, reap_them=False,
+                                        tick=lambda: deadlines.carry_out(conn),
+                                        next_due=lambda: deadlines.next_due(conn))
+        exited.listed(ended, None, ["id", "name", "status"])
         for agent_id in pending:
             warn("agent-kill", f"{registry.label(registry.get(conn, agent_id))}: "
                                f"still running after {wait:g} s")
@@ -56,16 +54,12 @@ def cli(db_path, sig, cascade, grace, wait, agents):
 def signal(conn, me, ref, sig, *, cascade=False, grace=None):
     """Signal the agent `ref` (with `cascade`, its descendants too) as `me` (None: the
     operator) may, in a transaction of its own; its id. Refused when the agent itself
-    could not be signalled (agent-top's keys signal through this too)."""
+    could not be signalled."""
     target = registry.resolve(conn, ref)
-    authority.check(conn, me, target, "signal")
     with transaction(conn):
-        count, refusal = signals.apply(conn, registry.get(conn, target["id"]), sig,
-                                       cascade=cascade, actor=me["id"] if me else None,
-                                       grace=grace)
+        refusal = signals.send(conn, me, target["id"], sig, cascade=cascade, grace=grace)
     if refusal:
-        raise Refused(refusal + (f" (its descendants were signalled: {count})"
-                                 if cascade else ""))
+        raise Refused(refusal)
     return target["id"]
 
 

@@ -106,21 +106,6 @@ def _account(item, key):
     return settings.get("budget").json(Budget(item[key], item["budget_unit"] or "tokens"))
 
 
-def cost_text(micros, unpriced):
-    """A cost as people read it: dollars, + ? when some calls had no price, unpriced
-    when none had one, - when there was no call."""
-    if micros is None:
-        return "unpriced" if unpriced else "-"
-    return money.shown(micros) + ("+?" if unpriced else "")
-
-
-def stat_text(r):
-    """STAT as the table shows it: the status, H for an agent held after a failure, !
-    for one whose tools run unconfined."""
-    return (r["status"] + ("H" if r["held_at"] is not None else "")
-            + ("!" if r["unconfined"] else ""))
-
-
 def mark_tree_costs(conn, rows):
     """Each row's tree_cost (and tree_unpriced): its own cost and that of all its
     descendants by lifecycle parent, dead ones included (a lead and its workers)."""
@@ -158,7 +143,7 @@ COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", machine=lambda r: r["status"], human=lambda r: stat_text(r)),
+    Column("stat", "STAT", machine=lambda r: r["status"], human=proctable.stat_text),
     _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),
@@ -178,10 +163,11 @@ COLUMNS = [
         r["budget_unit"] or "tokens") or None),
     Column("tokens", "TOKENS"),
     Column("cached", "CACHED", machine=lambda r: r["tokens_cached"]),
-    Column("cost", "COST", human=lambda r: cost_text(r["cost"], r["unpriced"]),
+    Column("cost", "COST", human=lambda r: money.cost_text(r["cost"], r["unpriced"]),
            machine=lambda r: money.dollars(r["cost"])),
     Column("unpriced", "UNPRICED"),
-    Column("tree_cost", "TREE_COST", human=lambda r: cost_text(r["tree_cost"], r["tree_unpriced"]),
+    Column("tree_cost", "TREE_COST",
+           human=lambda r: money.cost_text(r["tree_cost"], r["tree_unpriced"]),
            machine=lambda r: money.dollars(r["tree_cost"])),
     Column("failures", "FAILURES"),
     Column("restarts", "RESTARTS"),

@@ -13,7 +13,7 @@ error agent-run exits with.
 import sys
 
 from agentctl import keys
-from agentctl.cli import log
+from agentctl.cli import eventlog
 from agentctl.errors import AgentctlError
 from agentctl.store import history
 from agentctl.turn.watch import Watcher
@@ -25,7 +25,7 @@ class Stream(Watcher):
 
     def __init__(self, conn, out=None):
         self.conn, self.out = conn, out or sys.stdout
-        self.names = log.Names(conn)
+        self.names = eventlog.Names(conn)
         self.agent_id = self.turn_id = None
         self.shown = set()          # the messages written: each once
         self.text_stream = keys.Stream(self._text)   # a key the model repeats is never shown
@@ -45,8 +45,8 @@ class Stream(Watcher):
             if table == "messages":
                 self._messages([row])
             else:
-                event = log.item(row, self.names)
-                self.line({"type": "event", **{k: event[k] for k in log.MACHINE}})
+                event = eventlog.item(row, self.names)
+                self.line({"type": "event", **{k: event[k] for k in eventlog.MACHINE}})
 
     def _messages(self, rows):
         for row in rows:

@@ -7,12 +7,14 @@ import click
 
 from agentctl import clock, voice
 from agentctl.clock import age
-from agentctl.cli import kill, log
-from agentctl.cli.ps import cost_text, stat_text
+from agentctl.cli import eventlog
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import CARET
+from agentctl.errors import Refused
 from agentctl.ids import short
-from agentctl.ops import asks, authority, deadlines, top, why
+from agentctl.money import cost_text
+from agentctl.ops import asks, authority, deadlines, signals, top, why
+from agentctl.ops.proctable import stat_text
 from agentctl.store import asks as asks_store, events, registry
 from agentctl.store.db import transaction
 from agentctl.turn import context
@@ -115,7 +117,10 @@ class Top:
     def signal(self, row, sig, cascade):
         """TERM, KILL, STOP or CONT to an agent (and its subtree), as agent-kill sends it."""
         deadlines.carry_out(self.conn)      # (every writing program's first step)
-        kill.signal(self.conn, self.me, row["id"], sig, cascade=cascade)
+        with transaction(self.conn):
+            refusal = signals.send(self.conn, self.me, row["id"], sig, cascade=cascade)
+        if refusal:
+            raise Refused(refusal)
         self.view.update()
         return f"{sig} sent to {registry.label(row)}" + (" and its subtree" if cascade else "")
 
@@ -141,7 +146,8 @@ class Top:
     def log(self, row):
         """The agent's last LOG_LAST events, as agent-log prints them."""
         rows = events.select(self.conn, agents=[row["id"]], last=LOG_LAST)
-        return log.text_lines(rows, log.Names(self.conn)).splitlines() or ["(no events)"]
+        return eventlog.text_lines(rows, eventlog.Names(self.conn)).splitlines() or \
+            ["(no events)"]
 
     def replay(self, row):
         """The context its next turn would send, as agent-replay prints it."""

@@ -2,13 +2,13 @@
 
 import click
 
+from agentctl.cli import exited
 from agentctl.cli.options import Seconds, complete_agents, output_options
-from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_words, stdin_is_data
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import authority, deadlines, ending, lifecycle, mail
+from agentctl.ops import authority, deadlines, lifecycle
 from agentctl.store import registry
 
 
@@ -54,29 +54,11 @@ def cli(db_path, timeout, any_one, parent, fmt, columns, quiet, null, no_headers
                                        tick=lambda: deadlines.carry_out(conn),
                                        next_due=lambda: deadlines.next_due(conn))
     default = ["id", "name", "status", "result"] + (["value"] if fmt in ("json", "jsonl") else [])
-    render([dict(r) | {"how": lifecycle.how(r)} for r in collected],
-           pick(wait_columns(), columns, default),
-           fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+    exited.listed(collected, columns, default, fmt=fmt, quiet=quiet, null=null,
+                  no_headers=no_headers)
     if pending and not (any_one and collected):
         return 1
     return 3 if any(lifecycle.how(r) != "exited" for r in collected) else 0
-
-
-def wait_columns():
-
-    def status(r):
-        return f"killed {r['exit_signal']}" if r["exit_signal"] else f"{r['how']} {r['exit_code']}"
-
-    return [
-        Column("id", "ID"),
-        Column("name", "NAME"),
-        Column("status", "STATUS", human=status, machine=lambda r: r["how"]),
-        Column("exit_code", "CODE"),
-        Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
-        Column("result", "RESULT", human=lambda r: mail.first_line(r["result"] or "") or "-"),
-        # the result of an agent with a schema as the JSON value itself (agent-fork --schema)
-        Column("value", "VALUE", machine=lambda r: ending.value(r, r["result"])),
-    ]
 
 
 def main(argv=None):

@@ -44,6 +44,13 @@ def seen(row, now):
     return item
 
 
+def stat_text(r):
+    """STAT as agent-ps and agent-top show it: the status, H for an agent held after a
+    failure, ! for one whose tools run unconfined."""
+    return (r["status"] + ("H" if r["held_at"] is not None else "")
+            + ("!" if r["unconfined"] else ""))
+
+
 def as_tree(items):
     """Rows in depth-first order by lifecycle parent, each with a depth; a row
     whose parent is not listed is a root."""

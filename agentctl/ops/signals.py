@@ -9,7 +9,7 @@ between steps. A HUP waits for the turn in progress, running or open
 from agentctl import clock, voice
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, lease, lifecycle, turns
+from agentctl.ops import asks, authority, lease, lifecycle, turns
 from agentctl.store import events, history, registry
 
 NUMBERS = {"HUP": 1, "KILL": 9, "TERM": 15, "CONT": 18, "STOP": 19}
@@ -27,6 +27,19 @@ def parse(text):
         if word == str(number):
             return name
     raise UsageError(f"unknown signal: {text} (one of {', '.join(NAMES)})")
+
+
+def send(conn, me, target_id, sig, *, cascade=False, grace=None):
+    """Signal the agent `target_id` (with `cascade`, its descendants too) as `me` (a
+    row; None: the operator) may, in the caller's transaction, as agent-kill and
+    agent-top's keys do: why the agent itself could not be signalled, or None (its
+    descendants are signalled all the same)."""
+    target = registry.get(conn, target_id)
+    authority.check(conn, me, target, "signal")
+    count, refusal = apply(conn, target, sig, cascade=cascade, actor=me["id"] if me else None,
+                           grace=grace)
+    return refusal and refusal + (f" (its descendants were signalled: {count})"
+                                  if cascade else "")
 
 
 def apply(conn, target, sig, *, cascade=False, actor=None, grace=None):

@@ -1,46 +1,16 @@
 """The event log (agentctl(5), events; agent-log(1)): a row for every change of
 state, written in the transaction that makes the change, numbered by a sequence
 that only grows (AUTOINCREMENT: pruning never hands a number out again). What
-each kind's data holds is declared here, with the released detail text made of
-it: record() writes by the declaration, fields() reads by it."""
+each kind's data holds is declared with its line in agentctl/eventkinds.py (KINDS);
+the released detail text made of it is declared here: record() writes by the
+declarations, fields() reads by them."""
 
 import math
 import re
 from agentctl import clock
+from agentctl.eventkinds import KINDS
 from agentctl.store.db import noted
 
-# Each kind and the fields of its data (agent-log(1), Kinds): "?" marks a field an
-# event may leave out (None), "|" parts the shapes of a kind that has more than one.
-KINDS = {
-    "fork": "parent at role model?",
-    "turn-start": "turn model?",
-    "turn-end": "turn model? outcome steps input_tokens output_tokens mail_read seconds error? "
-                "cache_read_tokens? cache_write_tokens? cost? unpriced?",
-    # one model call: its usage as the provider reported it (estimated: it did not), and
-    # its cost in dollars (none: the model has no price)
-    "call": "turn model? input_tokens output_tokens cache_read_tokens cache_write_tokens "
-            "cost? estimated?",
-    "tool": "turn tool call outcome seconds",
-    "mail": "to mail type? at? | count first last",     # one mail | agent-send --jsonl's batch
-    "read": "count first last turn?",
-    "signal": "signal",
-    "status": "old new turn?",
-    "exit": "code signal? status",
-    "reparent": "old new",
-    "reap": "by",
-    "compaction": "turn summarised keep_from",
-    "timer": "at",
-    "wake": "turn at",
-    "budget": "spent budget unit?",       # the account's numbers; unit usd: micros
-    "restart": "count limit delay error",
-    "held": "turn? error",
-    "release": "by",
-    "set": "setting old? new?",
-    "ask": "request type tool?",
-    "answer": "request decision",
-    "throttle": "endpoint until reason",
-    "recover": "endpoint seconds",
-}
 # The detail text of the kinds released before the event log (agentctl(5)), made of
 # their fields: the first template whose fields an event has. (Those events have no
 # data: fields() reads their fields back from it.)
@@ -55,7 +25,7 @@ NUMBERS = frozenset(("at", "code", "spent", "budget"))     # whole numbers in a 
 
 
 def _shapes(spec):
-    """[(the fields required, the fields allowed)] of a KINDS entry."""
+    """[(the fields required, the fields allowed)] of a kind's fields (Kind.fields)."""
     shapes = []
     for shape in spec.split("|"):
         names = shape.split()
@@ -64,7 +34,7 @@ def _shapes(spec):
     return shapes
 
 
-_SHAPES = {kind: _shapes(spec) for kind, spec in KINDS.items()}
+_SHAPES = {name: _shapes(kind.fields) for name, kind in KINDS.items()}
 _TEMPLATES = {kind: [(t, re.findall(r"{(\w+)}", t)) for t in templates]
               for kind, templates in DETAILS.items()}
 _PATTERNS = {kind: [re.compile(re.sub(r"\\{(\w+)\\}", r"(?P<\1>\\S+)", re.escape(t)))
@@ -101,10 +71,10 @@ def check(kind, data):
     of numbers, texts and None."""
     shapes = _SHAPES.get(kind)
     if shapes is None:
-        raise ValueError(f"event {kind!r}: no such kind (events.KINDS)")
+        raise ValueError(f"event {kind!r}: no such kind (eventkinds.KINDS)")
     given = {k for k, v in data.items() if v is not None}
     if not any(required <= given and allowed.issuperset(data) for required, allowed in shapes):
-        raise ValueError(f"event {kind}: its data is {KINDS[kind]!r}, not "
+        raise ValueError(f"event {kind}: its data is {KINDS[kind].fields!r}, not "
                          f"{' '.join(sorted(given)) or 'empty'}")
     for key in given:
         if not isinstance(data[key], (int, float, str)):
