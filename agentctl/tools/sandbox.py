@@ -125,8 +125,11 @@ def _empty():
 
 
 def _python():
-    """The Python agentctl runs on, and agentctl: (real path, path as named) pairs."""
-    return [(os.path.realpath(p), p) for p in paths.agentctl_code()]
+    """The Python agentctl runs on, and agentctl: (real path, path as named) pairs, but
+    those inside another (each bind costs bwrap a read of the mount table)."""
+    named = paths.agentctl_code()
+    return [(os.path.realpath(p), p) for p in named
+            if not any(q != p and paths.inside(p, [q]) for q in named)]
 
 
 def _split(stored):
