@@ -132,6 +132,17 @@ def _python():
             if not any(q != p and paths.inside(p, [q]) for q in named)]
 
 
+def _readable(path):
+    """Whether a sandboxed tool could read `path`: by its mode for another user (as
+    root, tools run as one), else as agent-run can."""
+    if os.geteuid() != 0:
+        return os.access(path, os.R_OK)
+    try:
+        return bool(os.stat(path).st_mode & 0o004)
+    except OSError:
+        return False
+
+
 def _split(stored):
     return [p for p in (stored or "").split("\n") if p]
 
@@ -235,17 +246,19 @@ class Sandbox:
                 for top in ("/run/systemd/resolve", "/run/resolvconf"):
                     if os.path.isdir(top):
                         args += ["--ro-bind", top, top]
-            for pattern in SECRETS:
-                for secret in glob.glob(pattern):
+            for pattern in SECRETS:     # (each cover costs bwrap a read of the mount
+                for secret in glob.glob(pattern):   # table: not those it can't read)
+                    if not _readable(secret):
+                        continue
                     if os.path.isdir(secret):
                         args += ["--tmpfs", secret]
                     elif os.path.exists(secret):
                         args += ["--ro-bind", _empty(), secret]
             args += ["--proc", "/proc"]
-            for path in PROC_READ_ONLY:
-                if os.path.exists(path):
+            for path in PROC_READ_ONLY if os.geteuid() != 0 else PROC_READ_ONLY[:1]:
+                if os.path.exists(path):        # (as root, the rest are root's alone)
                     args += ["--ro-bind", path, path]
-            for path in PROC_HIDDEN:
+            for path in PROC_HIDDEN if os.geteuid() != 0 else ():  # (root's: nobody's)
                 if os.path.isdir(path):
                     args += ["--tmpfs", path]
                 elif os.path.exists(path):
