@@ -12,10 +12,11 @@ DESTDIR ?=
 JOBS    ?= 2
 EXTRAS  ?=
 
-PROGRAMS = agent-fork agent-kill agent-ps agent-send agent-mail agent-replay agent-run agent-wait agent-doc agent-db agent-log agent-answer agent-set agent-why agent-top
+# The programs: the table's (agentctl/programs.py, which imports nothing: any Python reads it)
+PROGRAMS = $(shell $(PYTHON) -c 'from agentctl.programs import NAMES; print(*("agent-" + n for n in NAMES))')
 STAMP    = $(VENV)/.stamp
 
-.PHONY: all venv demo test soak test-live bench install uninstall clean
+.PHONY: all venv demo test soak test-live bench programs install uninstall clean
 
 all: venv
 
@@ -98,7 +99,10 @@ bench: $(STAMP)
 # man pages and completions in their conventional places.
 # EXTRAS=mcp,postgres,otel also installs those optional extras (MCP servers, PostgreSQL,
 # OpenTelemetry traces).
-install:
+programs:
+	@test -n "$(PROGRAMS)" || { echo "make: $(PYTHON) can't read the programs (agentctl/programs.py)" >&2; exit 1; }
+
+install: programs
 	rm -rf build	# (setuptools would take a stale copy of a package from it)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--target "$(DESTDIR)$(LIBDIR)" ".$(if $(EXTRAS),[$(EXTRAS)])"
@@ -123,7 +127,7 @@ install:
 		install -m 644 completions/fish/* "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/"; \
 	fi
 
-uninstall:
+uninstall: programs
 	for p in $(PROGRAMS); do \
 		rm -f "$(DESTDIR)$(BINDIR)/$$p" \
 			"$(DESTDIR)$(DATADIR)/bash-completion/completions/$$p" \

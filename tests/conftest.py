@@ -13,9 +13,10 @@ from importlib import import_module
 
 import pytest
 
+from agentctl.programs import NAMES as PROGRAMS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
-PROGRAMS = ("fork", "kill", "ps", "send", "mail", "replay", "run", "wait", "doc", "db", "log", "answer", "set", "why", "top")
 CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
          "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "AGENTCTL_DEBUG", "NO_COLOR",
          "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST",

@@ -1,14 +1,42 @@
 """What every program shares: --help, --version, one-line errors, exit
 codes, no tracebacks, cheap start-up."""
 
+import glob
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from .conftest import (PATIENCE, PROGRAMS, ROOT, agent, asleep_at_database, shell, started,
-                       wait_until)
+from .conftest import (BIN, PATIENCE, PROGRAMS, ROOT, agent, asleep_at_database, shell,
+                       started, wait_until)
+
+
+def test_the_programs_are_the_tables():
+    """A module of cli/ that declares a program (@program("agent-NAME")) is NAME.py, and
+    NAME a row of the table (agentctl/programs.py); each row has its module."""
+    declared = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "agentctl", "cli", "*.py"))):
+        with open(path) as f:
+            for program in re.findall(r'@program\(\s*"agent-([^"]*)"', f.read()):
+                declared[program] = os.path.basename(path)
+    assert declared == {p: f"{p}.py" for p in PROGRAMS}
+    assert len(set(PROGRAMS)) == len(PROGRAMS)
+
+
+def test_every_program_has_its_launcher_and_no_other():
+    """bin/ holds agent-NAME for each program of the table, each the same as the others
+    but for its name."""
+    assert sorted(os.listdir(BIN)) == sorted(f"agent-{p}" for p in PROGRAMS)
+    shapes = {}
+    for p in PROGRAMS:
+        path = os.path.join(BIN, f"agent-{p}")
+        assert os.access(path, os.X_OK), f"bin/agent-{p} is not executable"
+        with open(path) as f:
+            shapes.setdefault(f.read().replace(f'launch("{p}")', 'launch(NAME)'), []).append(p)
+    assert len(shapes) == 1 and "launch(NAME)" in next(iter(shapes)), \
+        f"bin/ launchers that differ from the others but for the name: {shapes}"
 
 
 @pytest.mark.parametrize("program", PROGRAMS)

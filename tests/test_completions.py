@@ -14,9 +14,10 @@ def test_checked_in_completions_are_fresh(tmp_path):
     result = subprocess.run([os.path.join(ROOT, "completions", "generate"), str(fresh)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    for d in ("bash", "zsh", "fish"):
+    # one a program of the table (agentctl/programs.py) in each shell's, and no other
+    for d, form in (("bash", "agent-{}"), ("zsh", "_agent-{}"), ("fish", "agent-{}.fish")):
         names = sorted(os.listdir(fresh / d))
-        assert len(names) == len(PROGRAMS)
+        assert names == sorted(form.format(p) for p in PROGRAMS)
         assert sorted(os.listdir(os.path.join(ROOT, "completions", d))) == names
         for name in names:
             assert open(os.path.join(ROOT, "completions", d, name)).read() == \

@@ -68,6 +68,15 @@ def test_install_and_uninstall(tmp_path):
     assert files_under(dest) == []
 
 
+def test_every_program_has_its_entry_point_and_no_other():
+    """pyproject.toml's [project.scripts], kept by hand beside the table
+    (agentctl/programs.py): agent-NAME = agentctl.cli.NAME:main for each program."""
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {f"agent-{p}": f"agentctl.cli.{p}:main" for p in PROGRAMS}
+
+
 def test_make_install_takes_the_extras_it_is_given():
     """make install EXTRAS=mcp,postgres installs those extras too (the README's
     pip install 'agentctl[mcp]' took an unrelated package of that name from the index)."""

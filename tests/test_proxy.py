@@ -21,8 +21,9 @@ import tempfile
 import pytest
 
 from agentctl.tools import proxy
+from agentctl.tools.forward import forward
 
-from .conftest import PATIENCE, agent, fork, needs, wait_until
+from .conftest import PATIENCE, PROGRAMS, agent, fork, needs, wait_until
 
 REFUSAL = "agentctl: a sandboxed tool's request was refused\n"
 
@@ -137,6 +138,22 @@ def descriptors():
     """How many descriptors this process has open (after closing what is garbage)."""
     gc.collect()
     return len(os.listdir("/proc/self/fd"))
+
+
+# -- which programs -----------------------------------------------------------------------------
+
+def test_every_program_is_offered_or_refused():
+    """Each program of the table (agentctl/programs.py) is, to a sandboxed tool, offered or
+    refused: one of them, never both, never neither."""
+    assert sorted(proxy.PROGRAMS + proxy.REFUSED) == sorted(PROGRAMS)
+
+
+def test_the_operators_programs_are_refused_and_say_so(capsys):
+    assert {"run", "db", "top"} <= set(proxy.REFUSED)
+    for name in proxy.REFUSED:
+        assert forward(name, []) == 2
+        assert capsys.readouterr().err.startswith(
+            f"agent-{name}: not offered to a sandboxed tool (only agent-fork, ")
 
 
 # -- the key, and the peer ----------------------------------------------------------------------

@@ -6,11 +6,11 @@ working directory, its standard input, output and error (the descriptors
 themselves) and the proxy's key over a socket to agent-run (`Server`), and exits with
 the status it gets back. agent-run runs the real program outside the sandbox with the
 three descriptors, as the agent: AGENT_ID and the database are agent-run's, whatever
-the tool's environment says, no --db is taken (AGENTCTL_PROXIED), agent-run, agent-db
-and agent-top are not offered, nor what only the operator may do (OPERATOR_ONLY), and
-the programs' own rules say what an agent may do (only to itself and its
-descendants: ops/authority.py). A program still running when its tool's process goes
-away is killed.
+the tool's environment says, no --db is taken (AGENTCTL_PROXIED), the programs the
+table refuses (REFUSED, agentctl/programs.py) are not offered, nor what only the
+operator may do (OPERATOR_ONLY), and the programs' own rules say what an agent may do
+(only to itself and its descendants: ops/authority.py). A program still running when
+its tool's process goes away is killed.
 
 The socket is in a directory of its own in agentctl's private run-time directory
 (paths.runtime), bound read-only into the sandbox at MOUNT; a request without the server's key
@@ -25,10 +25,8 @@ import os
 import sys
 
 from agentctl import paths
+from agentctl.programs import OFFERED as PROGRAMS, REFUSED  # (each refused says so)
 
-PROGRAMS = ("fork", "kill", "ps", "send", "mail", "replay", "wait", "doc", "log", "answer",
-            "set", "why")
-REFUSED = ("run", "db", "top")      # each says it is not offered
 # What only the operator may do with a program offered: program -> {option: what it does}.
 # Any spelling click takes is refused (--opt VALUE, --opt=VALUE), and any prefix of the
 # option, though click takes none.
