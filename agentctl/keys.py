@@ -1,12 +1,14 @@
 """The API keys agentctl reads from the environment, and redact(), which keeps their values out of
 any text it shows or stores: error messages, a server's words, a model's reply.
 
-Base layer: imports only the standard library.
+Base layer: imports only the standard library and the provider table (modelspec).
 """
 
 import os
 
-VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+from agentctl.modelspec import PROVIDERS
+
+VARIABLES = tuple(p.key for p in PROVIDERS if p.key)     # each provider's (its row's key)
 SHORTEST = 8    # a shorter value is left alone: it would blank out words that merely match it
 
 

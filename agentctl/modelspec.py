@@ -1,43 +1,83 @@
-"""How a model is named (agentctl(7), Models): PROVIDER:MODEL, or echo. Apart from
-the models package, so that agent-fork can refuse a name no provider answers to
-without importing any provider."""
+"""How a model is named (agentctl(7), Models): PROVIDER:MODEL, or echo; and the providers
+that answer to the names, one table (PROVIDERS). Apart from the models package, so that
+agent-fork, agent-ps and agent-set check a name at start-up without importing any provider."""
 
 import os
+from types import SimpleNamespace
 
 from agentctl.errors import UsageError
 
-PROVIDERS = ("openai", "anthropic", "scripted")
-EXPECTED = "expected openai:NAME, anthropic:NAME, echo or scripted:FILE"
+# Model options (agentctl(7), Models: agent-fork -o KEY=VALUE, agent-set options=...), in
+# agentctl's words, with the values each may have: (kind, least, most) for a number ("number"
+# or "whole"; None: no bound), ("choice", words...), or ("text",). The model's class puts
+# them in its API's form (models/openai.py, models/anthropic.py).
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+CHAT_COMPLETIONS = {
+    "temperature": ("number", 0, 2), "top_p": ("number", 0, 1),
+    "max_tokens": ("whole", 1, None), "seed": ("whole", None, None),
+    "frequency_penalty": ("number", -2, 2), "presence_penalty": ("number", -2, 2),
+    "stop": ("text",), "reasoning_effort": ("choice",) + EFFORTS,
+    "verbosity": ("choice", "low", "medium", "high"),
+}
+MESSAGES = {
+    "max_tokens": ("whole", 1, None), "stop": ("text",),
+    "effort": ("choice", "low", "medium", "high", "xhigh", "max"),
+}
+
+
+# The providers, a row each: a provider is its module in models/ and its row here, read
+# by models.get_model (the class a name makes), keys.VARIABLES (the values redacted and
+# kept from tools), models/api.py (where a call goes), models/limits.py (the headers a
+# response's limits are read from), EXPECTED and OPTIONS below, and the tests
+# (tests/test_providers.py fails when one of them misses a row). A row's fields:
+# - name: before the colon; names: what its models' names look like, PROVIDER:WHAT, or
+#   its name alone for one that takes no model (echo);
+# - module, model_class: the class that speaks its API, imported by get_model alone and
+#   made as Class(MODEL, row);
+# - key, url_variable, url: an API's key variable, base URL variable and the URL when
+#   that is unset (None: no API);
+# - options: the model options it takes, {name: kind} (None: every one, used by none:
+#   the offline models);
+# - limits: its rate-limit headers, a pattern with {field} (limit, remaining, reset) and
+#   {kind} (requests, tokens ...) (None: it sends none).
+# A row is a SimpleNamespace: no class to make at every program's start.
+def provider_row(name, names, module, model_class, *, key=None, url_variable=None, url=None,
+                 options=None, limits=None):
+    return SimpleNamespace(name=name, names=names, module=module, model_class=model_class,
+                           key=key, url_variable=url_variable, url=url, options=options,
+                           limits=limits)
+
+
+PROVIDERS = (
+    provider_row("openai", "openai:NAME", "agentctl.models.openai", "OpenAIModel",
+                 key="OPENAI_API_KEY", url_variable="OPENAI_BASE_URL",
+                 url="https://api.openai.com/v1", options=CHAT_COMPLETIONS,
+                 limits="x-ratelimit-{field}-{kind}"),
+    provider_row("anthropic", "anthropic:NAME", "agentctl.models.anthropic", "AnthropicModel",
+                 key="ANTHROPIC_API_KEY", url_variable="ANTHROPIC_BASE_URL",
+                 url="https://api.anthropic.com", options=MESSAGES,
+                 limits="anthropic-ratelimit-{kind}-{field}"),
+    # Offline: no key, no network.
+    provider_row("echo", "echo", "agentctl.models.offline", "EchoModel"),
+    provider_row("scripted", "scripted:FILE", "agentctl.models.offline", "ScriptedModel"),
+)
+BY_NAME = {p.name: p for p in PROVIDERS}
+
+_NAMES = [p.names for p in PROVIDERS]
+EXPECTED = f"expected {', '.join(_NAMES[:-1])} or {_NAMES[-1]}"
+# The options each provider takes, by its row. The offline models take every one, and use
+# none.
+OPTIONS = {p.name: p.options for p in PROVIDERS if p.options is not None}
+_LARGEST = 2 ** 63 - 1
 
 
 def check_name(spec):
-    """UsageError unless some provider answers to `spec`."""
-    provider, colon, rest = (spec or "").partition(":")
-    if spec != "echo" and not (colon and rest and rest.strip() == rest
-                               and provider in PROVIDERS):
+    """UsageError unless some provider answers to `spec`: PROVIDER:MODEL, MODEL neither empty
+    nor starting or ending with a space; or a name alone where that is its row's (echo)."""
+    row, model = BY_NAME.get(provider(spec)), (spec or "").partition(":")[2]
+    if row is None or (spec != row.name if ":" not in row.names
+                       else not model or model.strip() != model):
         raise UsageError(f"unknown model: {spec} ({EXPECTED})")
-
-
-# Model options (agentctl(7), Models: agent-fork -o KEY=VALUE, agent-set options=...): the
-# ones each provider takes, in agentctl's words, with the values each may have: (kind,
-# least, most) for a number ("number" or "whole"; None: no bound), ("choice", words...), or
-# ("text",). Each provider's module puts them in its own form (models/openai.py,
-# models/anthropic.py). The offline models take every one, and use none.
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-OPTIONS = {
-    "openai": {
-        "temperature": ("number", 0, 2), "top_p": ("number", 0, 1),
-        "max_tokens": ("whole", 1, None), "seed": ("whole", None, None),
-        "frequency_penalty": ("number", -2, 2), "presence_penalty": ("number", -2, 2),
-        "stop": ("text",), "reasoning_effort": ("choice",) + EFFORTS,
-        "verbosity": ("choice", "low", "medium", "high"),
-    },
-    "anthropic": {
-        "max_tokens": ("whole", 1, None), "stop": ("text",),
-        "effort": ("choice", "low", "medium", "high", "xhigh", "max"),
-    },
-}
-_LARGEST = 2 ** 63 - 1
 
 
 def chosen(agent, override=None):
@@ -48,7 +88,7 @@ def chosen(agent, override=None):
 
 def provider(spec):
     """The provider of a model's name: openai, anthropic, scripted or echo."""
-    return "echo" if spec == "echo" else (spec or "").partition(":")[0]
+    return (spec or "").partition(":")[0]
 
 
 def known_options(spec):

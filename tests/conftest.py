@@ -13,12 +13,14 @@ from importlib import import_module
 
 import pytest
 
+from agentctl.modelspec import PROVIDERS
 from agentctl.programs import NAMES as PROGRAMS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
-CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-         "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "AGENTCTL_DEBUG", "NO_COLOR",
+CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "AGENTCTL_DEBUG", "NO_COLOR",
+         # each provider's key and base URL (its row's)
+         *(v for p in PROVIDERS for v in (p.key, p.url_variable) if v),
          "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST",
          # OpenTelemetry's: a test that traces sets its own
          "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",

@@ -6,28 +6,20 @@ Messages and tools are always in OpenAI Chat Completions form; each provider con
 modules are imported only by get_model, so importing this package costs no network library.
 """
 
-from ..errors import UsageError
-from ..modelspec import EXPECTED, check_name
+import importlib
+
+from ..modelspec import BY_NAME, check_name, provider
 from .base import Cache, Model, ModelError, Reply, ToolCall
 
 __all__ = ["Cache", "Model", "ModelError", "Reply", "ToolCall", "get_model"]
 
 
 def get_model(spec):
-    """The Model named by `spec`; UsageError for a name no provider answers to."""
+    """The Model named by `spec`, of the class its provider's row names (modelspec.PROVIDERS),
+    made as Class(MODEL, row): MODEL the name after the colon ("" for echo). UsageError for a
+    name no provider answers to."""
     check_name(spec)
-    if spec == "echo":
-        from .offline import EchoModel           # (start-up: a provider's module only when named)
-        return EchoModel()
-    provider, colon, rest = (spec or "").partition(":")
-    if colon and rest.strip() == rest and rest:
-        if provider == "openai":
-            from .openai import OpenAIModel      # (start-up)
-            return OpenAIModel(rest)
-        if provider == "anthropic":
-            from .anthropic import AnthropicModel    # (start-up)
-            return AnthropicModel(rest)
-        if provider == "scripted":
-            from .offline import ScriptedModel   # (start-up)
-            return ScriptedModel(rest)
-    raise UsageError(f"unknown model: {spec} ({EXPECTED})")
+    row = BY_NAME[provider(spec)]
+    # (start-up: a provider's module only when named)
+    model_class = getattr(importlib.import_module(row.module), row.model_class)
+    return model_class(spec.partition(":")[2], row)

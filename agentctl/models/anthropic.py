@@ -15,7 +15,6 @@ from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
                    make_usage, mapping, mappings, said, stop_reason, string, with_tool_ids)
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
                 "max_tokens": "length", "refusal": "content_filter"}
@@ -39,8 +38,6 @@ CHARS_PER_TOKEN = 3     # fewer than the usual 4: a prefix surely below the mini
 
 class AnthropicModel(HTTPModel):
     provider = "anthropic"
-    url_variable, default_url = "ANTHROPIC_BASE_URL", DEFAULT_BASE_URL
-    key_variable = "ANTHROPIC_API_KEY"
     path = "/v1/messages"
 
     def options(self, url):

@@ -1,9 +1,9 @@
 """HTTPModel: what the API providers share, the provider modules filling in what differs.
 
-A provider names its settings (base URL variable and default, key variable, path) and gives four
-pieces: the request headers, the request body, the parser of a plain JSON reply and the parser of
-an event stream. The rest, reading and checking the environment, the session, the retries and the
-error text, is here and in http.py.
+A provider's row (modelspec.PROVIDERS) names its base URL's variable and default and its key's
+variable; its class names the path and gives four pieces: the request headers, the request body,
+the parser of a plain JSON reply and the parser of an event stream. The rest, reading and checking
+the environment, the session, the retries and the error text, is here and in http.py.
 
 Kept free of requests: naming an API model (get_model) must stay cheap; http.py, which needs it,
 is imported when a call is made.
@@ -14,6 +14,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..modelspec import BY_NAME
 from . import endpoint as where
 from .base import Model
 
@@ -34,14 +35,14 @@ class Endpoint:
 
 
 class HTTPModel(Model):
-    provider = ""           # "openai": the name before the colon, and in messages
-    url_variable = ""       # "OPENAI_BASE_URL"
-    default_url = ""
-    key_variable = ""       # "OPENAI_API_KEY"
+    provider = ""           # "openai": the row of a model made without one (get_model gives it)
     path = ""               # appended to the base URL: "/chat/completions"
 
-    def __init__(self, model):
+    def __init__(self, model, provider=None):
         self.model = model
+        # The row get_model found: another provider may speak this class's API.
+        self.row = provider or BY_NAME[self.provider]
+        self.provider = self.row.name       # the name before the colon, and in messages
         self.name = f"{self.provider}:{model}"
         # Sessions not in use: the calls of a turn reuse a kept-alive connection, and calls made
         # at once from several threads never share one. Nothing is kept per thread.
@@ -75,7 +76,7 @@ class HTTPModel(Model):
     def hint(self, status, text, endpoint):
         """What the message of a refusal (HTTP `status`, body `text`) should end with."""
         if status == 401 and not endpoint.key:
-            return f" (set {self.key_variable})"
+            return f" (set {self.row.key})"
         if status == 400 and CONTEXT_TOO_LONG.search(text):
             return f" ({CONTEXT_HINT})"
         return ""
@@ -84,15 +85,14 @@ class HTTPModel(Model):
         self.endpoint()
 
     def endpoint(self):
-        url = where.base_url(self.url_variable, self.default_url)
-        key = where.api_key(self.key_variable, url, self.name)
-        return Endpoint(url, key, self.options(url))
+        url = where.base_url(self.row.url_variable, self.row.url)
+        return Endpoint(url, where.api_key(self.row.key, url, self.name), self.options(url))
 
     def identity(self):
         """The endpoint its calls go to, as the database names it (models.endpoint.Identity),
         read from the environment as a call reads it; UsageError as check() raises."""
-        url = where.base_url(self.url_variable, self.default_url)
-        return where.Identity(self.provider, url, where.api_key(self.key_variable, url, self.name))
+        url = where.base_url(self.row.url_variable, self.row.url)
+        return where.Identity(self.provider, url, where.api_key(self.row.key, url, self.name))
 
     def complete(self, messages, tools, on_text=None, cache=None):
         from . import http      # (start-up: requests, only for a model call)

@@ -96,6 +96,10 @@ class Model:
     schema = None       # a JSON Schema the final reply must fit (agentctl.shape's subset)
     gate = None
 
+    def __init__(self, model="", provider=None):
+        """As get_model makes it: `model`, the name after its provider's colon ("" for a
+        name alone, echo), and `provider`, its row (modelspec.PROVIDERS)."""
+
     def complete(self, messages, tools, on_text=None, cache=None):
         """Return the model's Reply to `messages` (OpenAI chat form), offering `tools` (OpenAI form).
 

@@ -1,8 +1,9 @@
 """What a provider's response says of its limits (agent-run(1), Providers), read into one
 form: how long it asks to be left alone (Retry-After), and what is left of its budgets
-of requests and tokens and when they are whole again (OpenAI's x-ratelimit-*,
-Anthropic's anthropic-ratelimit-*). What the runs make of it together is
-ops/endpoints.py's; nothing here does I/O or keeps state.
+of requests and tokens and when they are whole again, in the headers of the family
+each provider's row names (agentctl.modelspec: OpenAI's x-ratelimit-*, Anthropic's
+anthropic-ratelimit-*). What the runs make of it together is ops/endpoints.py's;
+nothing here does I/O or keeps state.
 
 The formats, as the providers document them:
 - Retry-After: seconds, or an HTTP date (RFC 9110); retry-after-ms (milliseconds),
@@ -19,11 +20,16 @@ import email.utils
 import re
 import time
 
+from ..modelspec import PROVIDERS
+
 SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
 GO_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s|us|µs|ns)")
 GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 LONGEST = 10 ** 7       # seconds: a wait or a reset beyond it is no answer at all
 TOKEN_KINDS = ("tokens", "input-tokens", "output-tokens")
+# The rate-limit header families, by the providers' rows: each a pattern of a header's
+# name, with {field} (limit, remaining, reset) and {kind} (requests, or one of TOKEN_KINDS).
+FAMILIES = tuple(dict.fromkeys(p.limits for p in PROVIDERS if p.limits))
 
 
 class Budget:
@@ -55,12 +61,11 @@ def read(status, headers, now=None):
     """The Limits of a response: its status and its headers (a mapping whose get() ignores
     case, as requests' does)."""
     now = time.time() if now is None else now
-    tokens = [b for b in (_budget(headers, "x-ratelimit-{}-tokens", now),
-                          *(_budget(headers, f"anthropic-ratelimit-{kind}-{{}}", now)
-                            for kind in TOKEN_KINDS)) if b is not None]
-    return Limits(status, retry_after(headers, now),
-                  _budget(headers, "x-ratelimit-{}-requests", now)
-                  or _budget(headers, "anthropic-ratelimit-requests-{}", now),
+    requests = [b for family in FAMILIES
+                if (b := _budget(headers, family, "requests", now)) is not None]
+    tokens = [b for family in FAMILIES for kind in TOKEN_KINDS
+              if (b := _budget(headers, family, kind, now)) is not None]
+    return Limits(status, retry_after(headers, now), requests[0] if requests else None,
                   min(tokens, key=_share_left) if tokens else None)
 
 
@@ -84,12 +89,13 @@ def retry_after(headers, now=None):
         return None
 
 
-def _budget(headers, pattern, now):
-    remaining = _whole(headers.get(pattern.format("remaining")))
+def _budget(headers, family, kind, now):
+    def said(field):
+        return headers.get(family.format(field=field, kind=kind))
+    remaining = _whole(said("remaining"))
     if remaining is None:
         return None
-    return Budget(_whole(headers.get(pattern.format("limit"))), remaining,
-                  reset_seconds(headers.get(pattern.format("reset")), now))
+    return Budget(_whole(said("limit")), remaining, reset_seconds(said("reset"), now))
 
 
 def _share_left(budget):

@@ -33,7 +33,7 @@ class EchoModel(Model):
 class ScriptedModel(Model):
     """Replays the replies of a rules file; see load_rules for its form."""
 
-    def __init__(self, path):
+    def __init__(self, path, provider=None):
         self.path = path
         self.name = f"scripted:{path}"
 

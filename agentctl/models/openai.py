@@ -11,8 +11,7 @@ from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, index, is_count, load_json, make_usage, mapping,
                    mappings, said, stop_reason, string, with_tool_ids)
 
-OPENAI_HOST = "api.openai.com"
-DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
+OPENAI_HOST = "api.openai.com"     # OpenAI's own API (its default URL: agentctl.modelspec)
 # What a request message may carry; anything else the caller keeps for itself stays home.
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same thing
@@ -20,8 +19,6 @@ STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same 
 
 class OpenAIModel(HTTPModel):
     provider = "openai"
-    url_variable, default_url = "OPENAI_BASE_URL", DEFAULT_BASE_URL
-    key_variable = "OPENAI_API_KEY"
     path = "/chat/completions"
 
     def options(self, url):
