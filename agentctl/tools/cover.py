@@ -131,8 +131,12 @@ def arguments(writable, shown, protected, granted, empty, placeholders, director
     if topped:
         binds += _home(home)
         items += [(os.path.join(home, name), paths.READ_ONLY) for name in paths.HOME_SET]
+    directories_hidden = [p for p, how in items if how == paths.HIDE and os.path.isdir(p)
+                          and not os.path.islink(p)]
     for item, how in dict.fromkeys(items):
         path = item
+        if any(path != d and paths.inside(path, [d]) for d in directories_hidden):
+            continue            # (inside what is hidden whole: nothing to cover again)
         root = next((r for r in writable if path != r and paths.inside(path, [r])), None)
         if root is None:
             if how == paths.HIDE and any(path != r and paths.inside(path, [r]) for r in shown):
@@ -160,7 +164,9 @@ def arguments(writable, shown, protected, granted, empty, placeholders, director
                                 "directory: the sandbox can't protect it (remove the link)")
         if st is None:
             placeholders.hold(path, path != item or _directory(path, directories))
-            covers += ["--ro-bind-fd", Handle(path), path]
+            # (a mount point, so that it can't be removed; as root the tools' user can't
+            # write or chmod root's placeholder, and a read-only remount is saved)
+            covers += ["--bind-fd" if os.geteuid() == 0 else "--ro-bind-fd", Handle(path), path]
         elif how == paths.HIDE:
             covers += _hide(path, st, empty, hidden)
         else:

@@ -127,9 +127,11 @@ def _empty():
 def _python():
     """The Python agentctl runs on, and agentctl: (real path, path as named) pairs, but
     those inside another (each bind costs bwrap a read of the mount table)."""
-    named = paths.agentctl_code()
-    return [(os.path.realpath(p), p) for p in named
-            if not any(q != p and paths.inside(p, [q]) for q in named)]
+    if "python" not in _made:
+        named = paths.agentctl_code()
+        _made["python"] = [(os.path.realpath(p), p) for p in named
+                           if not any(q != p and paths.inside(p, [q]) for q in named)]
+    return _made["python"]
 
 
 def _readable(path):
@@ -302,8 +304,8 @@ class Sandbox:
             args += ["--ro-bind-fd", Handle(os.path.realpath(program)), program]
         if self.proxy is not None:
             args += ["--ro-bind-fd", Handle(self.proxy.dir), PROXY]
-        for path in hidden:
-            args += ["--remount-ro", path]
+        for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
+            args += ["--remount-ro", path]              # enough for another user)
         if status_fd is not None:
             args += ["--json-status-fd", str(status_fd)]
         args += ["--chdir", self.cwd, "--"]
