@@ -223,8 +223,7 @@ class Server:
             raise Refused(USAGE, f"agent-{program}: {option}: only the operator may {what} "
                                  "(not a sandboxed tool)")
         cwd = os.path.abspath(str(request.get("cwd") or self.cwd))
-        if not (cwd == self.cwd or cwd.startswith(self.cwd.rstrip("/") + "/")) \
-                or not os.path.isdir(cwd):
+        if not paths.inside(cwd, [self.cwd]) or not os.path.isdir(cwd):
             cwd = self.cwd
         try:
             proc = subprocess.Popen(
