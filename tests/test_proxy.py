@@ -20,6 +20,7 @@ import tempfile
 
 import pytest
 
+from agentctl import paths
 from agentctl.tools import proxy
 from agentctl.tools.forward import forward
 
@@ -335,10 +336,10 @@ def test_a_program_runs_until_its_tool_goes_away(server):
 # -- the directory of the socket ----------------------------------------------------------------
 
 def test_the_socket_is_in_a_private_directory(server, runtime):
-    assert proxy.base() == os.path.join(runtime, f"agentctl-{os.getuid()}")
-    assert os.path.dirname(server.dir) == proxy.base()
+    assert paths.runtime() == os.path.join(runtime, f"agentctl-{os.getuid()}")
+    assert os.path.dirname(server.dir) == paths.runtime()
     assert os.path.basename(server.dir).startswith(f"proxy-{os.getpid()}-")
-    assert oct(os.stat(proxy.base()).st_mode & 0o7777) == "0o700"
+    assert oct(os.stat(paths.runtime()).st_mode & 0o7777) == "0o700"
     assert oct(os.stat(server.dir).st_mode & 0o7777) == "0o755"
     assert oct(os.stat(address(server)).st_mode & 0o777) == "0o666"
     assert len(os.fsencode(address(server))) < proxy.SUN_PATH
@@ -354,7 +355,7 @@ def test_without_a_runtime_directory_the_base_is_in_tmp(monkeypatch, value):
         monkeypatch.delenv("XDG_RUNTIME_DIR")
     else:
         monkeypatch.setenv("XDG_RUNTIME_DIR", value)
-    assert proxy.base() == f"/tmp/agentctl-{os.getuid()}"
+    assert paths.runtime() == f"/tmp/agentctl-{os.getuid()}"
 
 
 def _symlink(base, runtime):
@@ -387,9 +388,9 @@ def _others(base, runtime):
 @pytest.mark.parametrize("squat", [_symlink, _file, _open, _others])
 def test_a_base_someone_else_could_reach_is_refused(lead, runtime, squat):
     """Another user made the base first (in /tmp, anyone may): no server is made."""
-    reason = squat(proxy.base(), runtime)
+    reason = squat(paths.runtime(), runtime)
     before = sorted(os.listdir(runtime))
-    with pytest.raises(OSError, match=re.escape(f"{proxy.base()}: {reason}")):
+    with pytest.raises(OSError, match=re.escape(f"{paths.runtime()}: {reason}")):
         serve(lead)
     assert sorted(os.listdir(runtime)) == before
     if squat is _symlink:
@@ -400,7 +401,7 @@ def test_the_directories_of_dead_servers_are_swept_once(lead):
     dead = subprocess.Popen(["true"])
     dead.wait()
     alive = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
-    base = proxy.base()
+    base = paths.runtime()
     os.mkdir(base, 0o700)
     names = [f"proxy-{dead.pid}-a1", f"proxy-{alive.pid}-b2", "proxy-x-c3", "other"]
     for name in names:

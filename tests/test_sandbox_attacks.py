@@ -296,3 +296,48 @@ def test_root_is_told_when_the_sandbox_user_cant_write_the_cwd(tmp_path):
     os.chmod(mine, 0o777)
     quiet = agent("fork", "-n", "c", "--cwd", str(mine), "--allow", "run", "-m", "echo")
     assert quiet.code == 0 and quiet.err == ""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_protected_path_that_is_a_link_refuses_the_call(world, tmp_path, mode):
+    """A link can't be covered by a mount (it would cover its target): a link where the
+    read-only set stands makes the call refused, naming it, rather than left open."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (project / ".mcp.json").symlink_to(tmp_path / "elsewhere.json")
+    result = attempt(world, tmp_path, "echo ran", *flags(mode), cwd=project)
+    if mode == "unconfined":
+        assert result == "ran\n"
+    else:
+        assert result.startswith("error: not run: ") and ".mcp.json is a symbolic link" \
+            in result, result
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("user, said", [("0", "tools never run as root"),
+                                         ("root", "tools never run as root"),
+                                         ("no-such-user-x", "no such user")])
+def test_the_sandbox_user_is_never_root(world, tmp_path, monkeypatch, user, said):
+    monkeypatch.setenv("AGENTCTL_SANDBOX_USER", user)
+    result = attempt(world, tmp_path, "id -u")
+    assert result.startswith("error: not run: ") and said in result, result
+
+
+def test_a_placeholder_is_removed_by_the_last_call_that_holds_it(tmp_path):
+    """Two calls share a placeholder (a shared flock each): the first to end leaves it
+    to the other, which removes it; a file of the operator's is never taken for one."""
+    from agentctl.tools import cover
+    path = str(tmp_path / ".envrc")
+    first, second = cover.Placeholders(), cover.Placeholders()
+    first.hold(path)
+    second.hold(path)
+    first.release()
+    assert os.path.exists(path)
+    second.release()
+    assert not os.path.exists(path)
+    with open(path, "w") as f:
+        f.write("the operator's\n")
+    with pytest.raises(cover.Unprotectable):
+        cover.Placeholders().hold(path)
+    assert open(path).read() == "the operator's\n"

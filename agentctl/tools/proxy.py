@@ -47,11 +47,6 @@ BUSY = (f"agentctl: too many agentctl programs at once from this sandbox (at mos
         f"{MAX_CONNECTIONS}): try again")
 
 
-def base():
-    """The directory of every proxy's: agentctl's private run-time directory."""
-    return paths.runtime()
-
-
 def operator_only(program, argv):
     """The option of `argv` that only the operator may give agent-`program`, and what
     it does; None when there is none."""
@@ -300,7 +295,7 @@ _swept = set()      # the bases whose directories of dead servers this process r
 
 
 def _directory():
-    """A new directory proxy-PID-RANDOM in base(), made private, once the directories
+    """A new directory proxy-PID-RANDOM in paths.runtime(), made private, once the directories
     of servers no longer running are removed from it."""
     import tempfile
     parent = paths.runtime(make=True)
