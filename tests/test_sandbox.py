@@ -219,7 +219,7 @@ def test_a_childs_sandbox_is_never_wider_than_its_parents(world, tmp_path):
     for refused, error in (
             (["--cwd", str(tmp_path)], f"--cwd {tmp_path}: outside lead's working directory"),
             (["--ro", "/etc"], "--ro /etc: lead's tools can't read it"),
-            (["--net"], "--net: lead has no network, so it can't give it"),
+            (["--net"], "--net: lead doesn't have it, so it can't give it"),
             (["--limit", "procs=51"], "--limit procs: above lead's (mem=2G,procs=50)"),
             (["--limit", "cpu=unlimited"], "--limit cpu: above lead's")):
         made = agent("fork", "-p", "lead", "-n", "x", *refused)
@@ -357,7 +357,7 @@ def test_agent_set_narrows_the_sandbox_and_widens_it_within_the_ancestors(world,
     assert as_("kid", "kid", "net=yes").code == 3                         # widens its own
     assert as_("lead", "kid", "net=yes", "limits=procs=50").code == 0      # what lead has
     over = as_("lead", "kid", "limits=procs=51")
-    assert over.code == 3 and "lead holds procs=50 itself" in over.err, over
+    assert over.code == 3 and "limits=procs: above lead's (procs=50)" in over.err, over
     outside = as_("lead", "kid", f"ro={tmp_path / 'outside'}")
     assert outside.code == 3, outside
     assert as_("lead", "kid", f"ro={work}").code == 0           # its own cwd, read-only

@@ -82,6 +82,28 @@ class Duration(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+def setting_options(fn):
+    """agent-fork's options for the settings, one per settings.SETTINGS entry, each
+    declared there (its spelling, metavar and help); each is passed by the setting's
+    name, None (or an empty tuple) when not given: Setting.given() makes it a value."""
+    for setting in reversed(settings.SETTINGS):
+        kwargs = {"metavar": setting.metavar, "help": setting.help}
+        if setting.kind == "flag":
+            kwargs.update(is_flag=True, default=None)
+        elif setting.repeated:
+            kwargs["multiple"] = True
+        else:
+            kwargs["type"] = _TYPES.get(setting.kind, lambda s: None)(setting)
+        if setting.kind == "choice":    # (checked by the fork: its words for a bad one)
+            kwargs["shell_complete"] = complete_words(setting.choices)
+        fn = click.option(*setting.spellings, setting.name, **kwargs)(fn)
+    return fn
+
+
+_TYPES = {"count": lambda s: Count(s.least), "duration": lambda s: Duration(),
+          "budget": lambda s: BudgetType()}
+
+
 def complete_agents(ctx, param, incomplete):
     """Shell completion: names and ids of agents not yet dead."""
     from click.shell_completion import CompletionItem

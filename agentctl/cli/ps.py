@@ -31,10 +31,7 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats; in the table provider when an agent
-    waits for its provider), and model created exit_code signal forked_from
-    fork_msg wake budget spent budget_unit tokens cached cost unpriced tree_cost
-    failures restarts retry held failure allow ask cwd ro net limits unconfined
-    options schema endpoint provider provider_until with -o. In the table, an H
+    waits for its provider); -o picks any of those below. In the table, an H
     after STAT marks an agent held after a failure (agent-why says why), a ! one
     whose tools run unconfined.
     """
@@ -139,6 +136,7 @@ def _setting(name, human=None):
                   machine=lambda r: setting.json(r[name]))
 
 
+_PLACED = ("role", "model", "budget")     # settings shown among the agent's own columns
 COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
@@ -177,17 +175,7 @@ COLUMNS = [
            machine=lambda r: iso(r["held_at"])),
     Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
            human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
-    _setting("allow"),
-    _setting("ask"),
-    _setting("cwd"),
-    _setting("ro"),
-    _setting("rw"),
-    _setting("env"),
-    _setting("net"),
-    _setting("limits"),
-    _setting("unconfined"),
-    _setting("options"),
-    _setting("schema"),
+    *(_setting(s.name) for s in settings.SETTINGS if s.header and s.name not in _PLACED),
     Column("endpoint", "ENDPOINT"),
     Column("provider", "PROVIDER", human=lambda r: _provider(r["provider"]),
            machine=lambda r: r["provider"] and r["provider"].why),
@@ -208,6 +196,7 @@ def _provider(wait):
 
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
 LONG = DEFAULT + ["wake", "budget"]     # -f
+cli.epilog = "Columns (-o): " + " ".join(c.key for c in COLUMNS) + "."
 
 
 def main(argv=None):

@@ -1,10 +1,16 @@
-"""What a fork may give a child of the sandbox its tools run in (agentctl(7),
-SANDBOX): never more than its parent has. Its working directory (the one place its
-tools may write) inside its parent's, its read-only paths inside what its parent's
-tools may read (its parent's --ro and --cwd), the network only if its parent has it,
-the names of the read-only set it may write (--rw) and the variables it gets (--env)
-among its parent's, its limits at most its parent's. --unconfined, the operator's
-power for its tools, is given by the operator alone, and no child inherits it.
+"""What an agent's settings may be, asked alike by a fork (ops.lifecycle.fork: a
+child's settings within its parent's) and by agent-set (ops.configure: what an
+ancestor may give): the one rule of giving, gives(), over settings.SETTINGS.
+
+A child never gets more than its parent has: its working directory (the one place
+its tools may write) inside its parent's, its read-only paths inside what its
+parent's tools may read (its parent's --ro and --cwd), the network only if its
+parent has it, the names of the read-only set it may write (--rw) and the variables
+it gets (--env) among its parent's, its limits and its --max-children at most its
+parent's, its grants within what its parent may use (ops.grants). --unconfined, the
+operator's power for its tools, is given by the operator alone, and no child
+inherits it. A budget is carved out of an account instead (ops.budget); --ask
+patterns only add approvals.
 
 Paths are compared resolved (settings.resolved: a link is followed once, when the
 path is given, and the sandbox refuses one that resolves otherwise later). A path an
@@ -16,6 +22,7 @@ import os
 from agentctl import limits, paths, settings
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
+from agentctl.ops import grants
 from agentctl.store import registry
 
 
@@ -23,70 +30,130 @@ def _paths(stored):
     return stored.split("\n") if stored else []
 
 
-def visible(actor, given, what):
+def _readable(row):
+    """What `row`'s tools may read: its --ro and its working directory."""
+    return _paths(row["ro"]) + ([row["cwd"]] if row["cwd"] else [])
+
+
+def visible(actor, setting, given):
     """Refused unless each path `given` (resolved) is inside what `actor`'s (a row)
-    tools can see: its --cwd and --ro."""
-    seen = _paths(actor["ro"]) + ([actor["cwd"]] if actor["cwd"] else [])
+    tools can see: its --cwd and --ro (agent-set's check, before whether they exist)."""
     for path in given:
-        if not settings.inside(path, seen):
-            raise Refused(f"--{what} {path}: outside what {registry.label(actor)}'s tools "
-                          "can see (its --cwd and --ro)")
+        if not settings.inside(path, _readable(actor)):
+            raise Refused(f"{spelled(setting, path, False)}: outside what "
+                          f"{registry.label(actor)}'s tools can see (its --cwd and --ro)")
 
 
-def settle(parent, values, actor):
-    """Check a new child's sandbox settings against `parent`'s and put them in their
-    stored forms (in place). `actor`: the acting agent's id, None for the operator."""
-    label = registry.label(parent)
-    if values.get("unconfined"):
-        if actor is not None:
-            raise Refused("--unconfined: only the operator gives it (the agent acting, "
-                          "AGENT_ID, can't)")
-        values["unconfined"] = 1
-    else:
-        values["unconfined"] = None
-    cwd = values.get("cwd")
-    if cwd is not None and cwd != parent["cwd"]:    # (given: an inherited one is checked
-        cwd = values["cwd"] = settings.resolved(cwd)    # when a call binds it)
-        if not settings.narrows(settings.BY_NAME["cwd"], parent["cwd"], cwd):
-            raise Refused(f"--cwd {cwd}: outside {label}'s working directory "
-                          f"{parent['cwd']} (a child's tools may write only where its "
-                          "parent's may)")
-        if not os.path.isdir(cwd):
-            raise UsageError(f"--cwd {cwd}: not a directory")
-        why = paths.refused_workdir(cwd)
+def spelled(setting, text, option):
+    """A value as a message names it: as agent-fork's option (--ro /srv) when `option`,
+    else as agent-set's KEY=VALUE (ro=/srv)."""
+    if option:
+        return f"{setting.flag} {text}".rstrip()
+    return f"{setting.name}={text}"
+
+
+def stored(setting, value, old=None):
+    """A value given (settings.Setting.given or .parse) as the agents column holds it:
+    paths resolved, lists one a line, a flag 1 or None; limits given are put on top of
+    the `old` ones, as a fork puts them on its parent's. Patterns are checked here
+    (ops.grants.check)."""
+    if setting.kind == "dir" and value is not None:
+        return settings.resolved(value)
+    if setting.kind == "paths" and isinstance(value, (list, tuple)):
+        value = [settings.resolved(p) for p in value]
+    if setting.kind == "patterns" and isinstance(value, (list, tuple)):
+        return grants.check(list(value), setting.flag)     # globs over tool names
+    if setting.kind in settings.LISTS and isinstance(value, (list, tuple)):
+        return "\n".join(dict.fromkeys(value)) or None
+    if setting.kind == "flag":
+        return 1 if value else None
+    if setting.kind == "limits" and isinstance(value, dict):
+        return limits.child(old, value)
+    return value
+
+
+def checked(setting, value, option):
+    """A stored value checked as a working value: a directory that is one and may be a
+    working directory, paths that exist, a count at least its least. (Whether its
+    giver holds it is gives().)"""
+    if setting.kind == "dir" and value is not None:
+        if not os.path.isdir(value):
+            raise UsageError(f"{spelled(setting, value, option)}: not a directory")
+        why = paths.refused_workdir(value)
         if why:
-            raise UsageError(f"--cwd {cwd}: {why}: no working directory can be")
-    ro = values.get("ro")
-    if isinstance(ro, (list, tuple)):
-        ro = [settings.resolved(p) for p in ro]
-        readable = _paths(parent["ro"]) + ([parent["cwd"]] if parent["cwd"] else [])
-        outside = [p for p in ro if not settings.inside(p, readable)]
-        if parent["id"] != INIT_ID and outside:
-            raise Refused(f"--ro {outside[0]}: {label}'s tools can't read it, so it can't "
-                          "give it (its --cwd and --ro)")
-        for path in ro:
+            raise UsageError(f"{spelled(setting, value, option)}: {why}: no working "
+                             "directory can be")
+    if setting.kind == "paths":
+        for path in _paths(value):
             if not os.path.exists(path):
-                raise UsageError(f"--ro {path}: no such file or directory")
-        values["ro"] = "\n".join(dict.fromkeys(ro)) or None
-    for name in ("rw", "env"):
-        given = values.get(name)
-        if isinstance(given, (list, tuple)):
-            given = settings.BY_NAME[name].names(given)
-            wider = set(given) - set(_paths(parent[name]))
-            if parent["id"] != INIT_ID and wider:
-                raise Refused(f"--{name} {sorted(wider)[0]}: {label} doesn't hold it, so it "
-                              "can't give it")
-            values[name] = "\n".join(dict.fromkeys(given)) or None
-    if values.get("net") and parent["id"] != INIT_ID and not parent["net"]:
-        raise Refused(f"--net: {label} has no network, so it can't give it")
-    values["net"] = 1 if values.get("net") else None
-    given = values.get("limits")
-    if isinstance(given, dict):
-        merged = limits.child(parent["limits"], given)
-        wider = limits.within(merged, parent["limits"]) if parent["id"] != INIT_ID \
-            else []
-        if wider:
-            raise Refused(f"--limit {wider[0]}: above {label}'s "
-                          f"({limits.shown(parent['limits']) if parent['limits'] else 'the default'}"
-                          "): a child's limits are at most its parent's")
-        values["limits"] = merged
+                raise UsageError(f"{spelled(setting, path, option)}: no such file or "
+                                 "directory")
+    if setting.kind == "count" and value is not None and value < setting.least:
+        raise UsageError(f"bad {setting.name}: {value} (want a whole number >= "
+                         f"{setting.least})")
+    return value
+
+
+def gives(conn, setting, holder, value, *, option, by_operator, tool_names=None):
+    """Refused unless `holder` (a row: the parent of a child forked, the ancestor that
+    changes a descendant's settings; None: init, which holds every value) may give
+    `value` (stored) of `setting`: only what it holds itself. `option`: name the value
+    as agent-fork's option (else as agent-set's KEY=VALUE). `by_operator`: the operator
+    gives it (only the operator gives --unconfined). `tool_names()` gives the tools that
+    exist, for judging a grant (ops.grants.check_fork); None: not judged here."""
+    if setting.narrows == settings.OPERATOR:
+        if value and not by_operator:
+            raise Refused(f"{spelled(setting, setting.text(value), option)}: only the "
+                          "operator gives it (the agent acting, AGENT_ID, can't)")
+        return
+    if holder is None or setting.narrows in (None, settings.CARVE, settings.SUPERSET):
+        return
+    label = registry.label(holder)
+    if setting.kind == "patterns":      # globs over tool names: grants judges them
+        if value and tool_names is not None:
+            grants.check_fork(conn, holder, value, *tool_names())
+        return
+    held = holder[setting.name]
+    if setting.kind == "paths":
+        held = "\n".join(_readable(holder)) or None
+    if settings.narrows(setting, held, value):
+        return
+    if setting.kind == "dir":
+        raise Refused(f"{spelled(setting, value, option)}: outside {label}'s working "
+                      f"directory {held} (its tools may write only there, so it can't "
+                      "give more)")
+    if setting.kind == "paths":
+        path = next(p for p in _paths(value) if not settings.inside(p, _paths(held)))
+        raise Refused(f"{spelled(setting, path, option)}: {label}'s tools can't read it "
+                      "(its --cwd and --ro), so it can't give it")
+    if setting.kind == "limits":
+        key = limits.within(value, held)[0]
+        raise Refused(f"{spelled(setting, key, option)}: above {label}'s "
+                      f"({limits.shown(held) if held else 'the default'}), so it can't "
+                      "give it")
+    if setting.narrows == settings.MIN:
+        raise Refused(f"{spelled(setting, setting.text(value), option)}: above "
+                      f"{label}'s ({held}), so it can't give it")
+    wider = sorted(set(_paths(value)) - set(_paths(held))) if setting.kind == "names" \
+        else [""]
+    raise Refused(f"{spelled(setting, wider[0], option)}: {label} doesn't have it, so it "
+                  "can't give it")
+
+
+def settle(conn, parent, given, values, actor, tool_names=None):
+    """Check a new child's settings `given` (by fork's keyword; None: not given) against
+    `parent`'s, and put them in `values` (by name) in their stored forms. `actor`: the
+    acting agent's id, None for the operator. A value the same as the parent's, of a
+    setting a child inherits, is taken as inherited (checked when it is used). The
+    settings not given keep what their rules gave them."""
+    holder = None if parent["id"] == INIT_ID else parent
+    for setting in settings.SETTINGS:
+        value = given.get(setting.key)
+        if value is None or setting.narrows in (None, settings.CARVE):
+            continue
+        value = stored(setting, value, parent[setting.name])
+        if not (setting.inherit and value == parent[setting.name]):    # (inherited)
+            gives(conn, setting, holder, value, option=True, by_operator=actor is None,
+                  tool_names=tool_names)
+            checked(setting, value, option=True)
+        values[setting.name] = value

@@ -27,8 +27,6 @@ def check_role(role):
         raise UsageError(f"unknown role: {role} (one of {', '.join(ROLES)})")
 
 
-DEFAULT_MAX_RESTARTS = 5
-DEFAULT_RESTART_WINDOW = 3600.0
 DEFAULT_MAX_DEPTH = 256
 
 
@@ -103,14 +101,7 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
         raise UsageError(f"unknown restart policy: {values['restart']} "
                          f"(one of {', '.join(settings.RESTART_POLICIES)})")
     check_limits(conn, parent)
-    allow, ask = values["allow"], values["ask"]
-    if allow or ask:
-        from agentctl.ops import grants  # (start-up: fnmatch, for a fork that grants)
-        allow, ask = grants.check(allow, "--allow"), grants.check(ask, "--ask")
-        if allow and tool_names is not None:
-            grants.check_fork(conn, parent, allow, *tool_names())
-    values.update(allow=allow or None, ask=ask or None)
-    confinement.settle(parent, values, actor)
+    confinement.settle(conn, parent, given, values, actor, tool_names)
     values["options"] = check_options(values["options"], values["model"])
     if name is not None:
         check_name(conn, name)

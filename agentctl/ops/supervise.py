@@ -27,7 +27,7 @@ at every retry: each mail wakes it and costs it tokens. TERM and KILL never
 lead to a restart.
 """
 
-from agentctl import clock, voice
+from agentctl import clock, settings, voice
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, mail, turns
 from agentctl.store import events, registry
@@ -81,8 +81,8 @@ def restart(conn, agent, why, first=False):
     """Count a restart in the agent's window; exit it when there are too many, else
     let it back off. `first`: the first failure of a run, which its parent is told."""
     now = clock.now()
-    window = agent["restart_window"] or lifecycle.DEFAULT_RESTART_WINDOW
-    limit = lifecycle.DEFAULT_MAX_RESTARTS if agent["max_restarts"] is None \
+    window = agent["restart_window"] or settings.DEFAULT_RESTART_WINDOW
+    limit = settings.DEFAULT_MAX_RESTARTS if agent["max_restarts"] is None \
         else agent["max_restarts"]
     if agent["window_start"] is None or now - agent["window_start"] > window:
         start, count = now, 1

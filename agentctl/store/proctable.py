@@ -1,8 +1,13 @@
 """The process table's rows, as stored: what agent-ps lists (ops.proctable makes
 each what a reader sees)."""
 
-from agentctl import clock
+from agentctl import clock, settings
 from agentctl.store.mailbox import deferred, unread
+
+
+# The settings, each agent's own but its budget: that is its account's (b), as is the unit.
+_SETTINGS = ", ".join(("b." if c in ("budget", "budget_unit") else "a.") + c
+                      for c in settings.COLUMNS)
 
 
 def rows(conn, *, statuses=None, parent=None, role=None):
@@ -20,15 +25,13 @@ def rows(conn, *, statuses=None, parent=None, role=None):
         params.append(role)
     sql = f"""
         SELECT a.id, a.name, a.parent_id, p.name AS parent_name, p.status AS parent_status,
-               a.status, a.role,
-               a.model, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
-               a.forked_from, a.fork_msg_id, a.wake_at, b.budget, b.spent, a.budget_id,
-               b.name AS account_name, b.budget_unit, a.tokens_in + a.tokens_out AS tokens,
+               a.status, a.created_at, a.exited_at, a.exit_code, a.exit_signal,
+               a.forked_from, a.fork_msg_id, a.wake_at, b.spent, a.budget_id,
+               b.name AS account_name, a.tokens_in + a.tokens_out AS tokens,
                a.tokens_cached, a.cost, a.unpriced,
-               a.lease_owner, a.lease_until, a.pending_signal, a.kill_at, a.reap_after,
-               a.restarts, a.retry_at, a.failures, a.last_failure, a.allow, a.ask, a.cwd,
-               a.ro, a.net, a.limits, a.unconfined, a.held_at, a.options, a.schema,
-               a.endpoint, a.waiting, a.rw, a.env,
+               a.lease_owner, a.lease_until, a.pending_signal, a.kill_at,
+               a.restarts, a.retry_at, a.failures, a.last_failure, a.held_at,
+               a.endpoint, a.waiting, {_SETTINGS},
                (SELECT min(deliver_at) FROM mail WHERE mail.recipient_id = a.id
                   AND {deferred(conn)}) AS mail_at,
                (SELECT count(*) FROM messages m WHERE m.agent_id = a.id) AS msgs,

@@ -13,7 +13,7 @@ and writes rows.
 
 import sqlite3
 
-from agentctl import clock
+from agentctl import clock, settings
 from agentctl.errors import NotFound, Refused, UsageError
 from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
 from agentctl.text import valid
@@ -23,15 +23,13 @@ EXITED = ("Z", "X")             # a zombie, or dead
 NOT_DEAD = LIVE + ("Z",)        # what agent-ps lists without -a
 STATUS_WORDS = {"R": "running", "S": "sleeping", "T": "stopped", "P": "paused",
                 "Z": "a zombie (exited)", "X": "dead"}
-AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, role, status, model, "
-                 "system_prompt, created_at, exited_at, exit_code, exit_signal, result, "
-                 "pending_signal, lease_owner, lease_until, wake_at, retry_at, failures, "
-                 "tokens_in, tokens_out, hup_pending, context_window, budget, budget_id, spent, "
-                 "restart, max_restarts, restart_window, restarts, window_start, "
-                 "window_restarts, reap_after, idle_exit, max_children, depth, kill_at, "
-                 "last_failure, allow, ask, cwd, ro, net, limits, unconfined, held_at, "
-                 "options, schema, budget_unit, tokens_cached, tokens_written, cost, unpriced, "
-                 "trace, endpoint, calling, waiting, rw, env")
+# The agent's own columns; its settings' (settings.COLUMNS) follow them.
+AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, status, created_at, "
+                 "exited_at, exit_code, exit_signal, result, pending_signal, lease_owner, "
+                 "lease_until, wake_at, retry_at, failures, tokens_in, tokens_out, "
+                 "hup_pending, budget_id, spent, restarts, window_start, window_restarts, "
+                 "depth, kill_at, last_failure, held_at, tokens_cached, tokens_written, cost, "
+                 "unpriced, trace, endpoint, calling, waiting, " + ", ".join(settings.COLUMNS))
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
@@ -236,16 +234,11 @@ def nearest_live_ancestor(conn, agent, dying=()):
 
 # -- writing rows ------------------------------------------------------------------------------
 
-FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id", "role",
-                          "model", "system_prompt", "context_window", "budget", "budget_id",
-                          "restart", "max_restarts", "restart_window", "reap_after",
-                          "idle_exit", "max_children", "depth", "allow", "ask", "cwd", "ro",
-                          "net", "limits", "unconfined", "options", "schema", "budget_unit",
-                          "trace", "rw", "env"))
-# The columns of the settings (agentctl.settings) that agent-set may change: those a
-# fork writes, but who the agent is and where it comes from.
-SETTABLE = FORK_COLUMNS - {"id", "name", "parent_id", "forked_from", "fork_msg_id", "depth",
-                           "budget_id", "role", "trace"}
+# What a fork writes: who the agent is and where it comes from, and its settings.
+FORK_COLUMNS = frozenset(("id", "name", "parent_id", "forked_from", "fork_msg_id", "depth",
+                          "budget_id", "trace") + settings.COLUMNS)
+# The columns agent-set may change: those of the settings not set once, at fork.
+SETTABLE = frozenset(c for s in settings.SETTINGS if not s.fixed for c in s.columns)
 
 
 def insert(conn, **fields):

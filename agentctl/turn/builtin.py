@@ -10,12 +10,10 @@ one transaction, so a crash leaves either both or neither.
 
 import time
 
-from agentctl import clock, jsonin, keys, money, voice
+from agentctl import clock, jsonin, keys, settings, voice
 from agentctl.errors import AgentctlError
-from agentctl.ids import ROLES
-from agentctl.ops import asks, docs, lease, lifecycle, mail, signals
+from agentctl.ops import asks, authority, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
-from agentctl.settings import Budget
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import valid_json
 from agentctl.tools.catalog import Catalog
@@ -34,15 +32,7 @@ SPECS = {
              "calls are limited to it, carved out of your own budget if you have one (in "
              "its unit).",
              _schema({"prompt": {"type": "string"}, "name": {"type": "string"},
-                      "role": {"type": "string", "enum": list(ROLES)},
-                      "budget": {"type": "integer", "minimum": 1},
-                      "budget_usd": {"type": "number", "minimum": 0.000001,
-                                     "maximum": 1000000000},
-                      "allow": {"type": "array", "items": {"type": "string"},
-                                "description": "External tools the child may use (globs "
-                                               "over tool names), within your own."},
-                      "ask": {"type": "array", "items": {"type": "string"},
-                              "description": "Tools whose calls need approval."}})),
+                      **{k: v for s in settings.SETTINGS for k, v in s.properties().items()}})),
     "send": ("Send mail to an agent (id or name). Returns the mail id.",
              _schema({"to": {"type": "string"}, "body": {"type": "string"}}, ["to", "body"])),
     "check_mail": ("Count your unread mail. Unread mail is delivered to you as an inbox "
@@ -197,26 +187,16 @@ def record_result(conn, agent_id, turn_id, call, text, started, outcome, media=N
 
 def _descendant(conn, agent_id, ref):
     target = registry.resolve(conn, ref)
-    if target["id"] not in {d["id"] for d in registry.descendants(conn, agent_id)}:
+    if target["id"] == agent_id or not authority.mine(conn, agent_id, target["id"]):
         raise ToolError(voice.not_a_descendant(ref))
     return target
 
 
 def _fork(conn, agent_id, args, call):
     me = registry.get(conn, agent_id)
-    own = None
-    if "budget" in args and "budget_usd" in args:
-        raise ToolError(voice.BUDGET_OR_DOLLARS)
-    if "budget" in args:
-        own = Budget(args["budget"], "tokens")
-    elif "budget_usd" in args:
-        own = Budget(money.of_dollars(args["budget_usd"]), "usd")
-        if own.amount < 1:
-            raise ToolError("budget_usd out of range")
-    child = lifecycle.fork(conn, me, name=args.get("name"), role=args.get("role", "agent"),
-                           actor=agent_id, budget=own, trace=watch.traceparent(),
-                           allow=args.get("allow"), ask=args.get("ask"),
-                           tool_names=_program_names)
+    given = {s.key: s.offered(args) for s in settings.SETTINGS if s.tool}
+    child = lifecycle.fork(conn, me, name=args.get("name"), actor=agent_id,
+                           trace=watch.traceparent(), tool_names=_program_names, **given)
     # As fork(2) returns 0 in the child, the child sees this call answered for itself.
     history.append(conn, child, "tool_result",
                    voice.forked_child(child, registry.label(me), agent_id),

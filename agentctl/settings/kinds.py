@@ -1,11 +1,7 @@
-"""The per-agent settings (agent-fork(1) gives them; agent-ps(1) shows some): each
-declared once, here, with the agents column that holds it, how a child gets it when
-its fork doesn't give it, in which direction a change narrows what the agent may do,
-how a value is read from text and how it is shown.
-
-ops.lifecycle.fork builds a child's row from SETTINGS (child()); agent-ps's -o
-columns for them come from here; agent-set(1) (KEY=VALUE) changes them with get(),
-parse() and narrows(), each but those `fixed` at fork."""
+"""A per-agent setting's kind (agentctl.settings declares each setting): how its
+value is read from text (agent-set's KEY=VALUE) and from agent-fork's option or the
+fork tool's arguments, how it is shown, and in which direction a change narrows what
+the agent may do (narrows())."""
 
 import math
 import os
@@ -13,18 +9,21 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from agentctl import env, limits, modelspec, money, paths, shape
+from agentctl import env, limits, modelspec, money, paths, shape, voice
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
-from agentctl.ids import ROLES
 
 RESTART_POLICIES = ("never", "on-failure", "always")
 VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")      # an environment variable's name
+DEFAULT_MAX_RESTARTS = 5          # a max_restarts unset
+DEFAULT_RESTART_WINDOW = 3600.0   # a restart_window unset, in seconds
+DOLLARS_MOST = 1_000_000_000     # the largest budget a model gives in dollars
 FLAGS = {"yes": True, "true": True, "1": True, "on": True,
          "no": False, "false": False, "0": False, "off": False}
 
 # narrows: in which direction a change narrows what the agent may do (None: neither).
-# A fork applies only "subset" (ops.grants.check_fork) and "carve" (ops.budget.carve).
+# A fork and agent-set hold a value given to what its giver holds alike
+# (ops.confinement.gives), but a budget, which is carved out of an account (ops.budget).
 MIN = "min"             # a smaller number, or one where there was none (no limit)
 CARVE = "carve"         # as MIN, in one unit; it comes out of the parent's account (ops.budget)
 SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judges globs),
@@ -72,6 +71,30 @@ class Setting:
     least: int = 0              # a count's least value
     choices: tuple = ()
     fixed: bool = False         # set once, at fork: agent-set refuses it
+    option: tuple = ()          # agent-fork's option: its spellings (default --NAME)
+    metavar: str = None         # agent-fork's option's metavar (a flag has none)
+    help: str = None            # agent-fork's option's help
+    tool: str = None            # the fork tool offers it to the model, with this text
+
+    @property
+    def spellings(self):
+        """agent-fork's option, as click declares it."""
+        return self.option or (f"--{self.name.replace('_', '-')}",)
+
+    @property
+    def flag(self):
+        """The option's long name, as a message names it (--cwd, --limit)."""
+        return self.spellings[-1].partition("/")[0]
+
+    @property
+    def repeated(self):
+        """Whether agent-fork takes the option once per value (a list; limits)."""
+        return self.kind in LISTS or self.kind == "limits"
+
+    @property
+    def columns(self):
+        """The agents columns that hold it: a budget's unit beside its amount."""
+        return (self.name, "budget_unit") if self.kind == "budget" else (self.name,)
 
     @property
     def key(self):
@@ -153,6 +176,52 @@ class Setting:
             return limits.parse(text)
         raise AssertionError(f"{self.name}: unknown kind {self.kind}")
 
+    def given(self, value):
+        """A value as agent-fork's option gives it (click's, typed by its kind; a
+        repeated option's a tuple) as ops.lifecycle.fork takes it: None, not given."""
+        if self.repeated:
+            value = list(value) or None
+        if value is None:
+            return None
+        if self.kind == "limits":
+            return limits.parse(value)
+        if self.kind in ("model", "schema"):
+            return self.parse(value)
+        if self.kind == "names":
+            return self.names(value)
+        return value
+
+    def properties(self):
+        """The fork tool's parameters for it, {name: JSON Schema}: none unless offered.
+        A budget is two: tokens (budget), or dollars (budget_usd)."""
+        if self.tool is None:
+            return {}
+        if self.kind == "budget":
+            return {self.name: {"type": "integer", "minimum": self.least,
+                                "maximum": env.LARGEST, "description": self.tool},
+                    f"{self.name}_usd": {"type": "number", "minimum": money.dollars(1),
+                                         "maximum": DOLLARS_MOST,
+                                         "description": "The same in dollars."}}
+        schema = {"choice": {"type": "string", "enum": list(self.choices)},
+                  "patterns": {"type": "array", "items": {"type": "string"}},
+                  "count": {"type": "integer", "minimum": self.least,
+                            "maximum": env.LARGEST},
+                  "flag": {"type": "boolean"}}[self.kind]
+        return {self.name: dict(schema, description=self.tool)}
+
+    def offered(self, args):
+        """The value a fork tool call's arguments give it (None: not given)."""
+        if self.kind != "budget":
+            return args.get(self.name)
+        tokens, dollars = args.get(self.name), args.get(f"{self.name}_usd")
+        if tokens is not None and dollars is not None:
+            raise UsageError(voice.BUDGET_OR_DOLLARS)
+        if dollars is not None:
+            if not 1 <= money.of_dollars(dollars) <= money.of_dollars(DOLLARS_MOST):
+                raise UsageError(f"{self.name}_usd out of range")
+            return Budget(money.of_dollars(dollars), "usd")
+        return None if tokens is None else Budget(tokens, "tokens")
+
     def names(self, given):
         """Names checked: each one of `choices`, or a variable's name."""
         for name in given:
@@ -190,61 +259,7 @@ class Setting:
         return value
 
 
-SETTINGS = (    # role first: the others' rules read the child's role
-    Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
-            default="agent", choices=ROLES, header="ROLE", fixed=True),
-    Setting("model", "model", "The model its turns call, PROVIDER:MODEL or echo.",
-            inherit=True, header="MODEL"),
-    Setting("system_prompt", "text", "Its system prompt.", inherit=True, keyword="system"),
-    Setting("context_window", "count", "Compact its context beyond this many tokens.",
-            inherit=True, least=1),
-    Setting("budget", "budget", "Its own budget, in tokens or dollars, carved out of its "
-            "parent's account (unset: it is charged to its parent's).", narrows=CARVE,
-            header="BUDGET", least=1),
-    Setting("restart", "choice", "What a failed turn does to it: never, on-failure or "
-            "always.", default="never", by_role={"daemon": "always"},
-            choices=RESTART_POLICIES),
-    Setting("max_restarts", "count", "Give up after this many restarts within "
-            "restart_window."),
-    Setting("restart_window", "duration", "The window max_restarts counts in."),
-    Setting("reap_after", "duration", "Reap it this long after it exits, if nobody waits "
-            "for it.", inherit=True),
-    Setting("idle_exit", "duration", "It exits after this long without input."),
-    Setting("max_children", "count", "At most this many children alive or not yet "
-            "collected at once.", inherit=True, by_role={"worker": 4}, narrows=MIN),
-    Setting("allow", "patterns", "The external tools it may use (globs over tool names), "
-            "within what its ancestors may.", narrows=SUBSET, header="ALLOW"),
-    Setting("ask", "patterns", "Calls of matching tools wait for approval; its ancestors' "
-            "patterns apply too.", narrows=SUPERSET, header="ASK"),
-    Setting("cwd", "dir", "Its working directory, where its tools run: the one place "
-            "their sandbox may write.", inherit=True, narrows=WITHIN, header="CWD"),
-    Setting("ro", "paths", "More paths its tools may read (the sandbox's read-only "
-            "binds), within its parent's.", inherit=True, narrows=WITHIN, header="RO"),
-    Setting("net", "flag", "Its tools may use the network.", inherit=True, narrows=OFF,
-            header="NET"),
-    Setting("rw", "names", "Names of the read-only set (.git, .vscode ...: agentctl(7), "
-            "SANDBOX) its tools may write at the top of their working directory, within "
-            "its parent's.", inherit=True, narrows=SUBSET, header="RW",
-            choices=paths.READ_ONLY_SET),
-    Setting("env", "names", "Environment variables its tools get from agent-run's, by "
-            "name (besides PATH, LANG, TERM, TZ ...), within its parent's.", inherit=True,
-            narrows=SUBSET, header="ENV"),
-    Setting("limits", "limits", "The limits on each of its tool calls (cpu, mem, procs, "
-            "fsize, files), at most its parent's.", inherit=True, narrows=LOWER,
-            header="LIMITS"),
-    Setting("unconfined", "flag", "Its tools run outside the sandbox, with the "
-            "operator's power: only the operator gives it, and no child inherits it.",
-            narrows=OPERATOR, header="UNCONFINED"),
-    Setting("options", "options", "Options of its model's calls, KEY=VALUE separated by "
-            "commas (temperature, max_tokens ...: agentctl(7), Models).", inherit=True,
-            keyword="model_options", header="OPTIONS"),
-    Setting("schema", "schema", "The JSON Schema its final reply must fit: a file, or the "
-            "JSON itself (agentctl(7), RESULTS AS DATA).", header="SCHEMA"),
-)
-
-BY_NAME = {s.name: s for s in SETTINGS}
 LISTS = ("patterns", "paths", "names", "options")      # stored one a line
-KEYS = frozenset(s.key for s in SETTINGS)
 
 
 def options(stored):
@@ -253,27 +268,6 @@ def options(stored):
     if not stored:
         return {}
     return modelspec.parse_options(stored.split("\n"), None)
-
-
-def get(name):
-    """A setting by name; a usage error for none."""
-    if name not in BY_NAME:
-        raise UsageError(f"unknown setting: {name} (one of {', '.join(BY_NAME)})")
-    return BY_NAME[name]
-
-
-def child(parent, given):
-    """The settings of a new child of `parent` (a row), by name: each one `given`
-    (by ops.lifecycle.fork's keyword) and not None, else what its rule gives."""
-    unknown = set(given) - KEYS
-    if unknown:
-        raise TypeError(f"fork() got an unexpected keyword argument {sorted(unknown)[0]!r}")
-    values = {}
-    for setting in SETTINGS:
-        value = given.get(setting.key)
-        values[setting.name] = value if value is not None \
-            else setting.unset(parent, values.get("role"))
-    return values
 
 
 def _patterns(value):
