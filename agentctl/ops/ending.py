@@ -2,6 +2,8 @@
 with the signal that waited for it; and what the turn's record says of it. Each
 ending is a step of the run: a transaction of its own (lease.holding)."""
 
+from dataclasses import dataclass
+
 from agentctl import money, shape
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
@@ -9,19 +11,27 @@ from agentctl.store import asks, events, history, registry, turnlog
 from agentctl.ops.turns import void
 
 
+@dataclass
 class Outcome:
     """What a turn came to: status is done, over_budget, stopped or killed; exited
     how the agent exited after it, if it did; cut whether a reply was cut at the
-    token limit. (A plain class: dataclasses costs agent-run's start-up.)"""
-
-    def __init__(self, agent_id, turn_id, status, text="", steps=0, input_tokens=0,
-                 output_tokens=0, mail_read=0, model="", exited=None, cut=False, value=None,
-                 cached=0, written=0, cost=None, unpriced=0):
-        self.agent_id, self.turn_id, self.status, self.text = agent_id, turn_id, status, text
-        self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
-        self.mail_read, self.model, self.exited, self.cut = mail_read, model, exited, cut
-        self.value = value      # the reply as a JSON value, for an agent with a schema
-        self.cached, self.written, self.cost, self.unpriced = cached, written, cost, unpriced
+    token limit; value the reply as a JSON value, for an agent with a schema."""
+    agent_id: str
+    turn_id: int
+    status: str
+    text: str = ""
+    steps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    mail_read: int = 0
+    model: str = ""
+    exited: object = None
+    cut: bool = False
+    value: object = None
+    cached: int = 0
+    written: int = 0
+    cost: int = None
+    unpriced: int = 0
 
     def record(self):
         """agent-run --format json's record: cost in dollars, null when no call had a
