@@ -69,9 +69,8 @@ def cli(db_path, options, agent, changes):
 def _merged(stored, given):
     """The agent's options with each -o KEY=VALUE set (KEY= removes KEY)."""
     current = {}
-    for line in (stored or "").split("\n"):
-        if line:
-            current[line.partition("=")[0]] = line
+    for line in settings.listed(stored):
+        current[line.partition("=")[0]] = line
     for option in given:
         key, _, value = option.partition("=")
         key = key.strip()

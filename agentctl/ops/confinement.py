@@ -26,13 +26,9 @@ from agentctl.ops import grants
 from agentctl.store import registry
 
 
-def _paths(stored):
-    return stored.split("\n") if stored else []
-
-
 def _readable(row):
     """What `row`'s tools may read: its --ro and its working directory."""
-    return _paths(row["ro"]) + ([row["cwd"]] if row["cwd"] else [])
+    return settings.listed(row["ro"]) + ([row["cwd"]] if row["cwd"] else [])
 
 
 def visible(actor, setting, given):
@@ -64,7 +60,7 @@ def stored(setting, value, old=None):
     if setting.kind == "patterns" and isinstance(value, (list, tuple)):
         return grants.check(list(value), setting.flag)     # globs over tool names
     if setting.kind in settings.LISTS and isinstance(value, (list, tuple)):
-        return "\n".join(dict.fromkeys(value)) or None
+        return settings.listing(value)
     if setting.kind == "flag":
         return 1 if value else None
     if setting.kind == "limits" and isinstance(value, dict):
@@ -84,7 +80,7 @@ def checked(setting, value, option):
             raise UsageError(f"{spelled(setting, value, option)}: {why}: no working "
                              "directory can be")
     if setting.kind == "paths":
-        for path in _paths(value):
+        for path in settings.listed(value):
             if not os.path.exists(path):
                 raise UsageError(f"{spelled(setting, path, option)}: no such file or "
                                  "directory")
@@ -115,7 +111,7 @@ def gives(conn, setting, holder, value, *, option, by_operator, tool_names=None)
         return
     held = holder[setting.name]
     if setting.kind == "paths":
-        held = "\n".join(_readable(holder)) or None
+        held = settings.listing(_readable(holder))
     if settings.narrows(setting, held, value):
         return
     if setting.kind == "dir":
@@ -123,7 +119,7 @@ def gives(conn, setting, holder, value, *, option, by_operator, tool_names=None)
                       f"directory {held} (its tools may write only there, so it can't "
                       "give more)")
     if setting.kind == "paths":
-        path = next(p for p in _paths(value) if not settings.inside(p, _paths(held)))
+        path = next(p for p in settings.listed(value) if not settings.inside(p, settings.listed(held)))
         raise Refused(f"{spelled(setting, path, option)}: {label}'s tools can't read it "
                       "(its --cwd and --ro), so it can't give it")
     if setting.kind == "limits":
@@ -134,7 +130,7 @@ def gives(conn, setting, holder, value, *, option, by_operator, tool_names=None)
     if setting.narrows == settings.MIN:
         raise Refused(f"{spelled(setting, setting.text(value), option)}: above "
                       f"{label}'s ({held}), so it can't give it")
-    wider = sorted(set(_paths(value)) - set(_paths(held))) if setting.kind == "names" \
+    wider = sorted(set(settings.listed(value)) - set(settings.listed(held))) if setting.kind == "names" \
         else [""]
     raise Refused(f"{spelled(setting, wider[0], option)}: {label} doesn't have it, so it "
                   "can't give it")

@@ -13,6 +13,7 @@ configured later."""
 import fnmatch
 import re
 
+from agentctl import settings
 from agentctl.clock import parse_duration
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
@@ -38,16 +39,12 @@ def check(patterns, option):
                              "(letters, digits, _ -, and * ? [ ])")
         if seconds:
             parse_duration(seconds)         # a usage error when it is none
-    return "\n".join(dict.fromkeys(patterns))
+    return settings.listing(patterns)
 
 
 def _split(pattern):
     glob, _, seconds = pattern.partition(":")
     return glob, parse_duration(seconds) if seconds else None
-
-
-def patterns(text):
-    return text.split("\n") if text else []
 
 
 def matches(name, pats):
@@ -60,8 +57,8 @@ class Allowance:
     def __init__(self, conn, agent_id):
         line = [a for a in registry.lineage(conn, agent_id) if a["id"] != INIT_ID]
         self.operator = agent_id == INIT_ID
-        self.allow = [patterns(a["allow"]) for a in line]
-        self.ask = [_split(p) for a in line for p in patterns(a["ask"])]
+        self.allow = [settings.listed(a["allow"]) for a in line]
+        self.ask = [_split(p) for a in line for p in settings.listed(a["ask"])]
 
     def permits(self, name, server=None):
         """Whether an external tool may be offered: every pattern list of the
@@ -113,7 +110,7 @@ def check_fork(conn, parent, allow, existing, servers=()):
     if not allow:
         return
     mine = Allowance(conn, parent["id"])
-    for pattern in patterns(allow):
+    for pattern in settings.listed(allow):
         for server in servers:
             if _literal(pattern).startswith(f"{server}__") and not mine.reaches(server):
                 raise Refused(f"--allow {pattern}: {registry.label(parent)} can't use the "

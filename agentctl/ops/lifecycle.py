@@ -61,12 +61,12 @@ def check_options(options, model):
     """Model options (KEY=VALUE texts, or as stored: one a line) checked against what
     `model` takes (modelspec.OPTIONS): as stored, or None for none."""
     if isinstance(options, str):
-        options = options.split("\n")
+        options = settings.listed(options)
     if not options:
         return None
     modelspec.parse_options(options, model)
     last = {line.partition("=")[0].strip(): line.strip() for line in options}  # the last wins
-    return "\n".join(last.values())
+    return settings.listing(last.values())
 
 
 def check_limits(conn, parent):

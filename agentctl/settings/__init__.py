@@ -16,8 +16,8 @@ from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 from agentctl.settings.kinds import (  # noqa: F401 (what readers of settings ask for)
     CARVE, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, LISTS, LOWER, MIN, OFF, OPERATOR,
-    RESTART_POLICIES, SUBSET, SUPERSET, WITHIN, Budget, Setting, inside, narrows, options,
-    resolved)
+    RESTART_POLICIES, SUBSET, SUPERSET, WITHIN, Budget, Setting, inside, listed, listing,
+    narrows, options, resolved)
 
 SETTINGS = (    # role first: the others' rules read the child's role
     Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",

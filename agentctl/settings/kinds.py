@@ -234,7 +234,7 @@ class Setting:
     def text(self, value):
         """The stored value as people read it: - for none, patterns joined by commas."""
         if self.kind in LISTS:
-            return ",".join(value.split("\n")) if value else "-"
+            return ",".join(listed(value)) or "-"
         if self.kind == "flag":
             return "yes" if value else "-"
         if self.kind == "limits":
@@ -245,7 +245,7 @@ class Setting:
         """The stored value for programs: patterns as a list, a budget in dollars or
         tokens (its unit is agent-ps's budget_unit)."""
         if self.kind in ("patterns", "paths", "names"):
-            return value.split("\n") if value else []
+            return listed(value)
         if isinstance(value, Budget):
             return money.dollars(value.amount) if value.unit == "usd" else value.amount
         if self.kind == "flag":
@@ -262,19 +262,28 @@ class Setting:
 LISTS = ("patterns", "paths", "names", "options")      # stored one a line
 
 
+def listed(stored):
+    """A list setting's items as the agents column holds them (one a line)."""
+    return stored.split("\n") if stored else []
+
+
+def listing(items):
+    """A list setting's items as the agents column holds them: one a line, each once
+    (the first kept), None for none."""
+    return "\n".join(dict.fromkeys(items)) or None
+
+
 def options(stored):
     """Stored model options (KEY=VALUE, one a line) as {KEY: value}, each typed as the
     providers declare it (modelspec.OPTIONS)."""
     if not stored:
         return {}
-    return modelspec.parse_options(stored.split("\n"), None)
+    return modelspec.parse_options(listed(stored), None)
 
 
 def _patterns(value):
     """Patterns as stored (one a line) or given (a list), as a set."""
-    if not value:
-        return set()
-    return set(value.split("\n") if isinstance(value, str) else value)
+    return set(listed(value) if isinstance(value, str) else value or ())
 
 
 inside = paths.inside

@@ -28,7 +28,7 @@ import json
 import os
 import subprocess
 
-from agentctl import limits as limits_, paths
+from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
 from agentctl.tools import bwrap, confine, cover, handles, pids
 from agentctl.tools.handles import Handle, Readable
@@ -145,10 +145,6 @@ def _readable(path):
         return False
 
 
-def _split(stored):
-    return [p for p in (stored or "").split("\n") if p]
-
-
 class Prepared:
     """One call's sandbox: its argv (bwrap's, with the handles still to open), and what
     it holds until the call has ended (the placeholders, root's pids cgroup)."""
@@ -178,11 +174,11 @@ class Sandbox:
 
     def __init__(self, agent, environment, proxy=None, database=None):
         self.cwd = agent["cwd"] or os.path.realpath(os.getcwd())
-        self.ro = _split(agent["ro"])
+        self.ro = settings.listed(agent["ro"])
         self.net = bool(agent["net"])
         self.limits = limits_.read(agent["limits"])
-        self.granted = set(_split(agent["rw"]))
-        self.env = set(_split(agent["env"]))
+        self.granted = set(settings.listed(agent["rw"]))
+        self.env = set(settings.listed(agent["env"]))
         self.proxy = proxy              # a proxy.Server, or None
         self.protected = paths.protected(database)
         self.environment = self._environment(environment)
