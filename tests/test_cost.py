@@ -12,6 +12,7 @@ from agentctl.models.anthropic import request_body as anthropic_body
 from agentctl.models.api import Endpoint
 from agentctl.models.openai import OpenAIModel
 from agentctl.ops import prices
+from agentctl.store.db import connect, transaction
 from tests.fakeapi import ask, fakeapi, request_problem  # noqa: F401 (a fixture)
 
 from .conftest import agent, fork
@@ -218,7 +219,28 @@ def test_a_subtree_is_totalled_in_one_column(tmp_path, priced):
     assert agent("kill", "-s", "KILL", "w2").code == 0          # the dead still count
     agent("wait", "w2")                                         # reaped: X
     rows = json.loads(agent("ps", "-o", "name,tree_cost", "--format", "json").out)
-    assert rows[1] == {"name": "lead", "tree_cost": 0.045}
+    assert rows[1] == {"name": "lead", "tree_cost": 0.045, "tree_unpriced": 0}
+
+
+def test_a_machine_reads_a_subtree_total_with_the_calls_it_lacks(tmp_path, priced):
+    """A subtree with an unpriced call: the table marks its total +?, a machine format
+    carries the count beside it (agent-ps(1), tree_cost)."""
+    fork("-n", "lead", "-m", scripted(tmp_path, {"input_tokens": 10, "output_tokens": 5}),
+         "go")
+    fork("-p", "lead", "-n", "w", "-m", scripted(tmp_path, {"input_tokens": 10,
+                                                            "output_tokens": 5},
+                                                  name="w.jsonl"), "work")
+    for name in ("lead", "w"):
+        assert agent("run", name).code == 0
+    conn = connect(None)
+    with transaction(conn):     # as if w's model had no price
+        conn.execute("UPDATE agents SET cost = NULL, unpriced = 1 WHERE name = 'w'")
+    conn.close()
+    assert agent("ps", "-o", "name,tree_cost").lines[2].split() == ["lead", "$0.0150+?"]
+    rows = json.loads(agent("ps", "-o", "name,tree_cost", "--format", "json").out)
+    assert rows[1] == {"name": "lead", "tree_cost": 0.015, "tree_unpriced": 1}
+    tsv = agent("ps", "-o", "tree_unpriced,name", "--format", "tsv").lines
+    assert tsv[0].split("\t") == ["tree_unpriced", "name"] and tsv[2].split("\t") == ["1", "lead"]
 
 
 # -- cache hints -----------------------------------------------------------------------------------

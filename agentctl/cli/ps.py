@@ -64,7 +64,11 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     if any(c.key in ("provider", "provider_until") for c in chosen) and \
             not (forest and fmt == "table"):    # (only then: it reads the endpoints)
         proctable.mark_providers(conn, rows)
-    if any(c.key == "tree_cost" for c in chosen):       # (only then: it reads every agent)
+    keys = [c.key for c in chosen]
+    if "tree_cost" in keys and "tree_unpriced" not in keys and fmt != "table":
+        # a machine reads a total as whole only beside the calls it lacks (the table's +?)
+        chosen.insert(keys.index("tree_cost") + 1, BY_KEY["tree_unpriced"])
+    if "tree_cost" in keys or "tree_unpriced" in keys:  # (only then: it reads every agent)
         mark_tree_costs(conn, rows)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         chosen = chosen + [Column("depth", "DEPTH")]
@@ -167,6 +171,7 @@ COLUMNS = [
     Column("tree_cost", "TREE_COST",
            human=lambda r: money.cost_text(r["tree_cost"], r["tree_unpriced"]),
            machine=lambda r: money.dollars(r["tree_cost"])),
+    Column("tree_unpriced", "TREE_UNPRICED"),
     Column("failures", "FAILURES"),
     Column("restarts", "RESTARTS"),
     Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",
@@ -196,6 +201,7 @@ def _provider(wait):
 
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]
 LONG = DEFAULT + ["wake", "budget"]     # -f
+BY_KEY = {c.key: c for c in COLUMNS}
 cli.epilog = "Columns (-o): " + " ".join(c.key for c in COLUMNS) + "."
 
 
