@@ -4,6 +4,8 @@ import json
 import re
 import time
 
+from agentctl.store.db import transaction
+
 from .conftest import agent, fork, needs, shell
 
 
@@ -95,6 +97,22 @@ def test_an_agent_stopped_while_its_run_died_shows_stopped(conn):
                  "--no-headers").out == "a\tT\n"
 
 
+def test_dot_draws_a_held_agent_as_held_in_agent_tops_colour(conn):
+    """A held agent is SH in the picture, in the colour agent-top gives it (one table:
+    ops.proctable.COLOURS), and the legend names it."""
+    from agentctl.cli import graph
+    from agentctl.ops import proctable
+    kid = fork("-n", "kid")
+    with transaction(conn):
+        conn.execute("UPDATE agents SET held_at = 1 WHERE id = ?", (kid,))
+    text = agent("ps", "--format", "dot").out
+    assert f'"{kid}" [label="kid\\nSH agent", fillcolor="plum"];' in text, text
+    assert '"legend H" [label="H held after a failure", fillcolor="plum"' in text
+    assert proctable.COLOURS["H"] == "magenta" and graph.FILLS["magenta"] == "plum"
+    assert set(proctable.COLOURS) <= set(proctable.STATES)
+    assert set(proctable.COLOURS.values()) <= set(graph.FILLS)
+
+
 def test_dot_is_a_picture_that_graphviz_draws(tmp_path):
     """agent-ps -a --format dot | dot -Tsvg: a node per agent (name, STAT, role), fork
     edges, a reparented agent's lifecycle parent, and mail edges with their counts,
@@ -118,15 +136,19 @@ def test_dot_is_a_picture_that_graphviz_draws(tmp_path):
     assert f'"{lead}" -> "{orphan}" [class=parent, style=dotted' in text
     assert f'"{w1}" -> "{lead}" [class=mail, style=dashed, color=blue, fontcolor=blue, ' \
         'constraint=false, label="2"];' in text
-    assert f'"{mid}" -> "{lead}" [class=mail' in text             # its exit notice
+    assert f'"{mid}" -> "{lead}" [class=mail' not in text         # its exit notice: no
+    assert '"legend S" [label="S sleeping", fillcolor="white", class=legend];' in text
+    assert '"legend Z" [label="Z zombie", fillcolor="lightblue", class=legend];' in text
+    assert '"legend R"' not in text                                # none running
     svg = subprocess.run([dot, "-Tsvg"], input=text, capture_output=True, text=True)
     assert svg.returncode == 0 and svg.stderr == "", svg.stderr
     ns = {"svg": "http://www.w3.org/2000/svg"}
     groups = ET.fromstring(svg.stdout).findall(".//svg:g", ns)
     kinds = [g.get("class") for g in groups]
     assert kinds.count("node") == 5                        # init, lead, w1, mid, orphan
+    assert kinds.count("node legend") == 2                 # S and Z
     assert kinds.count("edge fork") == 4
-    assert kinds.count("edge parent") == 1 and kinds.count("edge mail") == 2
+    assert kinds.count("edge parent") == 1 and kinds.count("edge mail") == 1
     refused = agent("ps", "--format", "dot", "-q")
     assert (refused.code, refused.err) == (2, "agent-ps: --format dot takes no -o, -q, -0 or "
                                               "--no-headers\n")

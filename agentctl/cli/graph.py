@@ -2,19 +2,26 @@
 `agent-ps -a --format dot | dot -Tsvg > tree.svg` is a picture of a whole run.
 
 A node per agent listed, labelled with its name, STAT and role and filled by its
-status; a solid arrow from the agent it was forked from (its fork edge), a dotted one
+state, in agent-top's colours (ops.proctable.COLOURS), with a legend of the states
+drawn; a solid arrow from the agent it was forked from (its fork edge), a dotted one
 from its lifecycle parent when that is another (after a reparenting), and a dashed
-blue one, labelled with the count, for the mail one listed agent sent another.
+blue one, labelled with the count, for the mail one listed agent wrote another
+(agentctl's own notices, of an exit or a hold, are not drawn: they follow the tree).
 """
 
 import sys
 
 from agentctl.ids import short
+from agentctl.ops import proctable
 from agentctl.store import mailbox
 
-# fill colour by STAT: running, runnable, paused for a human, stopped, zombie, dead
-FILLS = {"R": "palegreen", "S": "white", "P": "orange", "T": "lightgoldenrod1",
-         "Z": "gray80", "X": "gray92"}
+# the light shade of each of agent-top's colours that a box is filled with
+FILLS = {"green": "palegreen", "yellow": "lightgoldenrod1", "red": "lightpink",
+         "magenta": "plum", "blue": "lightblue"}
+
+
+def fill(state):
+    return FILLS.get(proctable.COLOURS.get(state), "white")
 
 
 def quoted(text):
@@ -31,10 +38,15 @@ def graph(conn, rows):
              '  edge [fontname="Helvetica", fontsize=10];']
     for row in rows:
         name = row["name"] or short(row["id"])
-        label = f"{name}\n{row['status']} {row['role']}"
+        label = f"{name}\n{proctable.stat_text(row)} {row['role']}"
         style = ', style="rounded,filled,dashed"' if row["status"] in ("Z", "X") else ""
         lines.append(f"  {quoted(row['id'])} [label={quoted(label)}, "
-                     f"fillcolor={quoted(FILLS.get(row['status'], 'white'))}{style}];")
+                     f"fillcolor={quoted(fill(proctable.state(row)))}{style}];")
+    drawn = [s for s in proctable.STATES if s in {proctable.state(r) for r in rows}]
+    lines += ["  subgraph cluster_legend {", '    label="STAT"; fontname="Helvetica";',
+              *(f"    {quoted('legend ' + s)} [label={quoted(s + ' ' + proctable.STATES[s])}, "
+                f"fillcolor={quoted(fill(s))}, class=legend];" for s in drawn),
+              "  }"]
     for row in rows:
         source, parent = row["forked_from"], row["parent_id"]
         if source in listed and source != row["id"]:

@@ -11,6 +11,7 @@ import time
 from agentctl import clock
 from agentctl.cli.stdio import CARET
 from agentctl.errors import AgentctlError, UsageError
+from agentctl.ops import proctable
 from agentctl.store import db
 from agentctl.store.db import data_version
 
@@ -77,7 +78,8 @@ def run(top):
 
 
 def _colours():
-    """{status: attribute}: colours unless $NO_COLOR is set or the terminal has none."""
+    """{state: attribute} (ops.proctable.COLOURS): colours unless $NO_COLOR is set or the
+    terminal has none."""
     if os.environ.get("NO_COLOR") or not curses.has_colors():
         return {}
     curses.start_color()
@@ -87,11 +89,9 @@ def _colours():
     except curses.error:
         background = curses.COLOR_BLACK
     found = {}
-    for n, (status, colour) in enumerate((("R", curses.COLOR_GREEN), ("P", curses.COLOR_YELLOW),
-                                          ("T", curses.COLOR_RED), ("Z", curses.COLOR_BLUE)), 1):
-        curses.init_pair(n, colour, background)
-        found[status] = curses.color_pair(n)
-    found["X"] = found["Z"]
+    for n, (state, colour) in enumerate(proctable.COLOURS.items(), 1):
+        curses.init_pair(n, getattr(curses, f"COLOR_{colour.upper()}"), background)
+        found[state] = curses.color_pair(n)
     return found
 
 
@@ -239,7 +239,7 @@ class Screen:
             self._put(y, text, width, curses.A_BOLD)
         self._put(2, self.top.titles(names), width, curses.A_REVERSE)
         for y, row in enumerate(page, 3):
-            attr = self.colours.get(row["status"], 0)
+            attr = self.colours.get(proctable.state(row), 0)
             if row["id"] == self.selected:
                 attr |= curses.A_REVERSE
             self._put(y, self.top.row(row, now, names), width, attr, fill=row["id"] == self.selected)

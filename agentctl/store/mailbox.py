@@ -111,8 +111,10 @@ def unread_again(conn, turn_id):
 
 
 def flows(conn):
-    """How much mail each agent sent each other one: (sender_id, recipient_id, count),
-    deferred mail not yet due included (it was sent). The operator's mail has no sender."""
+    """How much mail each agent wrote each other one: (sender_id, recipient_id, count),
+    deferred mail not yet due included (it was sent); agentctl's notices (of an exit, a
+    hold ...) are not counted. The operator's mail has no sender."""
     return conn.execute(
         "SELECT sender_id, recipient_id, count(*) FROM mail WHERE sender_id IS NOT NULL "
-        "GROUP BY sender_id, recipient_id ORDER BY sender_id, recipient_id").fetchall()
+        "AND kind = 'mail' GROUP BY sender_id, recipient_id "
+        "ORDER BY sender_id, recipient_id").fetchall()
