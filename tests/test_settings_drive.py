@@ -52,6 +52,13 @@ def test_a_new_setting_is_an_option_of_agent_fork(monkeypatch):
     assert refused.exit_code == 2 and "--nice" in refused.output
 
 
+def test_agent_set_names_the_settings_it_changes():
+    from agentctl.cli import set as set_program
+    names = set_program.cli.epilog.removeprefix("Settings (KEY): ").rstrip(".").split()
+    assert names == [s.name for s in settings.SETTINGS if not s.fixed]
+    assert agent("set", "--help").out.count("unconfined") == 1
+
+
 def test_the_fork_tool_offers_the_settings_that_say_so():
     offered = [s for s in settings.SETTINGS if s.tool]
     assert {s.name for s in offered} == {"role", "budget", "allow", "ask"}

@@ -24,9 +24,8 @@ def complete_settings(ctx, param, incomplete):
 @click.argument("agent", shell_complete=complete_agents)
 @click.argument("changes", nargs=-1, metavar="[KEY=VALUE...]", shell_complete=complete_settings)
 def cli(db_path, options, agent, changes):
-    """Change AGENT's settings: each KEY=VALUE sets one (KEY is a column of
-    agent-ps -o: model, system_prompt, budget, restart, max_children, allow, ask,
-    options, schema ...). Prints nothing; each change is an event (agent-log).
+    """Change AGENT's settings: each KEY=VALUE sets one (KEY is a setting below,
+    a column of agent-ps -o). Prints nothing; each change is an event (agent-log).
 
     A change that narrows what the agent may do is always allowed (to itself too);
     any other only to the operator or an ancestor, and widening a grant or a
@@ -64,6 +63,10 @@ def cli(db_path, options, agent, changes):
             warn("agent-set", f"{pattern}: matches no tool that exists now (a grant may "
                               "name tools installed later)")
     return 0
+
+
+cli.epilog = "Settings (KEY): " + " ".join(s.name for s in settings.SETTINGS
+                                          if not s.fixed) + "."
 
 
 def _merged(stored, given):
