@@ -607,7 +607,7 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
     fork("-n", "a", "-m", "echo", "hello")
     monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", value)
     result = agent("run", "a")
-    shown = repr(value if len(value) <= 40 else value[:40] + "...")
+    shown = repr(value if len(value) <= 40 else value[:37] + "...")     # 40 in all
     assert result == Result(2, "", "agent-run: AGENTCTL_CONTEXT_WINDOW must be a whole number "
                                    f">= 1, not {shown}\n"), result
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0

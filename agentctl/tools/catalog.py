@@ -7,6 +7,7 @@ whether an agent reaches a server is known from its grants alone.
 """
 
 from agentctl.ops import grants
+from agentctl.text import cut
 from agentctl.tools import mcp, programs
 
 MAX_NAME = 64       # the providers' limit on a tool's name
@@ -60,7 +61,7 @@ class Usable:
         where the tool is lost to a clash or a long name)."""
         name = f"{server}__{tool}"
         if len(name) > MAX_NAME:
-            self.warnings.append(f"MCP tool {name[:40]}...: longer than {MAX_NAME} "
+            self.warnings.append(f"MCP tool {cut(name, 40)}: longer than {MAX_NAME} "
                                  "characters: skipped")
         elif not self.allowance.permits(name, server):
             return None

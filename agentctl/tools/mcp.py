@@ -21,6 +21,7 @@ import re
 import shutil
 
 from agentctl import jsonin, paths
+from agentctl.text import cut
 
 TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http",
               "streamablehttp": "http", "sse": "sse"}
@@ -170,7 +171,7 @@ def servers(warnings):
                 raise ValueError("a name is 1 to 64 letters, digits, _ or - (no __)")
             entries[name] = Entry(name, spec, _check(name, spec))
         except ValueError as e:
-            warnings.append(f"MCP server {name[:64]!r} ({path}): {e}: skipped")
+            warnings.append(f"MCP server {cut(name, 64)!r} ({path}): {e}: skipped")
     return entries
 
 
