@@ -15,7 +15,7 @@ from agentctl.errors import NotFound, UsageError
 from agentctl.ops import authority, mail
 from agentctl.store import mailbox, registry
 from agentctl.store.db import INTEGER_MAX, transaction, wait_for_commit
-from agentctl.text import cut
+from agentctl.text import cut, first_line
 
 
 @program("agent-mail")
@@ -123,7 +123,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 def _item(row):
     item = dict(row)
     item["from_label"] = registry.named(row["sender_id"], row["sender_name"])
-    item["subject"] = mail.first_line(row["body"])
+    item["subject"] = first_line(row["body"])
     item["age"] = int(clock.now() - row["created_at"])
     return item
 
