@@ -284,7 +284,10 @@ def test_mcp_tools_from_a_real_server(mcp_config, tmp_path, conn):
     w = fork("-n", "w", "--allow", "notes__*", "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
-    assert "longer than 64 characters: skipped" in result.err
+    rule = "a tool's name is 1 to 64 letters, digits, _ or -: skipped"
+    assert f"'notes__a_tool_whose_name_is_far_too_long_for_any_provider_to_take_it': {rule}" \
+        in result.err                                   # too long once prefixed
+    assert f"'notes__dotted.name': {rule}" in result.err
     added, who, broken = results(conn, "w")
     assert added == "42"
     assert who == f"agent={w} cwd={os.getcwd()} key=False"

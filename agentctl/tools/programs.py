@@ -6,12 +6,11 @@ runs is calls.py.
 """
 
 import os
-import re
 
 from agentctl import jsonin, paths
+from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
 from agentctl.tools.calls import command, environment
 
-NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DESCRIBE_TIMEOUT = 10.0
 
 
@@ -42,9 +41,9 @@ def discover(warnings):
         for entry in entries:
             if entry.name.startswith(".") or entry.name in found or not _executable(entry):
                 continue
-            if not NAME.fullmatch(entry.name):
-                warnings.append(f"tool {entry.path!r} skipped: a tool's name is 1 to 64 "
-                                "letters, digits, _ or -")
+            if not TOOL_NAME.fullmatch(entry.name):
+                warnings.append(f"tool {entry.path!r} skipped: a tool's name is "
+                                f"{TOOL_NAME_RULE}")
                 continue
             described = cache.describe(entry.path, warnings)
             if described is not None:
