@@ -167,7 +167,7 @@ def test_bad_tool_calls_become_errors_the_model_sees(conn, tmp_path):
     results = [r[0] for r in conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' ORDER BY id")]
     assert results[0].startswith("error: unknown tool: nope")
     assert results[1].startswith("error: arguments are not valid JSON")
-    assert results[2] == "error: missing argument: body"
+    assert results[2] == "error: body is missing"
     assert results[3] == "error: init is not one of your descendants"
     assert results[4] == "error: seconds must be a number"
 
