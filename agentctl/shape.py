@@ -33,12 +33,17 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_schema(schema, where="schema"):
-    """UsageError unless `schema` is a schema of the subset (a JSON object)."""
+def check_schema(schema, where="schema", others=False):
+    """UsageError unless `schema` is a schema of the subset (a JSON object). With
+    `others`, a keyword outside the subset is let be (a program tool's parameters may
+    say more than agentctl checks: its program checks the rest), but one of the subset
+    must still be well formed, as problem() reads it."""
     if not isinstance(schema, dict):
         raise UsageError(f"{where}: a schema is a JSON object")
     for key, value in schema.items():
         if key not in KEYWORDS:
+            if others:
+                continue
             raise UsageError(f"{where}: keyword {key!r} is not one agentctl checks "
                              "(agentctl(7), RESULTS AS DATA)")
         if key == "type":
@@ -49,19 +54,19 @@ def check_schema(schema, where="schema"):
             if not isinstance(value, dict):
                 raise UsageError(f"{where}.properties: an object of schemas")
             for name, sub in value.items():
-                check_schema(sub, f"{where}.properties.{name}")
+                check_schema(sub, _in(f"{where}.properties", name), others)
         elif key == "required":
             if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
                 raise UsageError(f"{where}.required: a list of property names")
         elif key == "additionalProperties" and not isinstance(value, bool):
-            check_schema(value, f"{where}.additionalProperties")
+            check_schema(value, f"{where}.additionalProperties", others)
         elif key == "items":
-            check_schema(value, f"{where}.items")
+            check_schema(value, f"{where}.items", others)
         elif key == "anyOf":
             if not isinstance(value, list) or not value:
                 raise UsageError(f"{where}.anyOf: a list of schemas")
             for n, sub in enumerate(value):
-                check_schema(sub, f"{where}.anyOf.{n}")
+                check_schema(sub, f"{where}.anyOf.{n}", others)
         elif key == "enum" and not isinstance(value, list):
             raise UsageError(f"{where}.enum: a list of values")
         elif key in NUMBERS and not _number(value):

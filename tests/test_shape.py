@@ -81,3 +81,15 @@ def test_a_built_in_integer_is_one_the_database_holds():
 def test_a_schema_outside_the_subset_is_refused_when_given():
     with pytest.raises(UsageError, match="keyword 'oneOf' is not one agentctl checks"):
         shape.check_schema({"oneOf": [{}]})
+
+
+def test_a_program_tools_parameters_may_say_more_but_not_say_it_wrong():
+    """A keyword outside the subset is the program's to check; one of the subset must
+    be one problem() can read."""
+    more = {"type": "object", "$defs": {"x": {"type": "strange"}},
+            "properties": {"day": {"type": "string", "format": "date"}}}
+    assert shape.check_schema(more, "parameters", others=True) is more
+    with pytest.raises(UsageError, match=r"keyword '\$defs'"):
+        shape.check_schema(more)
+    with pytest.raises(UsageError, match=r"^parameters\.properties\.n\.minimum: a number$"):
+        shape.check_schema({"properties": {"n": {"minimum": "1"}}}, "parameters", others=True)
