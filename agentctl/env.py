@@ -7,6 +7,7 @@ import os
 
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
+from agentctl.text import cut
 
 
 LARGEST = 2 ** 63 - 1      # SQLite's largest INTEGER: no setting is beyond it
@@ -14,7 +15,7 @@ LARGEST = 2 ** 63 - 1      # SQLite's largest INTEGER: no setting is beyond it
 
 def shown(raw, width=40):
     """A value quoted in a message, cut: a setting may be thousands of characters."""
-    return repr(raw if len(raw) <= width else raw[:width] + "...")
+    return repr(cut(raw, width))
 
 
 def _raw(name):

@@ -1,4 +1,4 @@
-"""Agent ids and names (agentctl(7), IDENTITY)."""
+"""Agent ids and names (agentctl(7), IDENTITY); the names of tools."""
 
 import binascii
 import os
@@ -10,6 +10,13 @@ SHORT = 8                           # the characters of an id a table shows
 INIT_ID = "A" * ID_LENGTH          # the nil UUID, base64url: init's id
 NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}\Z")
 ROLES = ("agent", "task", "worker", "lead", "architect", "daemon")
+# A tool's name as the providers take it (OpenAI's and Anthropic's rule): a program
+# tool's, an MCP server's and the SERVER__TOOL its tools are offered under, and a name
+# sent back to an API.
+TOOL_NAME_CHARACTERS = "A-Za-z0-9_-"
+TOOL_NAME_LONGEST = 64
+TOOL_NAME = re.compile(f"[{TOOL_NAME_CHARACTERS}]{{1,{TOOL_NAME_LONGEST}}}")
+TOOL_NAME_RULE = f"1 to {TOOL_NAME_LONGEST} letters, digits, _ or -"
 
 
 def random_uuid():

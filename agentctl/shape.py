@@ -1,7 +1,8 @@
 """JSON Schema, the subset agentctl checks a reply against (agent-fork --schema;
 agentctl(7), RESULTS AS DATA): a schema is checked when it is given, and a value
-against it before it is stored. No third-party validator: this is imported only
-where a schema is used, and costs no start-up.
+against it before it is stored. The same checker (`problem`) checks a tool call's
+arguments against its tool's parameters. No third-party validator: this costs no
+start-up (json is imported only where a schema is read).
 
 The keywords: type (a name or a list of them: object, array, string, number,
 integer, boolean, null), properties, required, additionalProperties (true, false or
@@ -11,11 +12,13 @@ annotations title, description, default, examples, $schema, $id, which check
 nothing. Any other keyword is refused when the schema is given, so that a schema
 never promises what is not checked."""
 
+import math
 import os
 import re
 
 from agentctl import jsonin
 from agentctl.errors import UsageError
+from agentctl.text import cut, quoted
 
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 ANNOTATIONS = frozenset(("title", "description", "default", "examples", "$schema", "$id",
@@ -30,12 +33,17 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_schema(schema, where="schema"):
-    """UsageError unless `schema` is a schema of the subset (a JSON object)."""
+def check_schema(schema, where="schema", others=False):
+    """UsageError unless `schema` is a schema of the subset (a JSON object). With
+    `others`, a keyword outside the subset is let be (a program tool's parameters may
+    say more than agentctl checks: its program checks the rest), but one of the subset
+    must still be well formed, as problem() reads it."""
     if not isinstance(schema, dict):
         raise UsageError(f"{where}: a schema is a JSON object")
     for key, value in schema.items():
         if key not in KEYWORDS:
+            if others:
+                continue
             raise UsageError(f"{where}: keyword {key!r} is not one agentctl checks "
                              "(agentctl(7), RESULTS AS DATA)")
         if key == "type":
@@ -46,19 +54,19 @@ def check_schema(schema, where="schema"):
             if not isinstance(value, dict):
                 raise UsageError(f"{where}.properties: an object of schemas")
             for name, sub in value.items():
-                check_schema(sub, f"{where}.properties.{name}")
+                check_schema(sub, _in(f"{where}.properties", name), others)
         elif key == "required":
             if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
                 raise UsageError(f"{where}.required: a list of property names")
         elif key == "additionalProperties" and not isinstance(value, bool):
-            check_schema(value, f"{where}.additionalProperties")
+            check_schema(value, f"{where}.additionalProperties", others)
         elif key == "items":
-            check_schema(value, f"{where}.items")
+            check_schema(value, f"{where}.items", others)
         elif key == "anyOf":
             if not isinstance(value, list) or not value:
                 raise UsageError(f"{where}.anyOf: a list of schemas")
             for n, sub in enumerate(value):
-                check_schema(sub, f"{where}.anyOf.{n}")
+                check_schema(sub, f"{where}.anyOf.{n}", others)
         elif key == "enum" and not isinstance(value, list):
             raise UsageError(f"{where}.enum: a list of values")
         elif key in NUMBERS and not _number(value):
@@ -75,6 +83,8 @@ def check_schema(schema, where="schema"):
 
 
 def _type_of(value):
+    """The JSON type of a parsed value; None for NaN and the infinities, which JSON has
+    not (Python's parser takes them)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -82,6 +92,8 @@ def _type_of(value):
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
         return "integer" if value.is_integer() else "number"
     if isinstance(value, str):
         return "string"
@@ -95,37 +107,71 @@ def _same(a, b):
     return a == b
 
 
+NOUNS = {"object": "an object", "array": "an array", "string": "a string", "number": "a number",
+         "integer": "an integer", "boolean": "a boolean", "null": "null"}
+BOUNDS = (("minimum", "at least", lambda v, b: v < b), ("maximum", "at most", lambda v, b: v > b),
+          ("exclusiveMinimum", "more than", lambda v, b: v <= b),
+          ("exclusiveMaximum", "less than", lambda v, b: v >= b))
+PLAIN = re.compile(r"[\w-]{1,40}", re.ASCII)     # a property's name a path shows bare
+
+
+def _in(where, name):
+    """The place of property `name` in the value at `where`: where.name, or where["name"]
+    for a name that is not plain (cut, and quoted: a line break in it would end the
+    message's line)."""
+    if not PLAIN.fullmatch(name):
+        return f"{where}[{quoted(cut(name, 40))}]"
+    return f"{where}.{name}" if where else name
+
+
+def _count(n, what):
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _shown(value):
+    """A value of a schema (enum, const) as a message shows it: a string as it is."""
+    if isinstance(value, str):
+        return value
+    import json     # (here: only a misfit that names a value)
+    return json.dumps(value)
+
+
 def problem(value, schema, where="$"):
-    """What makes `value` not fit `schema` (one line naming where), or None."""
+    """What makes `value` not fit `schema` (one line naming where: "$.answer must be at
+    least 0"), or None. The one checker of the subset: a reply against --schema, a
+    tool call's arguments against its tool's parameters (with where "", so a line names
+    the argument alone: "seconds must be a number"). A keyword outside the subset checks
+    nothing: a program tool's schema may say more, which its program checks."""
     kind = _type_of(value)
+    subject = where or "the value"
     if "type" in schema:
         names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not (kind in names or (kind == "integer" and "number" in names)):
-            return f"{where}: {kind}, not {' or '.join(names)}"
+            return f"{subject} must be {' or '.join(NOUNS[n] for n in names)}"
+    if kind is None:
+        return f"{subject} must be a number"
     if "const" in schema and not _same(value, schema["const"]):
-        return f"{where}: must be {schema['const']!r}"
+        return f"{subject} must be {cut(_shown(schema['const']), 200)}"
     if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
-        return f"{where}: not one of the values allowed ({len(schema['enum'])})"
+        return f"{subject} must be one of {cut(', '.join(map(_shown, schema['enum'])), 200)}"
     if "anyOf" in schema and all(problem(value, s, where) for s in schema["anyOf"]):
-        return f"{where}: fits none of anyOf's schemas"
+        return f"{subject} must fit one of anyOf's schemas"
     if kind in ("integer", "number"):
-        for key, fails in (("minimum", lambda v, b: v < b), ("maximum", lambda v, b: v > b),
-                           ("exclusiveMinimum", lambda v, b: v <= b),
-                           ("exclusiveMaximum", lambda v, b: v >= b)):
+        for key, words, fails in BOUNDS:
             if key in schema and fails(value, schema[key]):
-                return f"{where}: {value} is beyond {key} {schema[key]}"
+                return f"{subject} must be {words} {schema[key]}"
     elif kind == "string":
         if len(value) < schema.get("minLength", 0):
-            return f"{where}: shorter than {schema['minLength']} characters"
+            return f"{subject} must be at least {_count(schema['minLength'], 'character')} long"
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            return f"{where}: longer than {schema['maxLength']} characters"
+            return f"{subject} must be at most {_count(schema['maxLength'], 'character')} long"
         if "pattern" in schema and not re.search(schema["pattern"], value):
-            return f"{where}: does not match {schema['pattern']!r}"
+            return f"{subject} must match {cut(repr(schema['pattern']), 100)}"
     elif kind == "array":
         if len(value) < schema.get("minItems", 0):
-            return f"{where}: fewer than {schema['minItems']} items"
+            return f"{subject} must have at least {_count(schema['minItems'], 'item')}"
         if "maxItems" in schema and len(value) > schema["maxItems"]:
-            return f"{where}: more than {schema['maxItems']} items"
+            return f"{subject} must have at most {_count(schema['maxItems'], 'item')}"
         for n, item in enumerate(value):
             found = "items" in schema and problem(item, schema["items"], f"{where}[{n}]")
             if found:
@@ -139,15 +185,15 @@ def _object_problem(value, schema, where):
     properties = schema.get("properties", {})
     for name in schema.get("required", ()):
         if name not in value:
-            return f"{where}: {name!r} is missing"
+            return f"{_in(where, name)} is missing"
     extra = schema.get("additionalProperties", True)
     for name, item in value.items():
         if name in properties:
-            found = problem(item, properties[name], f"{where}.{name}")
+            found = problem(item, properties[name], _in(where, name))
         elif extra is False:
-            found = f"{where}: {name!r} is not a property of the schema"
+            found = f"{_in(where, name)} is not in the schema"
         else:
-            found = extra is not True and problem(item, extra, f"{where}.{name}")
+            found = extra is not True and problem(item, extra, _in(where, name))
         if found:
             return found
     return None

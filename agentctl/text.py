@@ -36,14 +36,26 @@ def valid_json(value):
     return value
 
 
-def first_line(text, width):
-    """The first line of `text` for a table cell: at most `width` characters, cut
-    at a space (a word cut in two reads as another word) and ended with "...";
-    a single word longer than the cell is cut where the cell ends."""
-    line = (text or "").strip().split("\n", 1)[0].rstrip()
-    if len(line) <= width:
-        return line
-    cut = line[:width - 3]
-    if " " in cut:
-        cut = cut[:cut.rindex(" ")]
-    return cut.rstrip(" ,;:") + "..."
+CELL = 60       # the characters of a text in a table's cell (a subject, a result)
+
+
+def cut(text, width):
+    """`text` shown in at most `width` (4 or more) characters: whole when it fits,
+    else cut and ended with "...". The cut is made at a space when one is in the
+    second half of what is kept (a word cut in two reads as another word), else
+    where the room ends. Every text agentctl shortens for a reader is cut here."""
+    if len(text) <= width:
+        return text
+    kept = text[:width - 3]
+    space = kept.rfind(" ")
+    if space > len(kept) // 2:
+        kept = kept[:space]
+    return kept.rstrip(" ,;:") + "..."
+
+
+def first_line(text, width=CELL):
+    """The first line of `text` (None is empty), cut to `width` characters: a table
+    cell, a subject, one line of a message. A line ends at any line break Python
+    knows (\\r, U+2028 ...), so what is returned is one line."""
+    lines = (text or "").strip().splitlines()
+    return cut(lines[0].rstrip() if lines else "", width)

@@ -45,6 +45,11 @@ def long_name() -> str:
     return "never offered"
 
 
+@server.tool(name="dotted.name", description="A name the providers refuse.")
+def dotted_name() -> str:
+    return "never offered"
+
+
 @server.tool(description="A picture: a 1x1 PNG.")
 def picture() -> list:
     from mcp.types import ImageContent, TextContent

@@ -58,7 +58,7 @@ def test_a_reply_that_never_fits_fails_the_turn_after_bounded_tries(conn, tmp_pa
     fork("-p", "lead", "-n", "a", "-m", script(tmp_path, {"reply": {"content": '{"answer": -1}'}}),
          "--schema", json.dumps(SCHEMA), "how many?")
     result = agent("run", "a")
-    assert result.code == 69 and "$.answer: -1 is beyond minimum 0" in result.err
+    assert result.code == 69 and "$.answer must be at least 0" in result.err
     a = registry.resolve(conn, "a")
     assert a["held_at"] is not None
     notices = conn.execute("SELECT count(*) FROM messages WHERE content LIKE '[SCHEMA]%'")

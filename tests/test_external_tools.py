@@ -76,6 +76,47 @@ def test_the_tool_convention(toolpath, tmp_path, conn, monkeypatch):
     assert len(chatty) < 70000 and chatty.endswith("\n[output cut at 65536 bytes]")
 
 
+def test_a_program_tools_arguments_are_checked_against_its_parameters(toolpath, tmp_path,
+                                                                       conn):
+    """As a built-in tool's: a call that doesn't fit is an error the model sees, and the
+    program does not run (it would have written ran.txt); a keyword outside agentctl's
+    subset (format, $defs) is the program's to check."""
+    make_tool(toolpath, "count", "cat >> ran.txt; echo ran", describe=json.dumps({
+        "description": "Count.", "parameters": {
+            "type": "object", "required": ["n"], "additionalProperties": False,
+            "properties": {"n": {"type": "integer", "minimum": 1},
+                           "day": {"type": "string", "format": "date"}},
+            "$defs": {"unused": {"type": "strange"}}}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, [("count", {"n": "five"}), ("count", {}), ("count", {"n": 0}),
+                              ("count", {"n": 5, "extra": 1}), ("count", "[5]"),
+                              ("count", {"n": 5, "day": "not a date"})])
+    fork("-n", "w", "--allow", "count", "--cwd", str(work), "-m", model, "go")
+    result = agent("run", "w")
+    assert result.code == 0, result.err
+    assert results(conn, "w") == [
+        "error: n must be an integer", "error: n is missing", "error: n must be at least 1",
+        "error: extra is not in the schema", "error: arguments must be a JSON object",
+        "ran\n"]
+    assert (work / "ran.txt").read_text() == '{"n": 5, "day": "not a date"}'
+    assert conn.execute("SELECT count(*) FROM tool_runs").fetchone()[0] == 1
+
+
+def test_a_program_tool_whose_parameters_agentctl_cant_read_is_skipped(toolpath):
+    make_tool(toolpath, "typo", "echo no", describe=json.dumps({
+        "description": "A typo.", "parameters": {
+            "type": "object", "properties": {"n": {"type": "int"}}}}))
+    make_tool(toolpath, "good", "echo ok")
+    fork("-n", "w", "--allow", "*")
+    listed = agent("run", "--list-tools", "--format", "json", "w")
+    assert listed.code == 0, listed.err
+    names = [t["name"] for t in json.loads(listed.out)]
+    assert "good" in names and "typo" not in names
+    assert "tool typo: parameters.properties.n.type: one of object, array, string, number, " \
+        "integer, boolean, null, or a list of them: skipped" in listed.err
+
+
 def test_descriptions_are_cached_and_bad_tools_skipped_with_a_warning(toolpath, tmp_path,
                                                                       monkeypatch):
     counter = tmp_path / "described"
@@ -284,7 +325,10 @@ def test_mcp_tools_from_a_real_server(mcp_config, tmp_path, conn):
     w = fork("-n", "w", "--allow", "notes__*", "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
-    assert "longer than 64 characters: skipped" in result.err
+    rule = "a tool's name is 1 to 64 letters, digits, _ or -: skipped"
+    assert f"'notes__a_tool_whose_name_is_far_too_long_for_any_provider_to_take_it': {rule}" \
+        in result.err                                   # too long once prefixed
+    assert f"'notes__dotted.name': {rule}" in result.err
     added, who, broken = results(conn, "w")
     assert added == "42"
     assert who == f"agent={w} cwd={os.getcwd()} key=False"
@@ -424,7 +468,7 @@ def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn,
     timed_out, background, bad = results(conn, "w")
     assert timed_out == "before\n\n[timed out after 1 s: the shell was killed]\n"
     assert background == "\n[stderr]\noops\n\n[exit status 4]\n"
-    assert bad == "error: exit status 1: command must be text"
+    assert bad == "error: command must be a string"     # checked: the tool never ran
     wait_until(lambda: not running(mark), "what the command left to be killed")
 
 

@@ -115,7 +115,7 @@ def test_numbers_that_are_not_finite_or_out_of_range(conn, tmp_path):
                                           "ORDER BY id")]
     assert results == ["error: timeout must be a number", "error: seconds must be a number",
                        "error: that time is out of range (the year must be before 10000)",
-                       "error: seconds out of range", "error: give seconds or until, not both",
+                       "error: seconds must be at least 0", "error: give seconds or until, not both",
                        "error: give seconds or until"]
     assert registry.resolve(conn, "a")["wake_at"] is None
 

@@ -27,6 +27,15 @@ def test_send_prints_ids_and_mail_lists_unread(conn):
     assert [line.split()[1] for line in lines[1:]] == ["-", "-", "-"]
 
 
+def test_a_long_subject_is_cut_between_words(conn):
+    fork("-n", "box")
+    agent("send", "box", "please review " + "the change " * 10)
+    subject = "please review the change the change the change the..."
+    assert agent("mail", "box").lines[1].endswith(f" {subject}")
+    listed = json.loads(agent("mail", "box", "--format", "json", "-o", "subject").out)
+    assert listed == [{"subject": subject}]
+
+
 def test_send_to_several_and_from(conn, monkeypatch):
     a, b = fork("-n", "a"), fork("-n", "b")
     assert agent("send", "--from", "a", "b", "init", "hi").out == "1\n2\n"

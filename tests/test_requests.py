@@ -103,6 +103,21 @@ def test_an_approval_runs_the_call_after_approve_and_not_after_deny(files, conn)
     assert results(conn, "a") == ["wrote 7 bytes to out.txt"]
 
 
+def test_a_call_that_does_not_fit_its_tool_is_put_to_no_one(tmp_path, conn):
+    """Its arguments are checked before anyone is asked: an approval would only run a
+    call that fails."""
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, {"match": "^write", "steps": [
+        {"content": "", "tool_calls": [{"name": "write_file", "arguments": {"path": 5}}]},
+        {"content": "gave up"}]})
+    fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+         "-m", model, "write")
+    assert agent("run", "a").out == "gave up\n"
+    assert results(conn, "a") == ["error: content is missing"]
+    assert pending_ids() == [] and status(conn, "a") == "S"
+
+
 def test_the_parent_is_told_by_mail_and_answers_with_the_answer_tool(tmp_path, conn):
     lead_model = script(tmp_path, {"match": "INBOX", "steps": [
         {"content": "", "tool_calls": [{"name": "answer", "arguments": {"request": "REQ",

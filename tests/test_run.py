@@ -167,7 +167,7 @@ def test_bad_tool_calls_become_errors_the_model_sees(conn, tmp_path):
     results = [r[0] for r in conn.execute("SELECT content FROM messages WHERE kind = 'tool_result' ORDER BY id")]
     assert results[0].startswith("error: unknown tool: nope")
     assert results[1].startswith("error: arguments are not valid JSON")
-    assert results[2] == "error: missing argument: body"
+    assert results[2] == "error: body is missing"
     assert results[3] == "error: init is not one of your descendants"
     assert results[4] == "error: seconds must be a number"
 
@@ -607,7 +607,7 @@ def test_a_bad_context_window_setting_is_refused_before_the_turn_opens(conn, mon
     fork("-n", "a", "-m", "echo", "hello")
     monkeypatch.setenv("AGENTCTL_CONTEXT_WINDOW", value)
     result = agent("run", "a")
-    shown = repr(value if len(value) <= 40 else value[:40] + "...")
+    shown = repr(value if len(value) <= 40 else value[:37] + "...")     # 40 in all
     assert result == Result(2, "", "agent-run: AGENTCTL_CONTEXT_WINDOW must be a whole number "
                                    f">= 1, not {shown}\n"), result
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0

@@ -119,7 +119,7 @@ SAMPLES = {
     "inbox": (voice.INBOX, [(DEFERRED, "the operator"), (MAIL, "b (AAAA)")], T),
     "exit_notice": ("b", "AAAA", 0, None, "done"),
     "failure_notice": ("b", "AAAA", voice.NOT_RESTARTED, "model API error: 400"),
-    "misfit": ("$: 'answer' is missing",),
+    "misfit": ("$.answer is missing",),
     "restarting": (30.0, 1, 5, 3600.0),
     "restarts_used_up": (5, 3600.0, "model API error: 400"),
     "idle_exit": (600.0,),

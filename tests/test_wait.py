@@ -32,6 +32,16 @@ def test_collects_a_zombie_and_prints_its_result(conn, home):
                         (w,)).fetchone()[0] == 1
 
 
+def test_a_long_result_is_cut_between_words_in_the_table_only(home):
+    result = "please review " + "the change " * 10 + "\nsecond line"
+    for name in ("w1", "w2"):
+        fork("-n", name)
+        finish(home, name, result=result)
+    table = agent("wait", "w1")
+    assert table.lines[1].endswith(" please review the change the change the change the...")
+    assert json.loads(agent("wait", "w2", "--format", "json").out)[0]["result"] == result
+
+
 def test_exit_status_killed_or_failed_is_3(home):
     fork("-n", "a")
     fork("-n", "b")

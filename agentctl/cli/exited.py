@@ -2,7 +2,8 @@
 columns, and the listing."""
 
 from agentctl.cli.output import Column, pick, render
-from agentctl.ops import ending, lifecycle, mail
+from agentctl.ops import ending, lifecycle
+from agentctl.text import first_line
 
 
 def _status(r):
@@ -15,7 +16,7 @@ COLUMNS = [
     Column("status", "STATUS", human=_status, machine=lambda r: r["how"]),
     Column("exit_code", "CODE"),
     Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
-    Column("result", "RESULT", human=lambda r: mail.first_line(r["result"] or "") or "-"),
+    Column("result", "RESULT", human=lambda r: first_line(r["result"]) or "-"),
     # the result of an agent with a schema as the JSON value itself (agent-fork --schema)
     Column("value", "VALUE", machine=lambda r: ending.value(r, r["result"])),
 ]

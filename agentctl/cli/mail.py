@@ -15,6 +15,7 @@ from agentctl.errors import NotFound, UsageError
 from agentctl.ops import authority, mail
 from agentctl.store import mailbox, registry
 from agentctl.store.db import INTEGER_MAX, transaction, wait_for_commit
+from agentctl.text import cut, first_line
 
 
 @program("agent-mail")
@@ -45,7 +46,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
         raise UsageError("mail ids go with -r")
     beyond = [w for w in words if len(w.lstrip("0")) > len(str(INTEGER_MAX))]
     if beyond:      # no mail has such an id (and int() refuses a few thousand digits)
-        raise NotFound(f"no such mail: {beyond[0] if len(beyond[0]) <= 40 else beyond[0][:40] + '...'}")
+        raise NotFound(f"no such mail: {cut(beyond[0], 40)}")
     ids = [int(w) for w in words]
     if deferred and (read or wait is not None or everything):
         raise UsageError("--deferred doesn't go with -r, -a or --wait: it is not mail yet")
@@ -122,7 +123,7 @@ def cli(db_path, check, read, peek, everything, sender, wait, deferred, fmt, col
 def _item(row):
     item = dict(row)
     item["from_label"] = registry.named(row["sender_id"], row["sender_name"])
-    item["subject"] = mail.first_line(row["body"])
+    item["subject"] = first_line(row["body"])
     item["age"] = int(clock.now() - row["created_at"])
     return item
 

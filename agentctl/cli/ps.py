@@ -12,6 +12,7 @@ from agentctl.ids import ROLES, short
 from agentctl.ops import proctable
 from agentctl.settings import Budget
 from agentctl.store import proctable as stored, registry
+from agentctl.text import first_line
 
 
 @program("agent-ps")
@@ -179,7 +180,7 @@ COLUMNS = [
     Column("held", "HELD", human=lambda r: "held" if r["held_at"] is not None else "-",
            machine=lambda r: iso(r["held_at"])),
     Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
-           human=lambda r: (r["last_failure"] or "-").split("\n", 1)[0][:60]),
+           human=lambda r: first_line(r["last_failure"]) or "-"),
     *(_setting(s.name) for s in settings.SETTINGS if s.header and s.name not in _PLACED),
     Column("endpoint", "ENDPOINT"),
     Column("provider", "PROVIDER", human=lambda r: _provider(r["provider"]),

@@ -17,6 +17,7 @@ from agentctl.ops import asks, authority, deadlines, signals, top, why
 from agentctl.ops.proctable import stat_text
 from agentctl.store import asks as asks_store, events, registry
 from agentctl.store.db import transaction
+from agentctl.text import cut
 from agentctl.turn import context
 
 LOG_LAST = 500          # the events the log key shows, newest last
@@ -164,7 +165,7 @@ class Top:
 
 
 def _line(ident, name, name_width, stat, role, mail, when, used, spent, doing):
-    return (f"{ident:<8} {name[:name_width]:<{name_width}} {stat:<4} {role[:7]:<7} "
+    return (f"{ident:<8} {cut(name, name_width):<{name_width}} {stat:<4} {cut(role, 7):<7} "
             f"{mail:>4} {when:>4} {used:>11} {spent:>17} {doing}")
 
 

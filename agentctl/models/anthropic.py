@@ -10,6 +10,7 @@ import os
 import re
 
 from .. import env, jsonin
+from ..ids import TOOL_NAME, TOOL_NAME_CHARACTERS, TOOL_NAME_LONGEST
 from ..errors import AgentctlError, UsageError
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
@@ -18,9 +19,10 @@ from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_j
 API_VERSION = "2023-06-01"
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
                 "max_tokens": "length", "refusal": "content_filter"}
-# What the API takes as a tool_use id (and, here, as a tool name in the conversation).
-ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+# What the API takes as a tool_use id: here, what it takes as a tool name (its own rule
+# for an id is the same characters, of any length).
+ID = TOOL_NAME
+UNSAFE = re.compile(f"[^{TOOL_NAME_CHARACTERS}]")
 # Error types that a stream may report after a 200 and that are worth another try.
 TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 # Prompt caching: at most 4 breakpoints a request; $AGENTCTL_CACHE_TTL, how long what
@@ -217,8 +219,8 @@ def tool_use_block(call):
         arguments = {}
     # So is a name the API refuses (a model may call a tool that isn't, by any name).
     name = function.get("name") or ""
-    if not ID.fullmatch(name):
-        name = UNSAFE.sub("_", name)[:64] or "unnamed"
+    if not TOOL_NAME.fullmatch(name):
+        name = UNSAFE.sub("_", name)[:TOOL_NAME_LONGEST] or "unnamed"
     return {"type": "tool_use", "id": call.get("id") or "", "name": name, "input": arguments}
 
 

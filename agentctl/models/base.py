@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .. import jsonin
 from ..errors import UNAVAILABLE, AgentctlError
 from ..keys import redact
-from ..text import valid
+from ..text import first_line, valid
 
 
 class ModelError(AgentctlError):
@@ -226,9 +226,7 @@ def with_tool_ids(messages, keeps, stem=lambda call_id: call_id or "call"):
 def said(text, limit=200):
     """A server's words, made fit for a one-line message: keys redacted first (a key cut in two
     would no longer be found), then the first line, at most `limit` characters."""
-    lines = redact(str(text or "")).strip().splitlines()
-    line = lines[0].strip() if lines else ""
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return first_line(redact(str(text or "")), limit)
 
 
 # A reply's JSON may hold any value anywhere (a number where an object should be): the parsers

@@ -9,6 +9,7 @@ import re
 from .. import jsonin
 from ..errors import TempFail, UsageError
 from ..keys import redact
+from ..text import cut
 from .base import Model, ModelError, Reply, ToolCall, default_stop, make_usage
 
 RULE_KEYS = {"match", "reply", "steps", "comment"}
@@ -49,7 +50,7 @@ class ScriptedModel(Model):
                 spec = rule.steps[min(step, len(rule.steps) - 1)]
                 return self._reply(spec, rule, step, messages, on_text)
         # Keys redacted before the cut, as in every error text (a key cut in two stays unfound).
-        raise ModelError(f"scripted: no rule matches {redact(subject)[:60]!r} (step {step}) "
+        raise ModelError(f"scripted: no rule matches {cut(redact(subject), 60)!r} (step {step}) "
                          f"in {self.path}")
 
     def _reply(self, spec, rule, step, messages, on_text):

@@ -14,6 +14,7 @@ let go: the next `agent-run --all` tries it again."""
 from agentctl import settings
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
+from agentctl.text import cut
 from agentctl.ops import authority, budget, confinement, lifecycle, supervise
 from agentctl.store import events, registry
 
@@ -81,5 +82,4 @@ def _may_widen(conn, setting, agent, actor, above, old, new, tool_names):
 
 
 def _shown(setting, value):
-    text = setting.text(value)
-    return text if len(text) <= EVENT_TEXT else text[:EVENT_TEXT] + "..."
+    return cut(setting.text(value), EVENT_TEXT)

@@ -117,7 +117,3 @@ def take_into_turn(conn, agent_id, turn_id, heading):
     turnlog.add(conn, turn_id, mail_read=len(mails))
     return len(mails)
 
-
-def first_line(body, width=60):
-    line = body.strip().split("\n", 1)[0]
-    return line if len(line) <= width else line[:width - 1] + "…"

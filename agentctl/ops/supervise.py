@@ -31,6 +31,7 @@ from agentctl import clock, settings, voice
 from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, mail, turns
 from agentctl.store import events, registry
+from agentctl.text import cut
 
 RESTARTS_EXHAUSTED = 76
 
@@ -74,7 +75,7 @@ def release(conn, agent, actor=None, why="set"):
 
 
 def _short(text):
-    return text if len(text) <= 200 else text[:200] + "..."
+    return cut(text, 200)
 
 
 def restart(conn, agent, why, first=False):

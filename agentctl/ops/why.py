@@ -9,6 +9,7 @@ from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, turns
 from agentctl.ops.lease import effective_status, held
 from agentctl.store import accounts, asks, history, mailbox, registry, turnlog
+from agentctl.text import first_line
 
 
 def kernel(conn, agent, now):
@@ -137,4 +138,4 @@ def pending(conn, agent, now):
 
 
 def _line(text):
-    return (text or "no error recorded").split("\n", 1)[0][:200]
+    return first_line(text or "no error recorded", 200)

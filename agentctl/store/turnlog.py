@@ -3,6 +3,7 @@ How a turn starts, ends and is voided is ops/turns.py's."""
 
 from agentctl import clock, money
 from agentctl.store import events
+from agentctl.text import cut
 
 COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read", "cache_read_tokens",
                     "cache_write_tokens"))
@@ -61,7 +62,7 @@ def finish(conn, turn_id, status="done", error=None):
                   cache_write_tokens=turn["cache_write_tokens"] or None,
                   cost=money.dollars(turn["cost"]), unpriced=turn["unpriced"] or None,
                   seconds=round(now - turn["started_at"], 3),
-                  error=error if error is None or len(error) <= 200 else error[:200] + "...")
+                  error=error if error is None else cut(error, 200))
 
 
 def unanswered(conn, turn_id):

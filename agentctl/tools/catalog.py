@@ -6,10 +6,10 @@ warning. No MCP server is started here: a server's tools are named SERVER__TOOL,
 whether an agent reaches a server is known from its grants alone.
 """
 
+from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
 from agentctl.ops import grants
+from agentctl.text import cut
 from agentctl.tools import mcp, programs
-
-MAX_NAME = 64       # the providers' limit on a tool's name
 
 
 class Catalog:
@@ -57,11 +57,11 @@ class Usable:
 
     def mcp_name(self, server, tool):
         """The name an MCP server's tool is offered under, or None (with a warning
-        where the tool is lost to a clash or a long name)."""
+        where the tool is lost to a clash or a name the providers refuse)."""
         name = f"{server}__{tool}"
-        if len(name) > MAX_NAME:
-            self.warnings.append(f"MCP tool {name[:40]}...: longer than {MAX_NAME} "
-                                 "characters: skipped")
+        if not TOOL_NAME.fullmatch(name):
+            self.warnings.append(f"MCP tool {cut(name, 80)!r}: a tool's name is "
+                                 f"{TOOL_NAME_RULE}: skipped")
         elif not self.allowance.permits(name, server):
             return None
         elif name in self.taken or name in self.programs:

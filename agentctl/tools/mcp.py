@@ -21,6 +21,8 @@ import re
 import shutil
 
 from agentctl import jsonin, paths
+from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
+from agentctl.text import cut
 
 TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http",
               "streamablehttp": "http", "sse": "sse"}
@@ -166,11 +168,11 @@ def servers(warnings):
     entries = {}
     for name, spec in found.items():
         try:
-            if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or "__" in name:
-                raise ValueError("a name is 1 to 64 letters, digits, _ or - (no __)")
+            if not TOOL_NAME.fullmatch(name) or "__" in name:
+                raise ValueError(f"a name is {TOOL_NAME_RULE} (no __)")
             entries[name] = Entry(name, spec, _check(name, spec))
         except ValueError as e:
-            warnings.append(f"MCP server {name[:64]!r} ({path}): {e}: skipped")
+            warnings.append(f"MCP server {cut(name, 64)!r} ({path}): {e}: skipped")
     return entries
 
 

@@ -16,6 +16,7 @@ ends with the last lines of its standard error, which is kept whole in a file
 import os
 
 from agentctl import keys, paths, voice
+from agentctl.text import cut
 from agentctl.tools import mcp
 from agentctl.tools.calls import POLL, ToolFailed
 from agentctl.tools.sandbox import Unavailable
@@ -365,7 +366,7 @@ def _reason(error, entry):
             asks = getattr(leaf.response, "headers", {}).get("www-authenticate", "")
             return ("it asks for an OAuth login, which agentctl does not do: give it a "
                     'token in "headers" ("Authorization": "Bearer ${TOKEN}")'
-                    + (f" ({asks[:80]})" if asks else ""))
+                    + (f" ({cut(asks, 80)})" if asks else ""))
         if status is not None:
             return f"HTTP {status} from {entry.spec.get('url')}"
         if name in ("ConnectError", "ConnectTimeout", "ConnectionRefusedError"):
@@ -386,4 +387,4 @@ def _tail(log):
             lines = [line.rstrip() for line in f.read()[-8192:].splitlines() if line.strip()]
     except OSError:
         return []
-    return [line[:200] for line in lines[-STDERR_LINES:]]
+    return [cut(line, 200) for line in lines[-STDERR_LINES:]]

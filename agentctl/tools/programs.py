@@ -1,17 +1,20 @@
 """Tools from programs (agentctl(7), TOOLS): an executable on the tool path is a tool.
 
 `PROG --describe` prints {"description", "parameters" (JSON Schema)[, "timeout",
-"confined" (ignored now: every call runs in the sandbox)]}; descriptions are cached by the file's path, size and mtime. How a call
-runs is calls.py.
+"confined" (ignored now: every call runs in the sandbox)]}; descriptions are cached by
+the file's path, size and mtime. The parameters are what a call's arguments are checked
+against (shape.py's subset, its keywords well formed; others are the program's to
+check), so a tool whose parameters agentctl can't read is skipped. How a call runs is
+calls.py.
 """
 
 import os
-import re
 
-from agentctl import jsonin, paths
+from agentctl import jsonin, paths, shape
+from agentctl.errors import UsageError
+from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
 from agentctl.tools.calls import command, environment
 
-NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DESCRIBE_TIMEOUT = 10.0
 
 
@@ -42,13 +45,19 @@ def discover(warnings):
         for entry in entries:
             if entry.name.startswith(".") or entry.name in found or not _executable(entry):
                 continue
-            if not NAME.fullmatch(entry.name):
-                warnings.append(f"tool {entry.path!r} skipped: a tool's name is 1 to 64 "
-                                "letters, digits, _ or -")
+            if not TOOL_NAME.fullmatch(entry.name):
+                warnings.append(f"tool {entry.path!r} skipped: a tool's name is "
+                                f"{TOOL_NAME_RULE}")
                 continue
             described = cache.describe(entry.path, warnings)
-            if described is not None:
-                found[entry.name] = Program(entry.name, entry.path, described)
+            if described is None:
+                continue
+            try:        # (here, not in the cache: a schema an older version took)
+                shape.check_schema(described["parameters"], "parameters", others=True)
+            except UsageError as e:
+                warnings.append(f"tool {entry.name}: {e}: skipped")
+                continue
+            found[entry.name] = Program(entry.name, entry.path, described)
     cache.save()
     return found
 

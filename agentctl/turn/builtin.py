@@ -4,13 +4,16 @@ same library functions (agentctl(7), TOOLS).
 An agent may signal, wait on and list only its own descendants, read only
 its own mailbox, and see only the documents visible to it (docs.py). A bad
 call (unknown tool, arguments that are not JSON or don't fit the schema, a
-refused operation) becomes an error result the model sees, never a crash. Each call's effect and its result are written in
-one transaction, so a crash leaves either both or neither.
+refused operation) becomes an error result the model sees, never a crash.
+The arguments of every call, an external tool's too, are read and checked by
+`arguments` (against the tool's schema by shape.problem). Each call's effect
+and its result are written in one transaction, so a crash leaves either both
+or neither.
 """
 
 import time
 
-from agentctl import clock, jsonin, keys, settings, voice
+from agentctl import clock, jsonin, keys, settings, shape, voice
 from agentctl.errors import AgentctlError
 from agentctl.ops import asks, authority, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
@@ -90,15 +93,22 @@ class ToolError(Exception):
     pass
 
 
-INF = float("inf")
-_TYPES = {"string": str, "boolean": bool, "number": (int, float), "integer": int,
-          "array": list}
+def _stored(schema):
+    """`schema` with what the database holds of an integer (SQLite's INTEGER) as the bounds
+    of each integer argument that gives none: checked, not shown to the model."""
+    widest = {"minimum": -INTEGER_MAX, "maximum": INTEGER_MAX}
+    return dict(schema, properties={
+        key: widest | rule if rule.get("type") == "integer" else rule
+        for key, rule in schema["properties"].items()})
 
 
-def validate(name, raw):
-    """Parse and check a call's arguments against its schema."""
-    if name not in SPECS:
-        raise ToolError(voice.unknown_tool(name, SPECS))
+CHECKED = {name: _stored(parameters) for name, (_, parameters) in SPECS.items()}
+
+
+def arguments(raw, schema=None):
+    """A tool call's arguments, the JSON text the model wrote (nothing is {}): an object,
+    checked against `schema` (its tool's parameters, in shape's subset) when one is
+    given; else ToolError, saying what is wrong as the model reads it."""
     try:
         args = valid_json(jsonin.loads(raw, what="arguments", max_bytes=jsonin.ARGUMENTS_BYTES)) \
             if raw and raw.strip() else {}
@@ -106,31 +116,23 @@ def validate(name, raw):
         raise ToolError(str(e))
     except ValueError as e:
         raise ToolError(voice.not_json(getattr(e, "reason", e)))
-    schema = SPECS[name][1]
     if not isinstance(args, dict):
         raise ToolError(voice.NOT_AN_OBJECT)
-    for key in schema["required"]:
-        if key not in args:
-            raise ToolError(f"missing argument: {key}")
-    for key, value in args.items():
-        rule = schema["properties"].get(key)
-        if rule is None:
-            raise ToolError(f"unknown argument: {key}")
-        kind = _TYPES[rule["type"]]
-        if not isinstance(value, kind) or (rule["type"] in ("number", "integer") and (
-                isinstance(value, bool) or value != value or value in (INF, -INF))):
-            article = "an" if rule["type"][0] in "aeiou" else "a"
-            raise ToolError(f"{key} must be {article} {rule['type']}")     # JSON's NaN is none
-        if "enum" in rule and value not in rule["enum"]:
-            raise ToolError(f"{key} must be one of {', '.join(rule['enum'])}")
-        if rule["type"] == "integer" and abs(value) > INTEGER_MAX:
-            raise ToolError(f"{key} out of range")
-        if "minimum" in rule and value < rule["minimum"] or \
-                "maximum" in rule and value > rule["maximum"]:
-            raise ToolError(f"{key} out of range")
-        if rule["type"] == "array" and not all(isinstance(v, str) for v in value):
-            raise ToolError(f"{key} must be a list of strings")
+    wrong = schema is not None and shape.problem(args, schema, "")
+    if wrong:
+        raise ToolError(wrong)
     return args
+
+
+def validate(name, raw):
+    """Parse and check a built-in call's arguments against its schema; an integer as
+    one (JSON's 2.0 is the integer 2)."""
+    if name not in SPECS:
+        raise ToolError(voice.unknown_tool(name, SPECS))
+    args = arguments(raw, CHECKED[name])
+    properties = CHECKED[name]["properties"]
+    return {key: int(value) if properties[key].get("type") == "integer" else value
+            for key, value in args.items()}
 
 
 def execute(conn, agent_id, turn_id, call):

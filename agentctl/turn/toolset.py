@@ -11,7 +11,7 @@ gives the model "interrupted, outcome unknown" instead of running it again.
 import os
 import time
 
-from agentctl import jsonin, voice
+from agentctl import voice
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
@@ -148,7 +148,7 @@ class Toolset:
             if row is None:
                 row = self._ask(conn, agent_id, turn_id, call)
                 if row is None:
-                    return None         # a bad question: an error result, recorded
+                    return None         # a bad call: an error result, recorded
             if row["decision"] is None:
                 raise Paused(row["id"])
             text = asks.result(row)
@@ -166,18 +166,28 @@ class Toolset:
             return tools.execute(conn, agent_id, turn_id, call)
         return self._external(conn, agent_id, turn_id, call)
 
+    def arguments(self, call):
+        """A call's arguments, checked against its tool's parameters (a built-in tool's,
+        a program's; an MCP server checks its own tools'): ToolError, the error the model
+        sees, when they don't fit."""
+        name = call["tool_name"]
+        if name in self.builtin:
+            return tools.validate(name, call["content"])
+        program = self.programs.get(name)
+        return tools.arguments(call["content"], program and program.parameters)
+
     def _ask(self, conn, agent_id, turn_id, call):
         """Open the call's request; ask at the terminal when agent-run may (then it is
-        decided at once). None when the question itself is bad (a tool error)."""
+        decided at once). None when the call itself is bad (a tool error): a question
+        that is none, or arguments that don't fit, are put to no one."""
         name = call["tool_name"]
-        question = None
-        if name == "ask":
-            try:
-                question = tools.validate("ask", call["content"])["question"]
-            except tools.ToolError as e:
-                tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
-                                   time.monotonic())
-                return None
+        try:
+            arguments = self.arguments(call)
+        except tools.ToolError as e:
+            tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
+                               time.monotonic())
+            return None
+        question = arguments["question"] if name == "ask" else None
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             agent = registry.get(conn, agent_id)
@@ -208,14 +218,11 @@ class Toolset:
                 tools.record_result(conn, agent_id, turn_id, call, voice.INTERRUPTED, started,
                                     "error")
             return voice.INTERRUPTED
-        try:
-            arguments = jsonin.loads(call["content"] or "{}")
-        except jsonin.JSONError as e:
-            return tools.record_error(conn, agent_id, turn_id, call,
-                                      voice.tool_error(voice.not_json(e)), started)
-        if not isinstance(arguments, dict):
-            return tools.record_error(conn, agent_id, turn_id, call,
-                                      voice.tool_error(voice.NOT_AN_OBJECT), started)
+        try:        # arguments that don't fit: an error the model sees, and nothing runs
+            arguments = self.arguments(call)
+        except tools.ToolError as e:
+            return tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
+                                      started)
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],

@@ -22,6 +22,7 @@ import sys
 from agentctl import __version__, keys, voice
 from agentctl.ops import lease
 from agentctl.store import registry
+from agentctl.text import first_line
 from agentctl.turn.toolset import Paused
 from agentctl.turn.watch import Watcher
 
@@ -206,7 +207,7 @@ class Tracer(Watcher):
             span.set_attribute("agentctl.tool.outcome", "error")
             span.set_attribute("error.type", "tool_error")
             span.set_status(self.trace.Status(self.trace.StatusCode.ERROR,
-                                              keys.redact(text).splitlines()[0][:200]))
+                                              first_line(keys.redact(text), 200)))
         else:
             span.set_attribute("agentctl.tool.outcome", "ok")
             if self.capture and text is not None:
@@ -262,10 +263,9 @@ class Tracer(Watcher):
     def _failed(self, span, error):
         kind = "killed" if isinstance(error, (lease.KillPending, lease.KilledMidTurn)) \
             else type(error).__name__
-        said = keys.redact(str(error)).strip().splitlines()
+        said = first_line(keys.redact(str(error)), 200)
         span.set_attribute("error.type", kind)
-        span.set_status(self.trace.Status(self.trace.StatusCode.ERROR,
-                                          said[0][:200] if said else kind))
+        span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, said or kind))
 
 
 def _exporter(name):
