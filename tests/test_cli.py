@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import (BIN, PATIENCE, PROGRAMS, ROOT, agent, asleep_at_database, shell,
+from .conftest import (BIN, PATIENCE, PROGRAMS, ROOT, agent, asleep_at_database, fork, shell,
                        started, wait_until)
 
 
@@ -57,6 +57,34 @@ def test_unknown_option_is_one_line_and_exit_2(program):
     assert result.err.startswith(f"agent-{program}: No such option '--no-such-option'")
     assert result.err.endswith(f" (see agent-{program} --help)\n")
     assert result.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("program, words, said", [
+    ("set", ["-m", "echo", "a"], "no such option: -m: use model=VALUE (agent-set takes "
+                                  "KEY=VALUE)"),
+    ("set", ["--allow=read_*", "a"], "no such option: --allow: use allow=VALUE"),
+    ("set", ["--no-net", "a"], "no such option: --no-net: use net=VALUE"),
+    ("kill", ["-9", "a"], "no such option: -9: use -s KILL"),
+    ("kill", ["-KILL", "a"], "no such option: -KILL: use -s KILL"),
+    ("kill", ["-SIGSTOP", "a"], "no such option: -SIGSTOP: use -s STOP"),
+])
+def test_another_programs_spelling_gets_a_hint(program, words, said):
+    """agent-fork's options given to agent-set, kill(1)'s -9 given to agent-kill: the
+    one line says what to type instead (exit 2, nothing done)."""
+    result = agent(program, *words)
+    assert (result.code, result.err.count("\n")) == (2, 1), result
+    assert result.err.startswith(f"agent-{program}: {said}"), result
+    other = agent(program, "-Z", "a")       # no hint for what is no one's spelling
+    assert other.code == 2 and other.err.endswith(f" (see agent-{program} --help)\n")
+
+
+def test_agent_sets_errors_name_its_own_words(tmp_path):
+    fork("-n", "a", "--cwd", tmp_path)
+    bad = agent("set", "a", "allow=read_*,x;y")
+    assert (bad.code, bad.err) == (2, "agent-set: allow='x;y': a pattern is a glob over "
+                                      "tool names (letters, digits, _ -, and * ? [ ])\n")
+    forked = agent("fork", "--allow", "x;y")
+    assert forked.err.startswith("agent-fork: --allow 'x;y': a pattern is a glob")
 
 
 @pytest.mark.parametrize("program", PROGRAMS)

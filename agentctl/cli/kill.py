@@ -12,7 +12,15 @@ from agentctl.store import registry
 from agentctl.store.db import transaction
 
 
-@program("agent-kill")
+def _hint(word):
+    """kill(1)'s -9 or -KILL: agent-kill's -s."""
+    try:
+        return f"use -s {signals.parse(word.lstrip('-'))}"
+    except UsageError:
+        return None
+
+
+@program("agent-kill", hint=_hint)
 @click.option("-s", "--signal", "sig", default="TERM", metavar="SIG", show_default=True,
               shell_complete=complete_words(signals.NAMES),
               help="TERM, KILL, STOP, CONT or HUP (also SIGTERM, 15, ...).")

@@ -29,17 +29,33 @@ def _ours(cls):
     return Command
 
 
-def program(name, cls=click.Command, **kwargs):
-    """A click command with -h/--help, --version and --db."""
+def program(name, cls=click.Command, hint=None, **kwargs):
+    """A click command with -h/--help, --version and --db. `hint(word)`: what to type
+    instead of an option the program doesn't have (another program's spelling), or
+    None."""
     def decorate(fn):
         fn = click.option("--db", "db_path", metavar="PATH",
                           help="The database: a file, or a postgresql:// URL (default "
                                "$AGENTCTL_DB, else $XDG_DATA_HOME/agentctl/agents.db).")(fn)
         fn = click.version_option(__version__, "--version", prog_name=name,
                                   message="%(prog)s (agentctl) %(version)s")(fn)
-        return click.command(name, cls=_ours(cls), context_settings=CONTEXT,
-                             **kwargs)(fn)
+        command = click.command(name, cls=_ours(cls), context_settings=CONTEXT,
+                                **kwargs)(fn)
+        command.hint = hint
+        return command
     return decorate
+
+
+def _hint(command, error, argv):
+    """The error of an unknown option with what the program's hint says of the word it
+    came from (-KILL, not click's -K), or None."""
+    hint = getattr(command, "hint", None)
+    if not isinstance(error, click.NoSuchOption) or hint is None:
+        return None
+    word = next((w for w in argv if w.startswith(error.option_name)), error.option_name)
+    word = word.partition("=")[0]
+    said = hint(word)
+    return said and f"no such option: {word}: {said}"
 
 
 _opened = []     # the database this program opened, for run() to check when a bug shows
@@ -96,7 +112,8 @@ def run(command, argv=None):
         return e.exit_code
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx else name     # a subcommand's own help
-        warn(name, f"{e.format_message().rstrip('.')} (see {where} --help)")
+        warn(name, _hint(command, e, argv) or
+             f"{e.format_message().rstrip('.')} (see {where} --help)")
         return USAGE
     except AgentctlError as e:
         warn(name, str(e))

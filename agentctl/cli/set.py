@@ -18,7 +18,15 @@ def complete_settings(ctx, param, incomplete):
             if not s.fixed and s.name.startswith(incomplete)]
 
 
-@program("agent-set")
+def _hint(word):
+    """agent-fork's option for a setting: agent-set's KEY=VALUE for it."""
+    for setting in settings.SETTINGS:
+        if word in "/".join(setting.spellings).split("/") and not setting.fixed:
+            return f"use {setting.name}=VALUE (agent-set takes KEY=VALUE)"
+    return None
+
+
+@program("agent-set", hint=_hint)
 @click.option("-o", "--model-option", "options", multiple=True, metavar="KEY=VALUE",
               help="Set one model option, keeping the others (KEY= removes it); repeatable.")
 @click.argument("agent", shell_complete=complete_agents)

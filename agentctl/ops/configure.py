@@ -41,7 +41,8 @@ def change(conn, agent, actor, values, tool_names=None):
             confinement.visible(actor, setting,
                                 value if isinstance(value, list) else [value])
         new[name] = confinement.checked(
-            setting, confinement.stored(setting, value, agent[name]), option=False)
+            setting, confinement.stored(setting, value, agent[name], option=False),
+            option=False)
     if "options" in new or "model" in new:
         model = new.get("model", agent["model"])
         new["options"] = lifecycle.check_options(new.get("options", agent["options"]), model)

@@ -48,17 +48,19 @@ def spelled(setting, text, option):
     return f"{setting.name}={text}"
 
 
-def stored(setting, value, old=None):
+def stored(setting, value, old=None, option=True):
     """A value given (settings.Setting.given or .parse) as the agents column holds it:
     paths resolved, lists one a line, a flag 1 or None; limits given are put on top of
     the `old` ones, as a fork puts them on its parent's. Patterns are checked here
-    (ops.grants.check)."""
+    (ops.grants.check); `option`: an error names the value as agent-fork's option
+    (else as agent-set's KEY=VALUE)."""
     if setting.kind == "dir" and value is not None:
         return settings.resolved(value)
     if setting.kind == "paths" and isinstance(value, (list, tuple)):
         value = [settings.resolved(p) for p in value]
     if setting.kind == "patterns" and isinstance(value, (list, tuple)):
-        return grants.check(list(value), setting.flag)     # globs over tool names
+        return grants.check(list(value), lambda p: spelled(setting, repr(p), option),
+                            deadlines=setting.narrows == settings.SUPERSET)
     if setting.kind in settings.LISTS and isinstance(value, (list, tuple)):
         return settings.listing(value)
     if setting.kind == "flag":

@@ -26,16 +26,16 @@ BUILT_IN = frozenset({"answer", "ask", "check_mail", "doc_get", "doc_ls", "doc_p
                       "exit", "fork", "kill", "ps", "read_mail", "send", "sleep", "wait"})
 
 
-def check(patterns, option):
-    """Patterns as given (--allow, --ask), checked; None when none was given. An --ask
-    pattern may end in :DURATION, the deadline of its requests (tool names have no
-    colon)."""
+def check(patterns, named, deadlines=False):
+    """Patterns as given (--allow, --ask), checked, as stored; None when none was given.
+    With `deadlines` (--ask) a pattern may end in :DURATION, the deadline of its
+    requests (tool names have no colon). `named(pattern)`: how an error names it."""
     if not patterns:
         return None
     for p in patterns:
-        glob, _, seconds = p.partition(":") if option == "--ask" else (p, "", "")
+        glob, _, seconds = p.partition(":") if deadlines else (p, "", "")
         if not PATTERN.fullmatch(glob):
-            raise UsageError(f"{option} {p!r}: a pattern is a glob over tool names "
+            raise UsageError(f"{named(p)}: a pattern is a glob over tool names "
                              "(letters, digits, _ -, and * ? [ ])")
         if seconds:
             parse_duration(seconds)         # a usage error when it is none
