@@ -141,6 +141,9 @@ def test_the_documented_crontab_line_runs_in_a_fresh_home(tmp_path):
 
 @pytest.mark.sqlite_only
 def test_a_mistyped_db_is_a_usage_error_and_readers_make_no_database(tmp_path, monkeypatch):
+    """A database named (--db, $AGENTCTL_DB) that does not exist is a typo: exit 2 and a
+    line, for every program (agent-run --all too, whose cron would otherwise keep
+    quiet); no reader makes one. The default one missing: nothing forked yet."""
     typo = tmp_path / "nosuch" / "agents.db"
     result = agent("fork", "--db", typo, "-m", "echo", "hi")
     assert result.code == 2 and "no such directory" in result.err
@@ -150,10 +153,17 @@ def test_a_mistyped_db_is_a_usage_error_and_readers_make_no_database(tmp_path, m
                           ("why", ("a",)), ("wait", ("a",)), ("answer", ()), ("set", ("a", "model=echo")),
                           ("run", ("a",)), ("kill", ("a",)), ("send", ("a", "hi"))]:
         result = agent(program, "--db", missing, *args)
-        assert result.code == 1, (program, result.err)
+        assert result.code == 2, (program, result.err)
         assert result.err == f"agent-{program}: {missing}: no database (nothing was forked " \
                              "there; agent-fork makes it)\n"
         assert not missing.exists(), program
+    monkeypatch.setenv("AGENTCTL_DB", str(missing))    # named there: the same typo
+    for words in (["ps"], ["run", "--all"], ["doc", "ls"], ["top"]):
+        result = agent(*words)
+        assert (result.code, result.err) == (2, f"agent-{words[0]}: {missing}: no database "
+                                                "(nothing was forked there; agent-fork "
+                                                "makes it)\n"), words
+        assert not missing.exists(), words
     monkeypatch.delenv("AGENTCTL_DB")       # the default location: made, folders too
     fork("-m", "echo", "hi")
     assert (tmp_path / "xdg" / "agentctl" / "agents.db").exists()

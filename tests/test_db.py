@@ -53,7 +53,7 @@ def test_db_flag_wins(tmp_path, home):
     if str(home).startswith("postgresql://"):   # a database that exists, its tables made
         assert agent("ps", "-q").lines == ["AAAAAAAAAAAAAAAAAAAAAA"]
     else:                                       # no file: a reader makes none
-        assert agent("ps", "-q").code == 1 and not home.exists()
+        assert agent("ps", "-q").code == 2 and not home.exists()     # (named: a typo)
 
 
 @pytest.mark.sqlite_only
@@ -149,14 +149,14 @@ def test_a_database_of_schema_5_gets_each_agents_depth(tmp_path):
 
 def test_directory_that_cant_be_made(tmp_path, monkeypatch):
     """Only the default location's directories are made: an explicit --db in a directory
-    that does not exist is a typo (2; a reader: no database, 1)."""
+    that does not exist is a typo (2, a reader's too: no database)."""
     blocker = tmp_path / "file"
     blocker.write_text("")
     result = agent("fork", "--db", blocker / "sub" / "agents.db")
     assert (result.code, result.err) == (2, f"agent-fork: {blocker}/sub/agents.db: no such "
                                             f"directory: {blocker}/sub (only the default "
                                             "database's directories are made)\n")
-    assert agent("ps", "--db", blocker / "sub" / "agents.db").code == 1
+    assert agent("ps", "--db", blocker / "sub" / "agents.db").code == 2
     monkeypatch.delenv("AGENTCTL_DB")
     monkeypatch.setenv("XDG_DATA_HOME", str(blocker / "sub"))
     result = agent("fork")

@@ -208,6 +208,7 @@ def test_a_name_created_again_hides_its_earlier_generation(tree, monkeypatch):
 
 
 def test_an_unknown_agent_id_is_exit_1(monkeypatch):
+    fork("-n", "someone")
     monkeypatch.setenv("AGENT_ID", "ghost")
     result = agent("doc", "ls")
     assert (result.code, result.err) == (1, "agent-doc: AGENT_ID=ghost: no such agent\n")

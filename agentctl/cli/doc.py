@@ -31,9 +31,10 @@ def complete_docs(ctx, param, incomplete):
         return []
 
 
-def _open(db_path):
-    """The connection and the actor's id (None: the operator)."""
-    conn = connect(db_path)
+def _open(db_path, create=False):
+    """The connection and the actor's id (None: the operator); a database is made
+    only to write (`create`: put), never to read one."""
+    conn = connect(db_path, create)
     me = actor(conn)
     return conn, me["id"] if me else None
 
@@ -55,7 +56,7 @@ def put(ctx, visibility, if_version, name, text):
     body = read_body(text)
     if body is None:
         raise UsageError("missing TEXT (give it, or - to read it from stdin)")
-    conn, me = _open(ctx.obj)
+    conn, me = _open(ctx.obj, create=True)
     with transaction(conn):
         version = docs.put(conn, me, name, body, visibility=visibility, if_version=if_version)
     click.echo(version)
@@ -68,6 +69,7 @@ def put(ctx, visibility, if_version, name, text):
 @click.pass_context
 def get(ctx, version, name):
     """Print the document NAME (a newline is added if it lacks a final one)."""
+    docs.check_name(name)       # (a bad name is a usage error, database or not)
     conn, me = _open(ctx.obj)
     body = docs.get(conn, me, name, version)["body"]
     sys.stdout.write(for_terminal(body if body.endswith("\n") else body + "\n"))

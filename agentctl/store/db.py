@@ -115,18 +115,20 @@ def _create_private(path):
 
 def connect(path=None, create=True):
     """Open (creating and migrating when needed) the database at `path`. A SQLite file
-    that does not exist is made only when `create` (a program that only reads makes
-    none: NotFound), and only in a directory that exists, but for the default
-    location, whose directories are made (a mistyped --db is a usage error, not a
-    new empty database)."""
+    that does not exist is made only when `create`, and only in a directory that
+    exists, but for the default location, whose directories are made (a mistyped --db
+    is a usage error, not a new empty database). A program that only reads makes none:
+    the default one missing is NotFound (nothing forked yet), one named (--db,
+    $AGENTCTL_DB) a usage error (a typo, which cron would keep quiet)."""
     path = resolve_path(path)
     busy_seconds()      # a bad $AGENTCTL_BUSY_TIMEOUT: a usage error before anything else
     if is_url(path):
         return _connect_postgresql(path)
     if path != ":memory:" and not os.path.exists(path):
         if not create:
-            raise NotFound(f"{path}: no database (nothing was forked there; agent-fork "
-                           "makes it)")
+            missing = NotFound if path == paths.default_database() else UsageError
+            raise missing(f"{path}: no database (nothing was forked there; agent-fork "
+                          "makes it)")
         directory = os.path.dirname(path)
         if not os.path.isdir(directory) and path != paths.default_database():
             raise UsageError(f"{path}: no such directory: {directory} (only the default "
