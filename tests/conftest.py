@@ -2,6 +2,7 @@
 a real one, and nothing reaches the network."""
 
 import io
+import json
 import os
 from contextlib import contextmanager
 import signal
@@ -277,6 +278,33 @@ def fork(*args, stdin=b""):
     result = agent("fork", *args, stdin=stdin)
     assert result.code == 0, result.err
     return result.out.strip()
+
+
+def script(tmp_path, *rules, name="script.jsonl"):
+    """The offline model scripted:FILE (agent-run(1)) that follows `rules`, written one a
+    line to tmp_path/name: a dict as JSON, a str as it is (a comment, a blank line, a
+    broken rule). Returns the model's spec, "scripted:" and the file's path."""
+    path = tmp_path / name
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+def calling(calls):
+    """A rule of two steps: every (name, arguments) of `calls` called at once, then "done"
+    said."""
+    return {"steps": [{"content": "", "tool_calls": [{"name": n, "arguments": a}
+                                                     for n, a in calls]},
+                      {"content": "done"}]}
+
+
+def tool_results(conn, ref):
+    """What the tool calls of agent `ref` (a name or an id) answered, in order: the results
+    its conversation holds (none voided)."""
+    from agentctl.store import registry
+    agent_id = registry.resolve(conn, ref)["id"]
+    return [r[0] for r in conn.execute(
+        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' AND void = 0 "
+        "ORDER BY id", (agent_id,))]
 
 
 # -- waiting for a state, never for a time ----------------------------------------------------

@@ -5,14 +5,8 @@ import json
 
 import pytest
 
-from .conftest import agent, fork
+from .conftest import agent, fork, script
 from agentctl.ops import lifecycle
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "script.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 def reply(content, tokens, *calls):

@@ -11,9 +11,8 @@ from agentctl.store import registry
 from agentctl.models import offline
 from agentctl.models.base import estimate_tokens, message_chars
 
-from .conftest import agent
+from .conftest import agent, script
 from .fakeapi import fakeapi  # noqa: F401
-from .test_run import script
 
 ANSWER = "An answer that is long enough to fill the context quickly. " * 7      # ~100 tokens
 SUMMARY = "Summary: the operator asked numbered questions; I answered each one."

@@ -9,8 +9,7 @@ import pytest
 
 from agentctl.models import offline
 
-from .conftest import agent
-from .test_run import script
+from .conftest import agent, script
 
 SUMMARY = "SUMMARY"
 HIDDEN = ("clear", "event")

@@ -8,14 +8,8 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import agent, fork, shell
+from .conftest import agent, fork, script, shell
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
-
-
-def script(tmp_path, *rules, name="script.jsonl"):
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 def row(conn, ref):
@@ -65,14 +59,12 @@ def test_a_turn_failed_after_a_step_resumes_where_it_failed(conn, tmp_path):
     """Its completed step is kept and not done again; an explicit run resumes the turn,
     a task too (held, not exited)."""
     steps = [{"tool_calls": [{"name": "ps", "arguments": {}}]}, {"fail": "error"}]
-    model = tmp_path / "m.jsonl"
-    model.write_text(json.dumps({"steps": steps}) + "\n")
     fork("-n", "boss")
-    fork("-p", "boss", "-n", "t", "-r", "task", "-m", f"scripted:{model}", "go")
+    fork("-p", "boss", "-n", "t", "-r", "task", "-m", script(tmp_path, {"steps": steps}), "go")
     assert agent("run", "t").code == 69
     assert row(conn, "t")["status"] == "S" and row(conn, "t")["held_at"] is not None
     assert agent("wait", "--timeout", "0", "t").code == 1          # held, not exited
-    model.write_text(json.dumps({"steps": [steps[0], {"content": "listed"}]}) + "\n")
+    script(tmp_path, {"steps": [steps[0], {"content": "listed"}]})    # the model's file, mended
     assert agent("run", "t").out == "listed\n"
     assert row(conn, "t")["status"] == "Z"
     assert conn.execute("SELECT count(*) FROM messages WHERE kind = 'tool_call'").fetchone()[0] == 1

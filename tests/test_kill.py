@@ -9,9 +9,10 @@ from agentctl.store import registry
 from agentctl.ops import lease
 from agentctl.ids import INIT_ID
 
-from .conftest import PATIENCE, Result, agent, asleep_at_database, fork, started, wait_until
+from .conftest import (PATIENCE, Result, agent, asleep_at_database, fork, script, started,
+                       wait_until)
 from .fakeapi import fakeapi  # noqa: F401
-from .test_run import kinds, script
+from .test_run import kinds
 
 
 def status(conn, ref):
@@ -211,15 +212,14 @@ def test_a_hup_waiting_for_a_turn_refused_before_any_step_follows_the_next_turn(
         conn, tmp_path):
     """A turn refused at its first call is voided, its prompt pending again (an
     agent restarted on failure): the clear waits for the turn that takes it."""
-    rules = tmp_path / "m.jsonl"
-    rules.write_text('{"match": "^go$", "steps": [{"fail": "tempfail"}]}\n')
-    fork("-n", "a", "--restart", "on-failure", "-m", f"scripted:{rules}", "go")
+    model = script(tmp_path, '{"match": "^go$", "steps": [{"fail": "tempfail"}]}')
+    fork("-n", "a", "--restart", "on-failure", "-m", model, "go")
     assert agent("run", "a").code == 75
     assert agent("kill", "-s", "HUP", "a").code == 0
-    rules.write_text('{"match": "^go$", "steps": [{"fail": "error"}]}\n')
+    script(tmp_path, '{"match": "^go$", "steps": [{"fail": "error"}]}')
     assert agent("run", "a").code == 69
     assert user_texts("a") == ["go"] and "clear" not in kinds(conn, "a")
-    rules.write_text('{"match": "^go$", "reply": {"content": "done"}}\n')
+    script(tmp_path, '{"match": "^go$", "reply": {"content": "done"}}')
     assert agent("run", "a").out == "done\n"
     assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
 
@@ -351,13 +351,11 @@ def test_no_tool_call_starts_after_the_kill_and_a_blocking_wait_is_cut_short(con
     """A step with a wait (up to 60 s, for a child that never exits) then a send and
     a fork: a KILL during the wait ends it at once, and neither the send nor the
     fork happens."""
-    rules = tmp_path / "rules.jsonl"
-    rules.write_text(json.dumps({"steps": [{"tool_calls": [
+    lead = fork("-n", "lead", "-m", script(tmp_path, {"steps": [{"tool_calls": [
         {"id": "w", "name": "wait", "arguments": {"timeout": 60}},
         {"id": "s", "name": "send", "arguments": {"to": "lead", "body": "after"}},
         {"id": "f", "name": "fork", "arguments": {"name": "late"}}]},
-        {"content": "never"}]}) + "\n")
-    lead = fork("-n", "lead", "-m", f"scripted:{rules}", "go")
+        {"content": "never"}]}), "go")
     fork("-p", "lead", "-n", "kid")
     run = started("agent-run", "lead")
     in_tool_call(conn, lead, "wait")

@@ -10,18 +10,12 @@ import time
 
 from agentctl.store import registry
 
-from .conftest import PATIENCE, agent, clock_slack, fork, started, wait_until
+from .conftest import PATIENCE, agent, clock_slack, fork, script, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401
 
 
 def row(conn, ref):
     return registry.resolve(conn, ref)
-
-
-def rules(tmp_path, *steps, name="rules.jsonl"):
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in steps))
-    return f"scripted:{path}"
 
 
 FAILING = {"steps": [{"fail": "error"}]}
@@ -164,7 +158,7 @@ def test_a_daemon_is_restarted_then_gives_up_and_its_parent_hears_twice(
     monkeypatch.setenv("AGENTCTL_BACKOFF", "0")
     fork("-n", "lead")
     fork("-p", "lead", "-n", "d", "-r", "daemon", "--max-restarts", "2",
-         "-m", rules(tmp_path, FAILING), "work")
+         "-m", script(tmp_path, FAILING), "work")
     for n in (1, 2):
         assert agent("run", "d").code == 69
         d = row(conn, "d")
@@ -185,7 +179,7 @@ def test_a_restart_backs_off_longer_each_time_and_resets_after_a_success(
         conn, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTCTL_BACKOFF", "10,25")
     steps = [{"match": "^fail", "steps": [{"fail": "error"}]}, {"steps": [{"content": "ok"}]}]
-    fork("-n", "d", "-r", "daemon", "-m", rules(tmp_path, *steps), "fail")
+    fork("-n", "d", "-r", "daemon", "-m", script(tmp_path, *steps), "fail")
     for wait in (10, 20, 25):
         before = time.time()
         agent("run", "d")
@@ -204,7 +198,7 @@ def test_a_restart_backs_off_longer_each_time_and_resets_after_a_success(
 def test_never_holds_the_failed_input_and_tells_the_parent(conn, tmp_path):
     fork("-n", "lead")
     agent("kill", "-s", "STOP", "lead")                         # its mail would run it
-    fork("-p", "lead", "-n", "w", "-r", "worker", "-m", rules(tmp_path, FAILING), "work")
+    fork("-p", "lead", "-n", "w", "-r", "worker", "-m", script(tmp_path, FAILING), "work")
     assert agent("run", "w").code == 69
     w = row(conn, "w")
     assert (w["status"], w["restarts"], w["retry_at"]) == ("S", 0, None)
@@ -223,7 +217,7 @@ def test_always_restarts_an_exit_and_term_never_restarts(conn, tmp_path):
     exit_call = {"steps": [{"tool_calls": [{"id": "x", "name": "exit",
                                             "arguments": {"result": "done"}}]}]}
     fork("-n", "lead")
-    fork("-p", "lead", "-n", "d", "-r", "daemon", "-m", rules(tmp_path, exit_call), "go")
+    fork("-p", "lead", "-n", "d", "-r", "daemon", "-m", script(tmp_path, exit_call), "go")
     assert agent("run", "d").code == 0
     d = row(conn, "d")
     assert (d["status"], d["restarts"]) == ("S", 1)
@@ -238,7 +232,7 @@ def test_a_restart_survives_kill_9_at_every_commit(conn, tmp_path, monkeypatch, 
     pending once, the parent has one failure mail."""
     from .test_crash import crashed_run
     monkeypatch.setenv("AGENTCTL_BACKOFF", "0")
-    model = rules(tmp_path, FAILING)
+    model = script(tmp_path, FAILING)
     for point in ("before", "after"):
         for at in range(1, 8):
             for name in ("lead", "d"):
@@ -302,7 +296,7 @@ def test_an_agent_that_forks_in_every_step_is_stopped_by_the_limits(conn, tmp_pa
                                           "arguments": {"prompt": "fork again"}}]}] * 4
                + [{"content": "tired"}]}
     monkeypatch.setenv("AGENTCTL_MAX_DEPTH", "4")
-    fork("-n", "root", "--max-children", "2", "-m", rules(tmp_path, forking), "go")
+    fork("-n", "root", "--max-children", "2", "-m", script(tmp_path, forking), "go")
     rounds = 0
     while agent("run", "--all", "-j", "2").code == 0:
         rounds += 1
@@ -317,7 +311,7 @@ def test_an_agent_that_forks_in_every_step_is_stopped_by_the_limits(conn, tmp_pa
 
 
 def test_a_bad_backoff_setting_is_a_usage_error_before_the_turn(conn, tmp_path, monkeypatch):
-    fork("-n", "d", "-r", "daemon", "-m", rules(tmp_path, FAILING), "work")
+    fork("-n", "d", "-r", "daemon", "-m", script(tmp_path, FAILING), "work")
     for value in ("soon", "1s,2s,3s", "inf"):
         monkeypatch.setenv("AGENTCTL_BACKOFF", value)
         result = agent("run", "d")

@@ -14,8 +14,8 @@ from agentctl.ops import lease
 from agentctl.store import registry
 from agentctl.store.db import connect
 
-from .conftest import (PATIENCE, ROOT, Result, agent, clock_passes, fork, shell, started,
-                       stored, wait_until)
+from .conftest import (PATIENCE, ROOT, Result, agent, clock_passes, fork, script, shell,
+                       started, stored, wait_until)
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -54,12 +54,6 @@ def deliver(ref, body):
     with transaction(conn):
         mail.deliver(conn, None, registry.resolve(conn, ref), body)
     conn.close()
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "script.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 def unread(conn, ref):

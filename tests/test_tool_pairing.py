@@ -8,8 +8,7 @@ import pytest
 
 from agentctl.models import offline
 
-from .conftest import agent, fork
-from .test_run import script
+from .conftest import agent, fork, script
 
 FORKING = {"match": "^go$", "steps": [
     {"content": "f", "tool_calls": [{"name": "fork",
