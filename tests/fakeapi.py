@@ -592,3 +592,15 @@ def ask(spec, stream=False, messages=HELLO, tools=()):
 def assert_no_secret(exc):
     text = f"{exc} {exc!r}"
     assert OPENAI_KEY not in text and ANTHROPIC_KEY not in text
+
+
+def slow_turn(fakeapi, monkeypatch, name, prompt="think"):
+    """agent-run of a new agent `name` on the fake API, returned once its model call is in
+    flight: a call the fake API answers after 60 s, that agent-run waits 120 s for."""
+    from .conftest import fork, started, wait_until
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
+    fakeapi.reply("too late", delay=60)
+    fork("-n", name, "-m", "openai:gpt-test", prompt)
+    run = started("agent-run", name)
+    wait_until(lambda: fakeapi.requests, "the model call")
+    return run

@@ -11,7 +11,7 @@ from agentctl.ids import INIT_ID
 
 from .conftest import (PATIENCE, Result, agent, asleep_at_database, fork, script, started,
                        wait_until)
-from .fakeapi import fakeapi  # noqa: F401
+from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
 from .test_run import kinds
 
 
@@ -326,11 +326,7 @@ def test_kill_ends_a_run_blocked_on_a_slow_model_call_within_a_second(conn, fake
     """The model server takes 60 s to answer: agent-run learns of the KILL through
     the database while it waits on the network, and exits at once (within a second
     on a quiet machine); the turn is voided, its input pending again."""
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "slow", "-m", "openai:gpt-test", "think hard")
-    run = started("agent-run", "slow")
-    wait_until(lambda: fakeapi.requests, "the model call")
+    run = slow_turn(fakeapi, monkeypatch, "slow", "think hard")
     killed = time.monotonic()
     assert agent("kill", "-s", "KILL", "slow").code == 0
     out, err = run.communicate(timeout=PATIENCE)

@@ -10,8 +10,8 @@ import time
 
 from agentctl.store import registry
 
-from .conftest import PATIENCE, agent, clock_slack, fork, script, started, wait_until
-from .fakeapi import fakeapi  # noqa: F401
+from .conftest import PATIENCE, agent, clock_slack, fork, script, wait_until
+from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
 
 
 def row(conn, ref):
@@ -27,20 +27,12 @@ def mails(conn, to, kind):
         (row(conn, to)["id"], kind))]
 
 
-def in_flight(fakeapi):
-    wait_until(lambda: fakeapi.requests, "the model call")
-
-
 # -- stop, gracefully then surely ---------------------------------------------------------
 
 def test_grace_ends_a_turn_that_outlives_it_with_kill(conn, fakeapi, monkeypatch):
     """TERM lets a turn finish; one still running when the grace ends is killed by
     its own agent-run."""
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "slow", "-m", "openai:gpt-test", "think")
-    run = started("agent-run", "slow")
-    in_flight(fakeapi)
+    run = slow_turn(fakeapi, monkeypatch, "slow")
     sent = time.monotonic()
     assert agent("kill", "--grace", "1", "slow").code == 0
     assert row(conn, "slow")["status"] == "R"             # TERM waits for the turn
@@ -56,11 +48,7 @@ def test_a_grace_period_survives_kill_9_of_the_run_and_the_next_writer_kills(
     """agent-run dies (kill -9) during the grace period: agent-ps shows the agent
     killed once the grace has ended, without writing; agent-run --all, the next
     writer, carries the KILL out."""
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "slow", "-m", "openai:gpt-test", "think")
-    run = started("agent-run", "slow")
-    in_flight(fakeapi)
+    run = slow_turn(fakeapi, monkeypatch, "slow")
     assert agent("kill", "--grace", "0.5", "slow").code == 0
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
@@ -79,11 +67,7 @@ def test_kill_wait_says_how_each_exited_and_times_out(conn, fakeapi, monkeypatch
     result = agent("kill", "--wait", "5", "idle")
     assert result.code == 0
     assert result.lines[1].split()[1:] == ["idle", "killed", "TERM"]
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "busy", "-m", "openai:gpt-test", "think")
-    run = started("agent-run", "busy")
-    in_flight(fakeapi)
+    run = slow_turn(fakeapi, monkeypatch, "busy")
     result = agent("kill", "--wait", "0.3", "busy")        # TERM: the turn goes on
     assert result.code == 1 and result.out == ""
     assert result.err == "agent-kill: busy: still running after 0.3 s\n"
