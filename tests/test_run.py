@@ -36,6 +36,15 @@ def once_requested(fakeapi, action, count=1, hold=None):
     return thread
 
 
+def while_calling(fakeapi, action, final):
+    """Queue a reply that calls the ps tool, held in flight until `action` has run, then the
+    reply `final`: returns the thread that runs `action` (see once_requested)."""
+    hold = threading.Event()
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
+    fakeapi.reply(final)
+    return once_requested(fakeapi, action, hold=hold)
+
+
 def signal(ref, sig):
     from agentctl.store import db
     from agentctl.ops import signals
@@ -177,10 +186,7 @@ def test_a_thousand_tool_calls_in_one_message(conn, tmp_path):
 def test_mail_arriving_mid_turn_is_injected_before_the_next_call(conn, fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    hold = threading.Event()
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-    fakeapi.reply("done")
-    timer = once_requested(fakeapi, lambda: deliver("a", "stop, use Q3 data"), hold=hold)
+    timer = while_calling(fakeapi, lambda: deliver("a", "stop, use Q3 data"), "done")
     assert agent("run", "a").code == 0
     timer.join()
     last = fakeapi.last["body"]["messages"][-1]
@@ -316,10 +322,7 @@ def test_signals_during_a_turn(conn, fakeapi, monkeypatch):
         fork("-n", name, "-m", "openai:gpt-test", "go")
     for sig, name in (("KILL", "k"), ("TERM", "t"), ("STOP", "s")):
         fakeapi.requests.clear()
-        hold = threading.Event()
-        fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-        fakeapi.reply("finished")
-        timer = once_requested(fakeapi, lambda: signal(name, sig), hold=hold)
+        timer = while_calling(fakeapi, lambda: signal(name, sig), "finished")
         result = agent("run", name)
         timer.join()
         row = registry.resolve(conn, name)
@@ -406,14 +409,11 @@ def test_usage_errors():
 def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    hold = threading.Event()
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-    fakeapi.reply("finished")
 
     def both():
         signal("a", "TERM")
         signal("a", "STOP")
-    thread = once_requested(fakeapi, both, hold=hold)
+    thread = while_calling(fakeapi, both, "finished")
     result = agent("run", "a")
     thread.join()
     row = registry.resolve(conn, "a")
@@ -423,10 +423,7 @@ def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatc
 def test_hup_during_a_turn_clears_after_it(conn, fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "the task")
-    hold = threading.Event()
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-    fakeapi.reply("finished")
-    thread = once_requested(fakeapi, lambda: signal("a", "HUP"), hold=hold)
+    thread = while_calling(fakeapi, lambda: signal("a", "HUP"), "finished")
     assert agent("run", "a").out == "finished\n"
     thread.join()
     # the second call of the turn still saw the turn's own input
