@@ -13,9 +13,11 @@ variables at the receiver (OTEL_EXPORTER_OTLP_ENDPOINT).
 
 import gzip
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+
+from . import localhttp
 
 PATH = "/v1/traces"
 
@@ -36,16 +38,12 @@ def attributes(pairs):
     return {kv.key: value(kv.value) for kv in pairs}
 
 
-class Receiver:
+class Receiver(localhttp.LocalServer):
     def __init__(self):
         self.spans, self.requests, self.errors = [], 0, []
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.receiver = self
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        # (no daemon threads: close() waits for the spans being posted)
+        super().__init__(Handler, ThreadingHTTPServer)
 
     def take(self, body):
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -78,19 +76,10 @@ class Receiver:
             return sorted((s for s in self.spans if s["name"].startswith(prefix)),
                           key=lambda s: s["start"])
 
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
+class Handler(localhttp.Handler):
     def do_POST(self):
-        receiver = self.server.receiver
+        receiver = self.server.owner
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             if self.path != PATH:

@@ -1,0 +1,47 @@
+"""What the tests' HTTP servers on 127.0.0.1 share (fakeapi.py, limitedapi.py, otlp.py):
+a server on a port of its own, served by a thread until close(), whose handlers print
+nothing and find the object that owns the server as self.server.owner."""
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Server(ThreadingHTTPServer):
+    """A server whose handler threads never keep the test's process alive."""
+    daemon_threads = True
+
+
+class LocalServer:
+    """Serves `handler` on 127.0.0.1 at self.url, from a thread, until close()."""
+
+    def __init__(self, handler, server_class=Server):
+        self.closed = False
+        self.sockets = []           # the connections the handlers were given
+        self.server = server_class(("127.0.0.1", 0), handler)
+        self.server.owner = self
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.closed = True
+        self.server.shutdown()
+        for sock in self.sockets:       # wake handler threads parked on keep-alive connections
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.server.server_close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def setup(self):
+        super().setup()
+        self.server.owner.sockets.append(self.connection)
