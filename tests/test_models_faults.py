@@ -1,5 +1,6 @@
-"""Faults of the model APIs, for both providers, plain and streamed: retried within the budget,
-then TempFail (75); refusals are ModelError (69). Run against the fake API in tests/fakeapi.py."""
+"""What a reply holds and the faults of the model APIs, for both providers, plain and streamed:
+faults retried within the budget, then TempFail (75); refusals are ModelError (69). Run against
+the fake API in tests/fakeapi.py."""
 
 import json
 import socket
@@ -28,6 +29,33 @@ def timed(function, *args, **kwargs):
     result = function(*args, **kwargs)
     return result, time.monotonic() - start
 
+
+# -- what a reply holds, from either provider ------------------------------------------------------
+
+@both
+@streamed
+def test_text_reply(fakeapi, spec, stream):
+    fakeapi.reply("Hello, world! How are you today?", usage=(21, 9))
+    reply, chunks = ask(spec, stream)
+    assert reply.text == "Hello, world! How are you today?"
+    assert reply.tool_calls == []
+    assert reply.usage == {"input_tokens": 21, "output_tokens": 9, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": False}
+    assert reply.stop_reason == "stop"
+    assert chunks == (["Hello, worl", "d! How are ", "you today?"] if stream else [])
+
+
+@both
+@streamed
+def test_usage_estimated_when_the_server_gives_none(fakeapi, spec, stream):
+    fakeapi.reply("12345678", usage=None)
+    reply, _ = ask(spec, stream)
+    # "Be brief." + "Say hello." = 19 chars -> 5 tokens; "12345678" -> 2.
+    assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}
+
+
+# -- faults: retried within the budget, or refused -------------------------------------------------
 
 @both
 @streamed
