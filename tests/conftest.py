@@ -297,6 +297,22 @@ def calling(calls):
                       {"content": "done"}]}
 
 
+def scripted_calls(monkeypatch, record=lambda messages: messages):
+    """A list that gets record(messages) for each call the scripted model is sent from now on,
+    in this process (a None is left out): by default the messages themselves."""
+    from agentctl.models import offline
+    sent = []
+    real = offline.ScriptedModel.complete
+
+    def spy(self, messages, tools, on_text=None, cache=None):
+        item = record(messages)
+        if item is not None:
+            sent.append(item)
+        return real(self, messages, tools, on_text, cache)
+    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
+    return sent
+
+
 def tool_results(conn, ref):
     """What the tool calls of agent `ref` (a name or an id) answered, in order: the results
     its conversation holds (none voided)."""
