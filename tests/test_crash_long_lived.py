@@ -11,7 +11,7 @@ import pytest
 from agentctl.store import db, registry
 
 from .conftest import agent, fork, script
-from .test_crash import crash_everywhere
+from .test_crash import crash_everywhere, finish
 
 AN_ID = re.compile(r"\b[A-Za-z0-9_-]{22}\b")
 WHEN = re.compile(r"\d{4}-\d\d-\d\dT[\d:]+Z \(\w+ ago\)")
@@ -72,18 +72,11 @@ def tally(state, reference):
     return max(0, -mails) + max(0, -versions), max(0, mails) + max(0, versions)
 
 
-def finish(path=None):
-    codes = []
-    while not codes or codes[-1] == 0:
-        codes.append(agent("run", "lead").code)
-        assert len(codes) < 5 and codes[-1] in (0, 1)
-
-
 @pytest.fixture
 def reference(tmp_path, monkeypatch):
     path = tmp_path / "reference.db"
     setup(path, monkeypatch, tmp_path)
-    finish()
+    finish(path)
     state = snapshot(path)
     assert state["compactions"][-1] == 1, "the turn under test compacts"
     assert state["documents"] == [("notes/final", 1, "# Final\n\nfiled once\n")]
