@@ -280,6 +280,56 @@ def fork(*args, stdin=b""):
     return result.out.strip()
 
 
+# -- what an agent has, read from the database or through a program -------------------------------
+
+def row(conn, ref):
+    """Agent `ref`'s row: a name, an id, or a prefix of one (registry.resolve)."""
+    from agentctl.store import registry
+    return registry.resolve(conn, ref)
+
+
+def status(conn, ref):
+    return row(conn, ref)["status"]
+
+
+def mails(conn, ref, kind):
+    """The bodies of the mail of `kind` (exit, failure, budget ...) sent to `ref`, in order."""
+    return [r[0] for r in conn.execute(
+        "SELECT body FROM mail WHERE recipient_id = ? AND kind = ? ORDER BY id",
+        (row(conn, ref)["id"], kind))]
+
+
+def unread(conn, ref):
+    """How many mails `ref` has not read."""
+    return conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL",
+                        (row(conn, ref)["id"],)).fetchone()[0]
+
+
+def tool_results(conn, ref):
+    """What the tool calls of agent `ref` answered, in order: the results its conversation
+    holds (none voided)."""
+    return [r[0] for r in conn.execute(
+        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' AND void = 0 "
+        "ORDER BY id", (row(conn, ref)["id"],))]
+
+
+def offered(who, mcp=False):
+    """The names of the tools agent-run offers agent `who` (--list-tools), sorted: all but the
+    built-in ones, or with `mcp` the MCP servers' alone (named SERVER__TOOL)."""
+    listed = agent("run", "--list-tools", "--format", "json", who)
+    assert listed.code == 0, listed.err
+    return sorted(t["name"] for t in json.loads(listed.out)
+                  if ("__" in t["name"] if mcp else t["source"] != "built-in"))
+
+
+def mode(path):
+    """A file's permission bits."""
+    import stat
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+# -- the scripted model --------------------------------------------------------------------------
+
 def script(tmp_path, *rules, name="script.jsonl"):
     """The offline model scripted:FILE (agent-run(1)) that follows `rules`, written one a
     line to tmp_path/name: a dict as JSON, a str as it is (a comment, a blank line, a
@@ -311,16 +361,6 @@ def scripted_calls(monkeypatch, record=lambda messages: messages):
         return real(self, messages, tools, on_text, cache)
     monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
     return sent
-
-
-def tool_results(conn, ref):
-    """What the tool calls of agent `ref` (a name or an id) answered, in order: the results
-    its conversation holds (none voided)."""
-    from agentctl.store import registry
-    agent_id = registry.resolve(conn, ref)["id"]
-    return [r[0] for r in conn.execute(
-        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' AND void = 0 "
-        "ORDER BY id", (agent_id,))]
 
 
 # -- waiting for a state, never for a time ----------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import (PATIENCE, ROOT, agent, calling, ended, fork, marker, running, script,
-                       shell, started, tool_results, wait_until)
+from .conftest import (PATIENCE, ROOT, agent, calling, ended, fork, marker, offered, running,
+                       script, shell, started, tool_results, wait_until)
 
 TOOL = """#!/bin/sh
 if [ "$1" = --describe ]; then
@@ -87,12 +87,6 @@ def test_descriptions_are_cached_and_bad_tools_skipped_with_a_warning(toolpath, 
 def test_grants_narrow_down_a_three_level_tree(toolpath, tmp_path):
     for name in ("read_file", "write_file", "run"):
         make_tool(toolpath, name, "echo ok")
-
-    def offered(who):
-        out = agent("run", "--list-tools", "--format", "json", who)
-        assert out.code == 0, out.err
-        return sorted(t["name"] for t in json.loads(out.out) if t["source"] != "built-in")
-
     fork("-n", "lead", "--allow", "*_file")
     assert offered("lead") == ["read_file", "write_file"]
     fork("-p", "lead", "-n", "worker", "--allow", "read_file", "--allow", "write_*")
@@ -656,16 +650,12 @@ def test_a_hard_link_to_a_program_on_the_tool_path_cant_be_written(toolpath, tmp
 def test_a_pattern_reaches_mcp_tools_only_when_it_names_the_server(mcp_config, tmp_path):
     """*_add matched notes__add, and *_file the tools of any file server configured
     later: only a pattern that names the server (or *) reaches its tools."""
-    def offered(who):
-        listed = agent("run", "--list-tools", "--format", "json", who)
-        assert listed.code == 0, listed.err
-        return sorted(t["name"] for t in json.loads(listed.out) if "__" in t["name"])
     fork("-n", "glob", "--allow", "*_add")
     fork("-n", "named", "--allow", "notes__a*")
     fork("-n", "all", "--allow", "*")
-    assert offered("glob") == []
-    assert offered("named") == ["notes__add"]
-    assert "notes__add" in offered("all")
+    assert offered("glob", mcp=True) == []
+    assert offered("named", mcp=True) == ["notes__add"]
+    assert "notes__add" in offered("all", mcp=True)
 
 
 def test_a_grant_that_matches_no_tool_is_taken_with_a_warning(toolpath):

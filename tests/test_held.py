@@ -6,14 +6,8 @@ import json
 
 import pytest
 
-from agentctl.store import registry
-
-from .conftest import agent, fork, script, shell
+from .conftest import agent, fork, row, script, shell
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
-
-
-def row(conn, ref):
-    return registry.resolve(conn, ref)
 
 
 def events(conn, ref, kind):

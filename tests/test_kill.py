@@ -10,13 +10,9 @@ from agentctl.ops import lease
 from agentctl.ids import INIT_ID
 
 from .conftest import (PATIENCE, Result, agent, asleep_at_database, fork, script, started,
-                       wait_until)
+                       status, wait_until)
 from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
 from .test_run import kinds
-
-
-def status(conn, ref):
-    return registry.resolve(conn, ref)["status"]
 
 
 def events(conn, agent_id, kind):

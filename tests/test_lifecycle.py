@@ -7,24 +7,11 @@ import os
 import signal
 import time
 
-
-from agentctl.store import registry
-
-from .conftest import PATIENCE, agent, clock_slack, fork, script, wait_until
+from .conftest import PATIENCE, agent, clock_slack, fork, mails, row, script, wait_until
 from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
 
 
-def row(conn, ref):
-    return registry.resolve(conn, ref)
-
-
 FAILING = {"steps": [{"fail": "error"}]}
-
-
-def mails(conn, to, kind):
-    return [r[0] for r in conn.execute(
-        "SELECT body FROM mail WHERE recipient_id = ? AND kind = ? ORDER BY id",
-        (row(conn, to)["id"], kind))]
 
 
 # -- stop, gracefully then surely ---------------------------------------------------------

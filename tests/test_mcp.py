@@ -14,8 +14,8 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import (ROOT, agent, calling, fork, reference_servers, script, tool_results,
-                       wait_until)
+from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, script,
+                       tool_results, wait_until)
 from .fakeapi import fakeapi  # noqa: F401 (a fixture)
 from .mcp_server import PNG
 from .test_external_tools import work_dir
@@ -45,18 +45,12 @@ def starts(path):
     return path.read_text().count("start") if path.exists() else 0
 
 
-def listed(who):
-    out = agent("run", "--list-tools", "--format", "json", who)
-    assert out.code == 0, out.err
-    return sorted(t["name"] for t in json.loads(out.out) if "__" in t["name"])
-
-
 def test_a_turn_that_calls_no_mcp_tool_starts_no_server(tmp_path, monkeypatch):
     work = work_dir(tmp_path)
     one, two = work / "one", work / "two"
     configure(tmp_path, monkeypatch, {"one": notes(one), "two": notes(two)})
     fork("-n", "w", "--allow", "one__*", "--allow", "two__*", "-m", "echo", "hi")
-    assert "one__add" in listed("w") and "two__add" in listed("w")
+    assert "one__add" in offered("w", mcp=True) and "two__add" in offered("w", mcp=True)
     assert (starts(one), starts(two)) == (1, 1)         # listed once, then kept
     assert agent("run", "w").code == 0                  # offered both, called neither
     assert (starts(one), starts(two)) == (1, 1)
@@ -76,15 +70,15 @@ def test_a_changed_entry_or_program_is_listed_again(tmp_path, monkeypatch):
     entry = notes(count, command=str(wrapper), args=[], ro=[TESTS, str(tmp_path)])
     configure(tmp_path, monkeypatch, {"notes": entry})
     fork("-n", "w", "--allow", "notes__*", "-m", "echo", "hi")
-    listed("w")
-    listed("w")
+    offered("w", mcp=True)
+    offered("w", mcp=True)
     assert starts(count) == 1
     configure(tmp_path, monkeypatch, {"notes": dict(entry, env={**entry["env"], "X": "1"})})
-    listed("w")
+    offered("w", mcp=True)
     assert starts(count) == 2                           # another entry
     mtime = wrapper.stat().st_mtime_ns + 10 ** 9
     os.utime(wrapper, ns=(mtime, mtime))
-    listed("w")
+    offered("w", mcp=True)
     assert starts(count) == 3                           # its program changed
 
 
@@ -95,13 +89,13 @@ def test_a_tool_gone_since_it_was_listed_is_an_error_and_listed_again(tmp_path, 
                                                      env={"MCP_EXTRA": str(state)})})
     fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, calling([("notes__extra", {})])),
          "go")
-    assert "notes__extra" in listed("w")
+    assert "notes__extra" in offered("w", mcp=True)
     state.write_text("gone")                            # the server has changed since
     assert agent("run", "w").code == 0
     assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == [
         "error: MCP server notes has no tool extra any more: your next turn is offered what "
         "it has now"]
-    assert "notes__extra" not in listed("w")
+    assert "notes__extra" not in offered("w", mcp=True)
 
 
 def test_a_list_changed_notification_lists_the_server_again_for_the_next_turn(tmp_path,
@@ -112,11 +106,11 @@ def test_a_list_changed_notification_lists_the_server_again_for_the_next_turn(tm
     configure(tmp_path, monkeypatch, {"notes": notes(work / "starts")})
     fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, calling([("notes__grow", {})])),
          "go")
-    assert "notes__fresh" not in listed("w")
+    assert "notes__fresh" not in offered("w", mcp=True)
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
     assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["grown"]
-    assert "notes__fresh" in listed("w")
+    assert "notes__fresh" in offered("w", mcp=True)
 
 
 def test_a_server_that_fails_says_why_and_breaks_only_its_own_tools(tmp_path, monkeypatch):
@@ -148,7 +142,7 @@ def test_a_variable_that_is_not_set_is_named(tmp_path, monkeypatch):
                                       "set (its configuration takes it from the "
                                       "environment)\n")
     monkeypatch.setenv("NOTES_TOKEN", "given")
-    assert "notes__add" in listed("w")
+    assert "notes__add" in offered("w", mcp=True)
 
 
 # -- over HTTP ---------------------------------------------------------------------------------

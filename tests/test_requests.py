@@ -15,16 +15,12 @@ import pytest
 from agentctl.store import registry
 
 from .conftest import (BIN, PATIENCE, agent, clock_passes, fork, script, shell, started,
-                       tool_results)
+                       status, tool_results)
 
 
 ASKING = {"match": "^go", "steps": [
     {"content": "", "tool_calls": [{"name": "ask", "arguments": {"question": "Which color?"}}]},
     {"content": "done asking"}]}
-
-
-def status(conn, name):
-    return registry.resolve(conn, name)["status"]
 
 
 def pending_ids():

@@ -15,7 +15,7 @@ from agentctl.store import registry
 from agentctl.store.db import connect
 
 from .conftest import (PATIENCE, ROOT, Result, agent, clock_passes, fork, script, shell,
-                       started, stored, wait_until)
+                       started, stored, unread, wait_until)
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -63,12 +63,6 @@ def deliver(ref, body):
     with transaction(conn):
         mail.deliver(conn, None, registry.resolve(conn, ref), body)
     conn.close()
-
-
-def unread(conn, ref):
-    agent_id = registry.resolve(conn, ref)["id"]
-    return conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL",
-                        (agent_id,)).fetchone()[0]
 
 
 def kinds(conn, ref):

@@ -6,7 +6,6 @@ import json
 import os
 import shlex
 import sqlite3
-import stat
 import subprocess
 import sys
 
@@ -14,13 +13,9 @@ import pytest
 
 from agentctl.store import db, registry
 
-from .conftest import (PROGRAMS, ROOT, agent, fork, script, shell, stored, tool_results,
+from .conftest import (PROGRAMS, ROOT, agent, fork, mode, script, shell, stored, tool_results,
                        write_locked)
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
-
-
-def mode(path):
-    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def test_private_modes_whatever_the_umask(tmp_path):
