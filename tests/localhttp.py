@@ -1,10 +1,18 @@
 """What the tests' HTTP servers on 127.0.0.1 share (fakeapi.py, limitedapi.py, otlp.py):
 a server on a port of its own, served by a thread until close(), whose handlers print
-nothing and find the object that owns the server as self.server.owner."""
+nothing and find the object that owns the server as self.server.owner. And a free port,
+for a server started on its own (PostgreSQL's, an MCP server's)."""
 
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def free_port():
+    """A port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Server(ThreadingHTTPServer):

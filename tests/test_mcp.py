@@ -17,6 +17,7 @@ from agentctl.store.db import connect
 from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, script,
                        tool_results, wait_until)
 from .fakeapi import fakeapi  # noqa: F401 (a fixture)
+from .localhttp import free_port
 from .mcp_server import PNG
 from .test_external_tools import work_dir
 
@@ -225,13 +226,6 @@ def test_the_reference_servers_over_stdio(tmp_path, monkeypatch):
     assert notes == "the WAL appends frames\n"
     assert (work / "out.txt").read_text() == "written" and "Successfully wrote" in wrote
     assert outside.startswith("error:") and "outside allowed directories" in outside
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_reference_server_over_streamable_http(tmp_path, monkeypatch):
