@@ -118,13 +118,7 @@ class Server(localhttp.Server):
 class Handler(localhttp.Handler):
     timeout = 10
 
-    def do_POST(self):
-        fake = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        if len(raw) < length:       # the client went away in the middle of its request
-            self.close_connection = True
-            return
+    def post(self, fake, raw):
         body = json.loads(raw)
         fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
                                                             self.headers.items()}, "body": body,
@@ -162,14 +156,7 @@ class Handler(localhttp.Handler):
 
     def send_json(self, status, obj, headers=(), raw=None, cut=False, kind="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data[:len(data) // 2] if cut else data)
-        self.wfile.flush()
+        self.answer(status, data, kind, headers, cut)
         if cut:
             self.drop()
 

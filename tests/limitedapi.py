@@ -103,10 +103,8 @@ class _Server(localhttp.Server):
 class _Handler(localhttp.Handler):
     timeout = 30
 
-    def do_POST(self):
-        api = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
+    def post(self, api, raw):
+        body = json.loads(raw or b"{}")
         flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
         if flavour is None:
             return self.send(404, {"error": {"message": f"no route {self.path}"}}, [])
@@ -142,16 +140,8 @@ class _Handler(localhttp.Handler):
                  at.isoformat(timespec="milliseconds").replace("+00:00", "Z"))]
 
     def send(self, status, obj, headers):
-        data = json.dumps(obj).encode()
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-            self.wfile.flush()
+            self.answer(status, json.dumps(obj).encode(), "application/json", headers)
         except OSError:
             self.close_connection = True
             try:

@@ -45,6 +45,7 @@ class LocalServer:
 
 
 class Handler(BaseHTTPRequestHandler):
+    """Answers each POST with post(owner, body), a subclass's."""
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
@@ -53,3 +54,27 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.server.owner.sockets.append(self.connection)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        if len(body) < length:      # the client went away in the middle of its request
+            self.close_connection = True
+            return self.cut_short(self.server.owner)
+        self.post(self.server.owner, body)
+
+    def cut_short(self, owner):
+        """A request whose client went away before it had sent all its body: no answer."""
+
+    def answer(self, status, data=b"", kind=None, headers=(), cut=False):
+        """A response of `data` (bytes) of content type `kind`, with `headers`; with `cut`
+        only its first half is sent, the length said being the whole's."""
+        self.send_response(status)
+        if kind is not None:
+            self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data[:len(data) // 2] if cut else data)
+        self.wfile.flush()

@@ -78,9 +78,10 @@ class Receiver(localhttp.LocalServer):
 
 
 class Handler(localhttp.Handler):
-    def do_POST(self):
-        receiver = self.server.owner
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+    def cut_short(self, receiver):
+        receiver.errors.append("a request whose body was cut short")
+
+    def post(self, receiver, body):
         try:
             if self.path != PATH:
                 raise ValueError(f"posted to {self.path}, not {PATH}")
@@ -91,18 +92,11 @@ class Handler(localhttp.Handler):
             receiver.take(body)
         except Exception as e:     # kept: the fixture fails the test with it
             receiver.errors.append(repr(e))
-            self.send_response(400)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
+            return self.answer(400)
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse)
-        answer = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
+        self.answer(200, ExportTraceServiceResponse().SerializeToString(),
+                    "application/x-protobuf")
 
 
 @pytest.fixture
