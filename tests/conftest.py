@@ -313,6 +313,14 @@ def tool_results(conn, ref):
         "ORDER BY id", (row(conn, ref)["id"],))]
 
 
+def events(conn, ref, kind, *columns):
+    """The events of `kind` of agent `ref`, in order: the data of each (a dict), or with
+    `columns` a tuple of those columns."""
+    rows = conn.execute(f"SELECT {', '.join(columns) or 'data'} FROM events "
+                        "WHERE agent_id = ? AND kind = ? ORDER BY id", (row(conn, ref)["id"], kind))
+    return [tuple(r) if columns else json.loads(r[0]) for r in rows]
+
+
 def offered(who, mcp=False):
     """The names of the tools agent-run offers agent `who` (--list-tools), sorted: all but the
     built-in ones, or with `mcp` the MCP servers' alone (named SERVER__TOOL)."""
@@ -361,6 +369,41 @@ def scripted_calls(monkeypatch, record=lambda messages: messages):
         return real(self, messages, tools, on_text, cache)
     monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
     return sent
+
+
+# -- pausing for a human: requests (agent-answer) -----------------------------------------------
+
+ASKING = {"match": "^go", "steps": [
+    {"content": "", "tool_calls": [{"name": "ask", "arguments": {"question": "Which color?"}}]},
+    {"content": "done asking"}]}
+
+
+def pending_ids():
+    """The ids of the requests waiting for an answer (agent-answer -q)."""
+    return agent("answer", "-q").lines
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    """The shipped tools, a working directory, and a writer that needs approval."""
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, {"match": "^write", "steps": [
+        {"content": "", "tool_calls": [{"name": "write_file",
+                                        "arguments": {"path": "out.txt", "content": "hi\x1b]0;x"}}]},
+        {"content": "wrote it"}]}, name="writer.jsonl")
+    return work, model
+
+
+@pytest.fixture
+def priced(tmp_path, monkeypatch):
+    """An operator's price file for the fake API's models and the scripted ones."""
+    path = tmp_path / "prices"
+    path.write_text("# model  input output cache-read cache-write (dollars per million)\n"
+                    "anthropic:claude-test  3 15 0.30 3.75   # as Sonnet\n"
+                    "scripted:*  1000 1000\n")
+    monkeypatch.setenv("AGENTCTL_PRICES", str(path))
+    return path
 
 
 # -- waiting for a state, never for a time ----------------------------------------------------

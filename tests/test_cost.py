@@ -18,17 +18,6 @@ from tests.fakeapi import ask, fakeapi, request_problem  # noqa: F401 (a fixture
 from .conftest import agent, fork, script
 
 
-@pytest.fixture
-def priced(tmp_path, monkeypatch):
-    """An operator's price file for the fake API's models and the scripted ones."""
-    path = tmp_path / "prices"
-    path.write_text("# model  input output cache-read cache-write (dollars per million)\n"
-                    "anthropic:claude-test  3 15 0.30 3.75   # as Sonnet\n"
-                    "scripted:*  1000 1000\n")
-    monkeypatch.setenv("AGENTCTL_PRICES", str(path))
-    return path
-
-
 # -- usage as the providers report it -----------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

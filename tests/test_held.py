@@ -6,14 +6,8 @@ import json
 
 import pytest
 
-from .conftest import agent, fork, row, script, shell
+from .conftest import agent, events, fork, row, script, shell
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
-
-
-def events(conn, ref, kind):
-    agent_id = row(conn, ref)["id"]
-    return [json.loads(r[0]) for r in conn.execute(
-        "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY id", (agent_id, kind))]
 
 
 # -- a failed turn keeps its input -------------------------------------------------------------

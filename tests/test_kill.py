@@ -9,16 +9,10 @@ from agentctl.store import registry
 from agentctl.ops import lease
 from agentctl.ids import INIT_ID
 
-from .conftest import (PATIENCE, Result, agent, asleep_at_database, fork, script, started,
-                       status, wait_until)
+from .conftest import (PATIENCE, Result, agent, asleep_at_database, events, fork, script,
+                       started, status, wait_until)
 from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
 from .test_run import kinds
-
-
-def events(conn, agent_id, kind):
-    return [tuple(r) for r in conn.execute(
-        "SELECT detail, actor_id FROM events WHERE agent_id = ? AND kind = ? ORDER BY id",
-        (agent_id, kind))]
 
 
 def test_term_makes_a_zombie_of_an_operators_agent(conn):
@@ -27,7 +21,7 @@ def test_term_makes_a_zombie_of_an_operators_agent(conn):
     assert (result.code, result.out, result.err) == (0, "", "")
     row = registry.get(conn, a)
     assert (row["status"], row["exit_code"], row["exit_signal"]) == ("Z", 143, "TERM")
-    assert events(conn, a, "signal") == [("TERM", None)]
+    assert events(conn, a, "signal", "detail", "actor_id") == [("TERM", None)]
 
 
 def test_child_of_a_dead_parent_dies_without_zombie(conn):
@@ -76,7 +70,7 @@ def test_orphans_go_to_the_nearest_live_ancestor(conn):
     agent("kill", "p")
     for c in (c1, c2):
         assert registry.get(conn, c)["parent_id"] == g
-        assert events(conn, c, "reparent") == [(f"{p} {g}", None)]
+        assert events(conn, c, "reparent", "detail", "actor_id") == [(f"{p} {g}", None)]
     # the history parent never changes
     assert registry.get(conn, c1)["forked_from"] == p
 
@@ -150,7 +144,7 @@ def test_actor_is_recorded(conn, monkeypatch):
     w = fork("-p", "boss")
     monkeypatch.setenv("AGENT_ID", boss)
     agent("kill", "-s", "STOP", w)
-    assert events(conn, w, "signal") == [("STOP", boss)]
+    assert events(conn, w, "signal", "detail", "actor_id") == [("STOP", boss)]
 
 
 # -- HUP on an agent whose turn is open (interrupted, or stopped): the clear follows it ----

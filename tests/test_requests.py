@@ -14,29 +14,8 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import (BIN, PATIENCE, agent, clock_passes, fork, script, shell, started,
-                       status, tool_results)
-
-
-ASKING = {"match": "^go", "steps": [
-    {"content": "", "tool_calls": [{"name": "ask", "arguments": {"question": "Which color?"}}]},
-    {"content": "done asking"}]}
-
-
-def pending_ids():
-    return agent("answer", "-q").lines
-
-
-@pytest.fixture
-def files(tmp_path, monkeypatch):
-    """The shipped tools, a working directory, and a writer that needs approval."""
-    work = tmp_path / "work"
-    work.mkdir()
-    model = script(tmp_path, {"match": "^write", "steps": [
-        {"content": "", "tool_calls": [{"name": "write_file",
-                                        "arguments": {"path": "out.txt", "content": "hi\x1b]0;x"}}]},
-        {"content": "wrote it"}]}, name="writer.jsonl")
-    return work, model
+from .conftest import (ASKING, BIN, PATIENCE, agent, clock_passes, fork, pending_ids, script,
+                       shell, started, status, tool_results)
 
 
 def test_a_question_pauses_the_turn_and_the_operators_answer_resumes_it(tmp_path, conn):
