@@ -146,21 +146,6 @@ def test_a_money_budget_is_carved_spent_and_refused_as_tokens_are(tmp_path, pric
     assert lead
 
 
-def test_agent_set_changes_a_money_budget_in_its_unit(tmp_path, priced):
-    fork("-n", "lead", "-m", "echo", "--budget", "$1")
-    fork("-p", "lead", "-n", "w", "--budget", "$0.25")
-    assert agent("set", "w", "budget=$0.40").code == 0         # 0.15 more from lead's
-    assert [r.split() for r in agent("ps", "-o", "name,budget").lines[2:]] == [
-        ["lead", "$0.0000/$0.6000"], ["w", "$0.0000/$0.4000"]]
-    tokens = agent("set", "w", "budget=500")
-    assert tokens.code == 2 and "counts dollars" in tokens.err, tokens
-    fork("-p", "lead", "-n", "v")                               # charged to lead's
-    assert agent("set", "v", "budget=0.10usd").code == 0       # an account of its own
-    assert agent("ps", "-o", "name,budget").lines[-1].split() == ["v", "$0.0000/$0.1000"]
-    assert agent("set", "w", "budget=$0.10").code == 0          # less gives back
-    assert agent("ps", "-o", "name,budget").lines[2].split() == ["lead", "$0.0000/$0.8000"]
-
-
 def test_the_fork_tool_takes_a_budget_in_dollars(tmp_path, priced):
     model = script(tmp_path, {"match": "^plan", "steps": [
         {"content": "", "tool_calls": [{"name": "fork", "arguments": {
