@@ -2,6 +2,7 @@
 a real one, and nothing reaches the network."""
 
 import io
+import json
 import os
 from contextlib import contextmanager
 import signal
@@ -277,6 +278,132 @@ def fork(*args, stdin=b""):
     result = agent("fork", *args, stdin=stdin)
     assert result.code == 0, result.err
     return result.out.strip()
+
+
+# -- what an agent has, read from the database or through a program -------------------------------
+
+def row(conn, ref):
+    """Agent `ref`'s row: a name, an id, or a prefix of one (registry.resolve)."""
+    from agentctl.store import registry
+    return registry.resolve(conn, ref)
+
+
+def status(conn, ref):
+    return row(conn, ref)["status"]
+
+
+def mails(conn, ref, kind):
+    """The bodies of the mail of `kind` (exit, failure, budget ...) sent to `ref`, in order."""
+    return [r[0] for r in conn.execute(
+        "SELECT body FROM mail WHERE recipient_id = ? AND kind = ? ORDER BY id",
+        (row(conn, ref)["id"], kind))]
+
+
+def unread(conn, ref):
+    """How many mails `ref` has not read."""
+    return conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL",
+                        (row(conn, ref)["id"],)).fetchone()[0]
+
+
+def tool_results(conn, ref):
+    """What the tool calls of agent `ref` answered, in order: the results its conversation
+    holds (none voided)."""
+    return [r[0] for r in conn.execute(
+        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' AND void = 0 "
+        "ORDER BY id", (row(conn, ref)["id"],))]
+
+
+def events(conn, ref, kind, *columns):
+    """The events of `kind` of agent `ref`, in order: the data of each (a dict), or with
+    `columns` a tuple of those columns."""
+    rows = conn.execute(f"SELECT {', '.join(columns) or 'data'} FROM events "
+                        "WHERE agent_id = ? AND kind = ? ORDER BY id", (row(conn, ref)["id"], kind))
+    return [tuple(r) if columns else json.loads(r[0]) for r in rows]
+
+
+def offered(who, mcp=False):
+    """The names of the tools agent-run offers agent `who` (--list-tools), sorted: all but the
+    built-in ones, or with `mcp` the MCP servers' alone (named SERVER__TOOL)."""
+    listed = agent("run", "--list-tools", "--format", "json", who)
+    assert listed.code == 0, listed.err
+    return sorted(t["name"] for t in json.loads(listed.out)
+                  if ("__" in t["name"] if mcp else t["source"] != "built-in"))
+
+
+def mode(path):
+    """A file's permission bits."""
+    import stat
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+# -- the scripted model --------------------------------------------------------------------------
+
+def script(tmp_path, *rules, name="script.jsonl"):
+    """The offline model scripted:FILE (agent-run(1)) that follows `rules`, written one a
+    line to tmp_path/name: a dict as JSON, a str as it is (a comment, a blank line, a
+    broken rule). Returns the model's spec, "scripted:" and the file's path."""
+    path = tmp_path / name
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rules))
+    return f"scripted:{path}"
+
+
+def calling(calls):
+    """A rule of two steps: every (name, arguments) of `calls` called at once, then "done"
+    said."""
+    return {"steps": [{"content": "", "tool_calls": [{"name": n, "arguments": a}
+                                                     for n, a in calls]},
+                      {"content": "done"}]}
+
+
+def scripted_calls(monkeypatch, record=lambda messages: messages):
+    """A list that gets record(messages) for each call the scripted model is sent from now on,
+    in this process (a None is left out): by default the messages themselves."""
+    from agentctl.models import offline
+    sent = []
+    real = offline.ScriptedModel.complete
+
+    def spy(self, messages, tools, on_text=None, cache=None):
+        item = record(messages)
+        if item is not None:
+            sent.append(item)
+        return real(self, messages, tools, on_text, cache)
+    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
+    return sent
+
+
+# -- pausing for a human: requests (agent-answer) -----------------------------------------------
+
+ASKING = {"match": "^go", "steps": [
+    {"content": "", "tool_calls": [{"name": "ask", "arguments": {"question": "Which color?"}}]},
+    {"content": "done asking"}]}
+
+
+def pending_ids():
+    """The ids of the requests waiting for an answer (agent-answer -q)."""
+    return agent("answer", "-q").lines
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    """The shipped tools, a working directory, and a writer that needs approval."""
+    work = tmp_path / "work"
+    work.mkdir()
+    model = script(tmp_path, {"match": "^write", "steps": [
+        {"content": "", "tool_calls": [{"name": "write_file",
+                                        "arguments": {"path": "out.txt", "content": "hi\x1b]0;x"}}]},
+        {"content": "wrote it"}]}, name="writer.jsonl")
+    return work, model
+
+
+@pytest.fixture
+def priced(tmp_path, monkeypatch):
+    """An operator's price file for the fake API's models and the scripted ones."""
+    path = tmp_path / "prices"
+    path.write_text("# model  input output cache-read cache-write (dollars per million)\n"
+                    "anthropic:claude-test  3 15 0.30 3.75   # as Sonnet\n"
+                    "scripted:*  1000 1000\n")
+    monkeypatch.setenv("AGENTCTL_PRICES", str(path))
+    return path
 
 
 # -- waiting for a state, never for a time ----------------------------------------------------

@@ -31,9 +31,10 @@ import threading
 import time
 import traceback
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from . import localhttp
 
 OPENAI_KEY = "sk-test-openai-S3CRET-9f8e7d"
 ANTHROPIC_KEY = "sk-ant-test-S3CRET-1a2b3c"
@@ -50,21 +51,14 @@ def split(text, pieces):
     return [text[i:i + size] for i in range(0, len(text), size)]
 
 
-class FakeAPI:
+class FakeAPI(localhttp.LocalServer):
     def __init__(self):
         Schemas.start()
         self.requests = []
         self.violations = []        # (path, problem) for each request body that broke the rules
         self.queue = deque()
-        self.sockets = []
         self.errors = []            # tracebacks of requests the fake failed to handle
-        self.closed = False
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.fake = self
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        super().__init__(Handler, Server)
 
     def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, cached=(0, 0), timings=None,
               **faults):
@@ -100,57 +94,31 @@ class FakeAPI:
     def last(self):
         return self.requests[-1]
 
-    def close(self):
-        self.closed = True
-        self.server.shutdown()
-        for sock in self.sockets:       # wake handler threads parked on keep-alive connections
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self.server.server_close()
-
 
 # A client that goes away is no fault of the fake's: a test's client timeout, a killed
 # agent-run, a connection the fixture shuts at its end.
 DISCONNECTED = (ConnectionError, TimeoutError)
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class Server(localhttp.Server):
     def handle_error(self, request, client_address):
         """socketserver prints a traceback for any exception of a handler, into the middle
         of the test output. A client that disconnected is expected: nothing said. Anything
         else is kept, for the fixture to fail the test that made the request with it (and
         printed if it comes after that test)."""
         exc = sys.exc_info()[1]
-        if isinstance(exc, DISCONNECTED) or (self.fake.closed and isinstance(exc, OSError)):
+        if isinstance(exc, DISCONNECTED) or (self.owner.closed and isinstance(exc, OSError)):
             return
-        if self.fake.closed:
+        if self.owner.closed:
             super().handle_error(request, client_address)
         else:
-            self.fake.errors.append(traceback.format_exc())
+            self.owner.errors.append(traceback.format_exc())
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Handler(localhttp.Handler):
     timeout = 10
 
-    def log_message(self, *args):
-        pass
-
-    def setup(self):
-        super().setup()
-        self.server.fake.sockets.append(self.connection)
-
-    def do_POST(self):
-        fake = self.server.fake
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        if len(raw) < length:       # the client went away in the middle of its request
-            self.close_connection = True
-            return
+    def post(self, fake, raw):
         body = json.loads(raw)
         fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
                                                             self.headers.items()}, "body": body,
@@ -188,14 +156,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, status, obj, headers=(), raw=None, cut=False, kind="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data[:len(data) // 2] if cut else data)
-        self.wfile.flush()
+        self.answer(status, data, kind, headers, cut)
         if cut:
             self.drop()
 
@@ -592,3 +553,15 @@ def ask(spec, stream=False, messages=HELLO, tools=()):
 def assert_no_secret(exc):
     text = f"{exc} {exc!r}"
     assert OPENAI_KEY not in text and ANTHROPIC_KEY not in text
+
+
+def slow_turn(fakeapi, monkeypatch, name, prompt="think"):
+    """agent-run of a new agent `name` on the fake API, returned once its model call is in
+    flight: a call the fake API answers after 60 s, that agent-run waits 120 s for."""
+    from .conftest import fork, started, wait_until
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
+    fakeapi.reply("too late", delay=60)
+    fork("-n", name, "-m", "openai:gpt-test", prompt)
+    run = started("agent-run", name)
+    wait_until(lambda: fakeapi.requests, "the model call")
+    return run

@@ -26,10 +26,11 @@ import math
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import localhttp
 
 
-class LimitedAPI:
+class LimitedAPI(localhttp.LocalServer):
     def __init__(self, concurrency=2, rate=4.0, burst=None, latency=0.2, headers=True):
         self.concurrency, self.rate, self.latency = concurrency, float(rate), latency
         self.burst = float(burst if burst is not None else max(1.0, rate))
@@ -40,13 +41,7 @@ class LimitedAPI:
         self.answered, self.over_concurrency, self.over_rate = 0, 0, 0
         self.answers = []               # time.time() of each answer sent (200)
         self.arrivals = []              # (time.time(), status) of each request
-        self.closed = False
-        self.server = _Server(("127.0.0.1", 0), _Handler)
-        self.server.api = self
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        super().__init__(_Handler, _Server)
 
     # -- the limits ----------------------------------------------------------------------
 
@@ -90,11 +85,6 @@ class LimitedAPI:
         over its latency when that is less."""
         return min(self.rate, self.concurrency / self.latency if self.latency else self.rate)
 
-    def close(self):
-        self.closed = True
-        self.server.shutdown()
-        self.server.server_close()
-
 
 def go_duration(seconds):
     """A Go duration as OpenAI writes its resets: 1s, 6m0s, 12ms, 2m59.56s."""
@@ -105,24 +95,16 @@ def go_duration(seconds):
     return f"{int(minutes)}m{text}" if minutes else text
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(localhttp.Server):
     def handle_error(self, request, client_address):
         pass            # a client gone away (a killed run) is no fault of the server's
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(localhttp.Handler):
     timeout = 30
 
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        api = self.server.api
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
+    def post(self, api, raw):
+        body = json.loads(raw or b"{}")
         flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
         if flavour is None:
             return self.send(404, {"error": {"message": f"no route {self.path}"}}, [])
@@ -158,16 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
                  at.isoformat(timespec="milliseconds").replace("+00:00", "Z"))]
 
     def send(self, status, obj, headers):
-        data = json.dumps(obj).encode()
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-            self.wfile.flush()
+            self.answer(status, json.dumps(obj).encode(), "application/json", headers)
         except OSError:
             self.close_connection = True
             try:

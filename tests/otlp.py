@@ -13,9 +13,11 @@ variables at the receiver (OTEL_EXPORTER_OTLP_ENDPOINT).
 
 import gzip
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+
+from . import localhttp
 
 PATH = "/v1/traces"
 
@@ -36,16 +38,12 @@ def attributes(pairs):
     return {kv.key: value(kv.value) for kv in pairs}
 
 
-class Receiver:
+class Receiver(localhttp.LocalServer):
     def __init__(self):
         self.spans, self.requests, self.errors = [], 0, []
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.receiver = self
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        # (no daemon threads: close() waits for the spans being posted)
+        super().__init__(Handler, ThreadingHTTPServer)
 
     def take(self, body):
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -78,20 +76,12 @@ class Receiver:
             return sorted((s for s in self.spans if s["name"].startswith(prefix)),
                           key=lambda s: s["start"])
 
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
+class Handler(localhttp.Handler):
+    def cut_short(self, receiver):
+        receiver.errors.append("a request whose body was cut short")
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        receiver = self.server.receiver
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+    def post(self, receiver, body):
         try:
             if self.path != PATH:
                 raise ValueError(f"posted to {self.path}, not {PATH}")
@@ -102,18 +92,11 @@ class Handler(BaseHTTPRequestHandler):
             receiver.take(body)
         except Exception as e:     # kept: the fixture fails the test with it
             receiver.errors.append(repr(e))
-            self.send_response(400)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
+            return self.answer(400)
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse)
-        answer = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
+        self.answer(200, ExportTraceServiceResponse().SerializeToString(),
+                    "application/x-protobuf")
 
 
 @pytest.fixture

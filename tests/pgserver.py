@@ -11,9 +11,10 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
+
+from .localhttp import free_port
 
 TEMPLATE = "agentctl_template"
 
@@ -27,12 +28,6 @@ def binaries():
     return os.path.dirname(candidates[0]) if candidates else None
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self):
         self.bindir = binaries()
@@ -41,7 +36,7 @@ class Server:
         self.root = os.geteuid() == 0
         self.dir = tempfile.mkdtemp(prefix="agentctl-pg-")
         self.data = os.path.join(self.dir, "data")
-        self.port = _free_port()
+        self.port = free_port()
         self.counter = itertools.count()
         if self.root:
             user = pwd.getpwnam("postgres")

@@ -5,14 +5,8 @@ import json
 
 import pytest
 
-from .conftest import agent, fork
+from .conftest import agent, fork, mails, script
 from agentctl.ops import lifecycle
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "script.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 def reply(content, tokens, *calls):
@@ -25,11 +19,6 @@ def reply(content, tokens, *calls):
 def ps(ref):
     rows = json.loads(agent("ps", "-a", "--format", "json", "-o", "name,budget,spent").out)
     return next((r["budget"], r["spent"]) for r in rows if r["name"] == ref)
-
-
-def mails(conn, ref, kind):
-    return conn.execute("SELECT m.body FROM mail m JOIN agents a ON a.id = m.recipient_id "
-                        "WHERE a.name = ? AND m.kind = ?", (ref, kind)).fetchall()
 
 
 def test_fork_carves_the_childs_budget_out_of_the_parents_account(conn):
@@ -78,7 +67,7 @@ def test_turn_refused_at_start_when_over_budget_and_the_parent_told_once(conn, t
     assert agent("run", "kid").code == 0        # the call that crosses the limit is made
     assert ps("kid") == (50, 80)
     notices = mails(conn, "boss", "budget")
-    assert len(notices) == 1 and "kid" in notices[0][0] and "spent 80 of 50" in notices[0][0]
+    assert len(notices) == 1 and "kid" in notices[0] and "spent 80 of 50" in notices[0]
     agent("send", "kid", "and now?")
     for _ in range(2):
         result = agent("run", "kid")
@@ -102,7 +91,7 @@ def test_refusal_tells_the_parent_when_no_one_was_told(conn, tmp_path):
     assert agent("run", "kid").code == 3
     assert agent("run", "kid").code == 3
     notices = mails(conn, "boss", "budget")
-    assert len(notices) == 1 and "spent 150 of 100" in notices[0][0]
+    assert len(notices) == 1 and "spent 150 of 100" in notices[0]
     assert agent("mail", "-r", "boss").out.startswith("--- mail 1 from kid (budget)")
 
 
@@ -170,7 +159,7 @@ def test_a_notice_goes_to_a_living_ancestor_when_the_owner_has_exited(conn, tmp_
     assert agent("run", "x").code == 0
     assert mails(conn, "top", "budget") == []       # an agent that has exited gets nothing
     notices = mails(conn, "root", "budget")
-    assert len(notices) == 1 and "lead" in notices[0][0] and "(by x, " in notices[0][0]
+    assert len(notices) == 1 and "lead" in notices[0] and "(by x, " in notices[0]
 
 
 @pytest.mark.parametrize("budget, result", [

@@ -11,9 +11,8 @@ from agentctl.store import registry
 from agentctl.models import offline
 from agentctl.models.base import estimate_tokens, message_chars
 
-from .conftest import agent
+from .conftest import agent, script, scripted_calls
 from .fakeapi import fakeapi  # noqa: F401
-from .test_run import script
 
 ANSWER = "An answer that is long enough to fill the context quickly. " * 7      # ~100 tokens
 SUMMARY = "Summary: the operator asked numbered questions; I answered each one."
@@ -22,16 +21,9 @@ SUMMARY = "Summary: the operator asked numbered questions; I answered each one."
 @pytest.fixture
 def calls(monkeypatch):
     """What each model call was sent: (kind, estimated tokens of its messages)."""
-    sent = []
-    real = offline.ScriptedModel.complete
-
-    def spy(self, messages, tools, on_text=None, cache=None):
-        kind = "summary" if offline.latest_user_text(messages).startswith("[COMPACT]") \
-            else "step"
-        sent.append((kind, estimate_tokens(message_chars(messages))))
-        return real(self, messages, tools, on_text, cache)
-    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
-    return sent
+    return scripted_calls(monkeypatch, lambda messages: (
+        "summary" if offline.latest_user_text(messages).startswith("[COMPACT]") else "step",
+        estimate_tokens(message_chars(messages))))
 
 
 def rules(tmp_path):

@@ -9,8 +9,7 @@ import pytest
 
 from agentctl.models import offline
 
-from .conftest import agent
-from .test_run import script
+from .conftest import agent, script, scripted_calls
 
 SUMMARY = "SUMMARY"
 HIDDEN = ("clear", "event")
@@ -19,16 +18,10 @@ HIDDEN = ("clear", "event")
 @pytest.fixture
 def summaries(monkeypatch):
     """The transcript each summarising call was sent."""
-    sent = []
-    real = offline.ScriptedModel.complete
-
-    def spy(self, messages, tools, on_text=None, cache=None):
+    def transcript(messages):
         text = offline.latest_user_text(messages)
-        if text.startswith("[COMPACT]"):
-            sent.append(text)
-        return real(self, messages, tools, on_text, cache)
-    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
-    return sent
+        return text if text.startswith("[COMPACT]") else None
+    return scripted_calls(monkeypatch, transcript)
 
 
 def rules(tmp_path):

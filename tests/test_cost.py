@@ -15,24 +15,7 @@ from agentctl.ops import prices
 from agentctl.store.db import connect, transaction
 from tests.fakeapi import ask, fakeapi, request_problem  # noqa: F401 (a fixture)
 
-from .conftest import agent, fork
-
-
-@pytest.fixture
-def priced(tmp_path, monkeypatch):
-    """An operator's price file for the fake API's models and the scripted ones."""
-    path = tmp_path / "prices"
-    path.write_text("# model  input output cache-read cache-write (dollars per million)\n"
-                    "anthropic:claude-test  3 15 0.30 3.75   # as Sonnet\n"
-                    "scripted:*  1000 1000\n")
-    monkeypatch.setenv("AGENTCTL_PRICES", str(path))
-    return path
-
-
-def scripted(tmp_path, usage, name="rules.jsonl"):
-    path = tmp_path / name
-    path.write_text(json.dumps({"reply": {"content": "done", "usage": usage}}) + "\n")
-    return f"scripted:{path}"
+from .conftest import agent, fork, script
 
 
 # -- usage as the providers report it -----------------------------------------------------------
@@ -133,7 +116,8 @@ def test_a_price_file_that_is_no_price_file_is_a_usage_error(tmp_path, monkeypat
 # -- budgets in dollars ----------------------------------------------------------------------------
 
 def test_a_money_budget_is_carved_spent_and_refused_as_tokens_are(tmp_path, priced):
-    model = scripted(tmp_path, {"input_tokens": 10, "output_tokens": 5})  # $0.015 a call
+    model = script(tmp_path, {"reply": {"content": "done", "usage": {  # $0.015 a call
+        "input_tokens": 10, "output_tokens": 5}}})
     lead = fork("-n", "lead", "-m", model, "--budget", "$0.05")
     assert agent("fork", "-p", "lead", "--budget", "100", "x").code == 2     # not in tokens
     refused = agent("fork", "-p", "lead", "--budget", "0.06usd", "x")
@@ -162,30 +146,14 @@ def test_a_money_budget_is_carved_spent_and_refused_as_tokens_are(tmp_path, pric
     assert lead
 
 
-def test_agent_set_changes_a_money_budget_in_its_unit(tmp_path, priced):
-    fork("-n", "lead", "-m", "echo", "--budget", "$1")
-    fork("-p", "lead", "-n", "w", "--budget", "$0.25")
-    assert agent("set", "w", "budget=$0.40").code == 0         # 0.15 more from lead's
-    assert [r.split() for r in agent("ps", "-o", "name,budget").lines[2:]] == [
-        ["lead", "$0.0000/$0.6000"], ["w", "$0.0000/$0.4000"]]
-    tokens = agent("set", "w", "budget=500")
-    assert tokens.code == 2 and "counts dollars" in tokens.err, tokens
-    fork("-p", "lead", "-n", "v")                               # charged to lead's
-    assert agent("set", "v", "budget=0.10usd").code == 0       # an account of its own
-    assert agent("ps", "-o", "name,budget").lines[-1].split() == ["v", "$0.0000/$0.1000"]
-    assert agent("set", "w", "budget=$0.10").code == 0          # less gives back
-    assert agent("ps", "-o", "name,budget").lines[2].split() == ["lead", "$0.0000/$0.8000"]
-
-
 def test_the_fork_tool_takes_a_budget_in_dollars(tmp_path, priced):
-    rules = tmp_path / "rules.jsonl"
-    rules.write_text(json.dumps({"match": "^plan", "steps": [
+    model = script(tmp_path, {"match": "^plan", "steps": [
         {"content": "", "tool_calls": [{"name": "fork", "arguments": {
             "name": "w", "budget_usd": 0.01, "prompt": "work"}}]},
         {"content": "", "tool_calls": [{"name": "fork", "arguments": {
             "name": "v", "budget": 10, "budget_usd": 0.01}}]},
-        {"content": "forked"}]}) + "\n" + json.dumps({"reply": {"content": "ok"}}) + "\n")
-    fork("-n", "lead", "-m", f"scripted:{rules}", "--budget", "$1", "plan")
+        {"content": "forked"}]}, {"reply": {"content": "ok"}})
+    fork("-n", "lead", "-m", model, "--budget", "$1", "plan")
     assert agent("run", "lead").code == 0
     assert agent("ps", "-o", "name,budget").lines[-1].split() == ["w", "$0.0000/$0.0100"]
     results = [json.loads(r) for r in agent("replay", "--format", "jsonl", "lead").lines]
@@ -194,8 +162,9 @@ def test_the_fork_tool_takes_a_budget_in_dollars(tmp_path, priced):
 
 
 def test_a_token_budget_does_not_count_what_the_cache_served(tmp_path):
-    model = scripted(tmp_path, {"input_tokens": 100, "output_tokens": 5,
-                                "cache_read_tokens": 90, "cache_write_tokens": 4})
+    model = script(tmp_path, {"reply": {"content": "done", "usage": {
+        "input_tokens": 100, "output_tokens": 5, "cache_read_tokens": 90,
+        "cache_write_tokens": 4}}})
     fork("-n", "a", "-m", model, "--budget", "1000", "hello")
     assert agent("run", "a").code == 0
     row = json.loads(agent("ps", "-o", "spent,tokens,cached", "--format", "json").out)[-1]
@@ -203,7 +172,8 @@ def test_a_token_budget_does_not_count_what_the_cache_served(tmp_path):
 
 
 def test_a_subtree_is_totalled_in_one_column(tmp_path, priced):
-    model = scripted(tmp_path, {"input_tokens": 10, "output_tokens": 5})
+    model = script(tmp_path, {"reply": {"content": "done", "usage": {"input_tokens": 10,
+                                                                   "output_tokens": 5}}})
     fork("-n", "lead", "-m", model, "go")
     fork("-p", "lead", "-n", "w1", "work")
     fork("-p", "w1", "-n", "w2", "work")
@@ -225,11 +195,9 @@ def test_a_subtree_is_totalled_in_one_column(tmp_path, priced):
 def test_a_machine_reads_a_subtree_total_with_the_calls_it_lacks(tmp_path, priced):
     """A subtree with an unpriced call: the table marks its total +?, a machine format
     carries the count beside it (agent-ps(1), tree_cost)."""
-    fork("-n", "lead", "-m", scripted(tmp_path, {"input_tokens": 10, "output_tokens": 5}),
-         "go")
-    fork("-p", "lead", "-n", "w", "-m", scripted(tmp_path, {"input_tokens": 10,
-                                                            "output_tokens": 5},
-                                                  name="w.jsonl"), "work")
+    reply = {"reply": {"content": "done", "usage": {"input_tokens": 10, "output_tokens": 5}}}
+    fork("-n", "lead", "-m", script(tmp_path, reply), "go")
+    fork("-p", "lead", "-n", "w", "-m", script(tmp_path, reply, name="w.jsonl"), "work")
     for name in ("lead", "w"):
         assert agent("run", name).code == 0
     conn = connect(None)

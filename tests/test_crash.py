@@ -18,7 +18,7 @@ import pytest
 
 from agentctl.store import db, registry
 
-from .conftest import ROOT, agent, fork
+from .conftest import ROOT, agent, fork, script
 
 WRAPPER = os.path.join(ROOT, "tests", "crash_wrapper.py")
 AN_ID = re.compile(r"\b[A-Za-z0-9_-]{22}\b")
@@ -46,10 +46,8 @@ RULES = [
 
 def setup(path, monkeypatch, tmp_path):
     monkeypatch.setenv("AGENTCTL_DB", str(path))
-    rules = tmp_path / "turn.jsonl"
-    rules.write_text("".join(json.dumps(r) + "\n" for r in RULES))
     fork("-n", "peer")
-    fork("-n", "lead", "-m", f"scripted:{rules}", "Plan the work")
+    fork("-n", "lead", "-m", script(tmp_path, *RULES, name="turn.jsonl"), "Plan the work")
     for body in OPERATOR_MAILS:
         assert agent("send", "lead", body).code == 0
 
@@ -207,10 +205,8 @@ def test_a_turn_cut_between_its_last_reply_and_its_commit_asks_the_model_no_more
 
 def test_the_wait_tool_reaps_and_answers_in_one_transaction(conn, tmp_path, monkeypatch):
     from agentctl.store import history
-    rules = tmp_path / "wait.jsonl"
-    rules.write_text(json.dumps({"steps": [
+    fork("-n", "lead", "-m", script(tmp_path, {"steps": [
         {"tool_calls": [{"id": "w", "name": "wait", "arguments": {}}]}, {"content": "ok"}]}))
-    fork("-n", "lead", "-m", f"scripted:{rules}")
     fork("-p", "lead", "-n", "w1")
     agent("kill", "w1")
     real = history.append

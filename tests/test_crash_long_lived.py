@@ -3,7 +3,6 @@ writes a shared document and mails a peer, under a budget: after agent-run
 again, the end state is the uninterrupted one, budget spending included
 (only recorded model calls are charged, so a repeated call is charged once)."""
 
-import json
 import re
 import sys
 
@@ -11,8 +10,8 @@ import pytest
 
 from agentctl.store import db, registry
 
-from .conftest import agent, fork
-from .test_crash import crash_everywhere
+from .conftest import agent, fork, script
+from .test_crash import crash_everywhere, finish
 
 AN_ID = re.compile(r"\b[A-Za-z0-9_-]{22}\b")
 WHEN = re.compile(r"\d{4}-\d\d-\d\dT[\d:]+Z \(\w+ ago\)")
@@ -32,10 +31,9 @@ RULES = [
 def setup(path, monkeypatch, tmp_path):
     """A lead with history enough to compact, then the turn under test pending."""
     monkeypatch.setenv("AGENTCTL_DB", str(path))
-    rules = tmp_path / "long.jsonl"
-    rules.write_text("".join(json.dumps(r) + "\n" for r in RULES))
     fork("-n", "peer")
-    fork("-n", "lead", "-m", f"scripted:{rules}", "-w", "500", "--budget", "100000")
+    fork("-n", "lead", "-m", script(tmp_path, *RULES, name="long.jsonl"), "-w", "500",
+         "--budget", "100000")
     for n in range(3):
         agent("send", "lead", f"Question {n}: " + "tell me more. " * 20)
         assert agent("run", "lead").code == 0
@@ -74,18 +72,11 @@ def tally(state, reference):
     return max(0, -mails) + max(0, -versions), max(0, mails) + max(0, versions)
 
 
-def finish(path=None):
-    codes = []
-    while not codes or codes[-1] == 0:
-        codes.append(agent("run", "lead").code)
-        assert len(codes) < 5 and codes[-1] in (0, 1)
-
-
 @pytest.fixture
 def reference(tmp_path, monkeypatch):
     path = tmp_path / "reference.db"
     setup(path, monkeypatch, tmp_path)
-    finish()
+    finish(path)
     state = snapshot(path)
     assert state["compactions"][-1] == 1, "the turn under test compacts"
     assert state["documents"] == [("notes/final", 1, "# Final\n\nfiled once\n")]

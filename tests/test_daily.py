@@ -16,17 +16,11 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import BIN, PATIENCE, ROOT, agent, fork, needs, shell, wait_until
+from .conftest import BIN, PATIENCE, ROOT, agent, fork, needs, script, shell, wait_until
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
 
 SCHEMA = {"type": "object", "required": ["answer"], "additionalProperties": False,
           "properties": {"answer": {"type": "integer", "minimum": 0}}}
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "script.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 # -- results as data ------------------------------------------------------------------------------

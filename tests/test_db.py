@@ -3,7 +3,6 @@
 import json
 import os
 import sqlite3
-import stat
 import subprocess
 import sys
 
@@ -12,11 +11,7 @@ import pytest
 from agentctl.store import db, migrations
 from agentctl.errors import DatabaseFault
 
-from .conftest import ROOT, agent, write_locked
-
-
-def mode(path):
-    return stat.S_IMODE(os.stat(path).st_mode)
+from .conftest import ROOT, agent, mode, write_locked
 
 
 def test_path_from_flag_env_then_xdg(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from .conftest import Result, agent, fork, shell
+from .conftest import Result, agent, calling, fork, script, shell, tool_results
 
 
 @pytest.fixture
@@ -90,10 +90,10 @@ def test_patterns_empty_and_too_long(conn, tmp_path):
     assert (result.code, result.err) == (2, "agent-doc: pattern too long: 1025 characters "
                                             "(at most 1024)\n")
     calls = [{"name": "doc_ls", "arguments": {"pattern": "*" * 50001}}]
-    w = fork("-n", "w", "-m", script(tmp_path, "m", {"steps": [{"tool_calls": calls},
-                                                                {"content": "ok"}]}), "go")
+    w = fork("-n", "w", "-m", script(tmp_path, {"steps": [{"tool_calls": calls},
+                                                      {"content": "ok"}]}), "go")
     assert agent("run", "w").out == "ok\n"                  # an error result, not exit 74
-    assert results(conn, w) == ["error: pattern too long: 50001 characters (at most 1024)"]
+    assert tool_results(conn, w) == ["error: pattern too long: 50001 characters (at most 1024)"]
 
 
 def test_bad_options_and_unknown_documents():
@@ -214,39 +214,26 @@ def test_an_unknown_agent_id_is_exit_1(monkeypatch):
     assert (result.code, result.err) == (1, "agent-doc: AGENT_ID=ghost: no such agent\n")
 
 
-def script(tmp_path, name, *rules):
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
-
-
-def results(conn, agent_id):
-    return [r[0] for r in conn.execute(
-        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' ORDER BY id",
-        (agent_id,))]
-
-
 def test_the_tools_through_agent_run(conn, tmp_path):
-    calls = lambda *c: {"steps": [{"content": "", "tool_calls": [
-        {"name": n, "arguments": a} for n, a in c]}, {"content": "done"}]}
-    lead_model = script(tmp_path, "lead.jsonl", calls(
+    lead_model = script(tmp_path, calling([
         ("doc_put", {"name": "plans/survey", "body": "# Survey\n- WAL", "visibility": "subtree"}),
-        ("doc_put", {"name": "lead/private", "body": "mine"})))
+        ("doc_put", {"name": "lead/private", "body": "mine"})]), name="lead.jsonl")
     lead = fork("-n", "lead", "-m", lead_model, "plan it")
-    child = fork("-p", "lead", "-n", "w1", "-m", script(tmp_path, "w1.jsonl", calls(
+    child = fork("-p", "lead", "-n", "w1", "-m", script(tmp_path, calling([
         ("doc_ls", {}), ("doc_get", {"name": "plans/survey"}),
         ("doc_put", {"name": "plans/survey", "body": "# Survey\n- WAL\n- w1: done"}),
         ("doc_get", {"name": "plans/survey", "version": 1}),
         ("doc_get", {"name": "lead/private"}), ("doc_rm", {"name": "plans/survey"}),
-        ("doc_get", {"name": "plans/survey", "version": 1.5}))), "read it")
-    stranger = fork("-n", "stranger", "-m", script(tmp_path, "s.jsonl", calls(
+        ("doc_get", {"name": "plans/survey", "version": 1.5})]), name="w1.jsonl"), "read it")
+    stranger = fork("-n", "stranger", "-m", script(tmp_path, calling([
         ("doc_ls", {}), ("doc_get", {"name": "plans/survey"}),
         ("doc_put", {"name": "plans/survey", "body": "hijack"}),
-        ("doc_put", {"name": "mine", "body": "x", "visibility": "world"}))), "snoop")
+        ("doc_put", {"name": "mine", "body": "x", "visibility": "world"})]), name="s.jsonl"),
+                     "snoop")
     assert agent("run", "lead").code == 0
-    assert results(conn, lead) == ["plans/survey: version 1", "lead/private: version 1"]
+    assert tool_results(conn, lead) == ["plans/survey: version 1", "lead/private: version 1"]
     assert agent("run", "w1").code == 0
-    assert results(conn, child) == [
+    assert tool_results(conn, child) == [
         f"\"plans/survey\" version 1 subtree owner lead ({lead}) 14 bytes",
         f"[DOCUMENT \"plans/survey\" version 1 by lead ({lead}), subtree]\n# Survey\n- WAL",
         "plans/survey: version 2",
@@ -255,7 +242,7 @@ def test_the_tools_through_agent_run(conn, tmp_path):
         "error: plans/survey: only its owner may remove it",
         "error: version must be an integer"]
     assert agent("run", "stranger").code == 0
-    assert results(conn, stranger) == [
+    assert tool_results(conn, stranger) == [
         "no documents", "error: no such document: plans/survey",
         "error: plans/survey: the name is taken by a document you can't see",
         "error: visibility must be one of private, subtree, global"]
@@ -277,13 +264,11 @@ def test_a_model_reads_whose_a_document_is_by_id_not_only_name(conn, tmp_path, m
     agent("kill", "lead")
     agent("wait", "lead")
     again = fork("-n", "lead")
-    step = {"steps": [{"content": "", "tool_calls": [
-        {"name": "doc_get", "arguments": {"name": "plan"}},
-        {"name": "doc_get", "arguments": {"name": "rules"}}, {"name": "doc_ls", "arguments": {}}]},
-        {"content": "done"}]}
-    reader = fork("-n", "reader", "-m", script(tmp_path, "r.jsonl", step), "read")
+    step = calling([("doc_get", {"name": "plan"}), ("doc_get", {"name": "rules"}),
+                    ("doc_ls", {})])
+    reader = fork("-n", "reader", "-m", script(tmp_path, step, name="r.jsonl"), "read")
     assert agent("run", "reader").code == 0
-    assert results(conn, reader) == [
+    assert tool_results(conn, reader) == [
         f"[DOCUMENT \"plan\" version 1 by lead ({first}), global]\nbuild X",
         "[DOCUMENT \"rules\" version 1 by the operator, global]\nv1",
         f"\"plan\" version 1 global owner lead ({first}) 7 bytes\n"

@@ -12,8 +12,8 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import (PATIENCE, ROOT, agent, ended, fork, marker, running, shell, started,
-                       wait_until)
+from .conftest import (PATIENCE, ROOT, agent, calling, ended, fork, marker, offered, running,
+                       script, shell, started, tool_results, wait_until)
 
 TOOL = """#!/bin/sh
 if [ "$1" = --describe ]; then
@@ -43,21 +43,6 @@ def toolpath(tmp_path, monkeypatch):
     return directory
 
 
-def script(tmp_path, calls, final="done", name="script.jsonl"):
-    path = tmp_path / name
-    path.write_text(json.dumps({"steps": [
-        {"content": "", "tool_calls": [{"name": n, "arguments": a} for n, a in calls]},
-        {"content": final}]}) + "\n")
-    return f"scripted:{path}"
-
-
-def results(conn, name):
-    agent_id = conn.execute("SELECT id FROM agents WHERE name = ?", (name,)).fetchone()[0]
-    return [r[0] for r in conn.execute(
-        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' "
-        "AND void = 0 ORDER BY id", (agent_id,))]
-
-
 def test_the_tool_convention(toolpath, tmp_path, conn, monkeypatch):
     make_tool(toolpath, "echo_args", 'cat; echo " cwd=$(pwd) agent=$AGENT_ID '
                                      'db=$AGENTCTL_DB key=${OPENAI_API_KEY:-none}"')
@@ -66,11 +51,11 @@ def test_the_tool_convention(toolpath, tmp_path, conn, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key-123456")
     work = tmp_path / "work"
     work.mkdir()
-    model = script(tmp_path, [("echo_args", {"x": 1}), ("fails", {}), ("chatty", {})])
+    model = script(tmp_path, calling([("echo_args", {"x": 1}), ("fails", {}), ("chatty", {})]))
     w = fork("-n", "w", "--allow", "*", "--cwd", str(work), "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
-    echoed, failed, chatty = results(conn, "w")
+    echoed, failed, chatty = tool_results(conn, "w")
     assert echoed == f'{{"x": 1}} cwd={work} agent={w} db={os.environ["AGENTCTL_DB"]} key=none\n'
     assert failed == "error: exit status 3: it went wrong"
     assert len(chatty) < 70000 and chatty.endswith("\n[output cut at 65536 bytes]")
@@ -89,13 +74,13 @@ def test_a_program_tools_arguments_are_checked_against_its_parameters(toolpath, 
             "$defs": {"unused": {"type": "strange"}}}}))
     work = tmp_path / "work"
     work.mkdir()
-    model = script(tmp_path, [("count", {"n": "five"}), ("count", {}), ("count", {"n": 0}),
-                              ("count", {"n": 5, "extra": 1}), ("count", "[5]"),
-                              ("count", {"n": 5, "day": "not a date"})])
+    model = script(tmp_path, calling([("count", {"n": "five"}), ("count", {}),
+                                      ("count", {"n": 0}), ("count", {"n": 5, "extra": 1}),
+                                      ("count", "[5]"), ("count", {"n": 5, "day": "not a date"})]))
     fork("-n", "w", "--allow", "count", "--cwd", str(work), "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
-    assert results(conn, "w") == [
+    assert tool_results(conn, "w") == [
         "error: n must be an integer", "error: n is missing", "error: n must be at least 1",
         "error: extra is not in the schema", "error: arguments must be a JSON object",
         "ran\n"]
@@ -143,12 +128,6 @@ def test_descriptions_are_cached_and_bad_tools_skipped_with_a_warning(toolpath, 
 def test_grants_narrow_down_a_three_level_tree(toolpath, tmp_path):
     for name in ("read_file", "write_file", "run"):
         make_tool(toolpath, name, "echo ok")
-
-    def offered(who):
-        out = agent("run", "--list-tools", "--format", "json", who)
-        assert out.code == 0, out.err
-        return sorted(t["name"] for t in json.loads(out.out) if t["source"] != "built-in")
-
     fork("-n", "lead", "--allow", "*_file")
     assert offered("lead") == ["read_file", "write_file"]
     fork("-p", "lead", "-n", "worker", "--allow", "read_file", "--allow", "write_*")
@@ -172,12 +151,12 @@ def test_the_fork_tool_grants_within_its_own_and_inherits_the_cwd(toolpath, tmp_
     make_tool(toolpath, "run", "echo ran")
     work = tmp_path / "work"
     work.mkdir()
-    model = script(tmp_path, [("fork", {"name": "kid", "allow": ["read_file"],
-                                        "prompt": "child"}),
-                              ("fork", {"name": "greedy", "allow": ["run"]})])
+    model = script(tmp_path, calling([("fork", {"name": "kid", "allow": ["read_file"],
+                                                "prompt": "child"}),
+                                      ("fork", {"name": "greedy", "allow": ["run"]})]))
     fork("-n", "lead", "--allow", "read_file", "--cwd", str(work), "-m", model, "go")
     assert agent("run", "lead").code == 0
-    kid, greedy = results(conn, "lead")
+    kid, greedy = tool_results(conn, "lead")
     assert greedy.startswith("error: --allow run: lead can't use run")
     row = conn.execute("SELECT allow, cwd FROM agents WHERE name = 'kid'").fetchone()
     assert tuple(row) == ("read_file", str(work))
@@ -186,10 +165,10 @@ def test_the_fork_tool_grants_within_its_own_and_inherits_the_cwd(toolpath, tmp_
 def test_ask_pauses_a_call_until_it_is_approved(toolpath, tmp_path, conn):
     marker = tmp_path / "ran"
     make_tool(toolpath, "write_file", f"touch {marker}; echo wrote")
-    model = script(tmp_path, [("write_file", {"path": "x"})])
+    model = script(tmp_path, calling([("write_file", {"path": "x"})]))
     fork("-n", "w", "--allow", "*", "--ask", "write_*", "-m", model, "go")
     assert agent("run", "w").code == 0
-    assert results(conn, "w") == [] and not marker.exists()
+    assert tool_results(conn, "w") == [] and not marker.exists()
     assert conn.execute("SELECT status FROM agents WHERE name = 'w'").fetchone()[0] == "P"
 
 
@@ -205,11 +184,11 @@ def test_a_call_that_times_out_is_killed_whole(toolpath, tmp_path, conn, monkeyp
     make_tool(toolpath, "slow", f"sleep {mark} & echo started > started; wait")
     monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "3")
     fork("-n", "w", "--allow", "slow", "--cwd", str(work), "-m",
-         script(tmp_path, [("slow", {})]), "go")
+         script(tmp_path, calling([("slow", {})])), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
     assert time.monotonic() - start < 30            # not the 600 s of its child
-    assert results(conn, "w") == ["error: timed out after 3 s (killed)"]
+    assert tool_results(conn, "w") == ["error: timed out after 3 s (killed)"]
     assert (work / "started").exists()
     wait_until(lambda: not running(mark), "the tool's child to be killed with its group")
 
@@ -223,7 +202,7 @@ def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn
     make_tool(toolpath, "append", f"echo line >> ledger; sleep {mark}; echo done")
     fork("-n", "w", "--allow", "append", "--cwd", str(work),
          *(["--unconfined"] if how == "unconfined" else []),
-         "-m", script(tmp_path, [("append", {})]), "go")
+         "-m", script(tmp_path, calling([("append", {})])), "go")
     run = started("agent-run", "w")
     wait_until(lambda: running(mark), "the tool to write its line")
     run.send_signal(signal.SIGKILL)
@@ -235,8 +214,8 @@ def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn
                         "the dead run's lease to be taken over")
     assert result.code == 0, result
     assert (work / "ledger").read_text() == "line\n", "never run twice"
-    assert results(conn, "w") == ["error: interrupted: agent-run ended while this call ran; "
-                                  "its outcome is unknown and it was not run again"]
+    assert tool_results(conn, "w") == ["error: interrupted: agent-run ended while this call ran; "
+                                       "its outcome is unknown and it was not run again"]
     wait_until(lambda: not running(mark), "the tool's group to be killed")
     assert [tuple(r) for r in conn.execute("SELECT tool, outcome FROM tool_runs")] == \
         [("append", "unknown")]
@@ -246,7 +225,7 @@ def test_kill_during_a_tool_call_kills_the_tool(toolpath, tmp_path, conn):
     mark = marker()
     make_tool(toolpath, "slow", f"sleep {mark}")
     fork("-n", "w", "--allow", "slow", "--cwd", str(work_dir(tmp_path)), "-m",
-         script(tmp_path, [("slow", {})]), "go")
+         script(tmp_path, calling([("slow", {})])), "go")
     run = started("agent-run", "w")
     wait_until(lambda: running(mark), "the tool to start")
     assert agent("kill", "-s", "KILL", "w").code == 0
@@ -263,19 +242,19 @@ def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
     os.symlink(tmp_path / "secret", work / "link")
     os.symlink(tmp_path, work / "dirlink")
     monkeypatch.setenv("AGENTCTL_DB", str(work / "agents.db"))     # the database, inside
-    model = script(tmp_path, [
+    model = script(tmp_path, calling([
         ("read_file", {"path": "sub/a.txt"}), ("read_file", {"path": "../secret"}),
         ("read_file", {"path": "link"}), ("read_file", {"path": "dirlink/secret"}),
         ("read_file", {"path": str(tmp_path / "secret")}), ("read_file", {"path": "agents.db"}),
         ("write_file", {"path": "sub/new.txt", "content": "made"}),
         ("write_file", {"path": "link", "content": "clobber"}),
-        ("list_dir", {"path": "sub"}), ("run", {"command": "echo hi"})])
+        ("list_dir", {"path": "sub"}), ("run", {"command": "echo hi"})]))
     fork("-n", "w", "--allow", "*_file", "--allow", "list_dir", "--cwd", str(work),
          "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
     from agentctl.store import db
-    out = results(db.connect(str(work / "agents.db")), "w")
+    out = tool_results(db.connect(str(work / "agents.db")), "w")
     assert out[0] == "inside"
     assert ".. is not allowed" in out[1]
     assert "link is a symbolic link: refused" in out[2]
@@ -320,8 +299,8 @@ def mcp_config(tmp_path, monkeypatch):
 
 
 def test_mcp_tools_from_a_real_server(mcp_config, tmp_path, conn):
-    model = script(tmp_path, [("notes__add", {"a": 2, "b": 40}), ("notes__whoami", {}),
-                              ("notes__broken", {})])
+    model = script(tmp_path, calling([("notes__add", {"a": 2, "b": 40}), ("notes__whoami", {}),
+                                      ("notes__broken", {})]))
     w = fork("-n", "w", "--allow", "notes__*", "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
@@ -329,7 +308,7 @@ def test_mcp_tools_from_a_real_server(mcp_config, tmp_path, conn):
     assert f"'notes__a_tool_whose_name_is_far_too_long_for_any_provider_to_take_it': {rule}" \
         in result.err                                   # too long once prefixed
     assert f"'notes__dotted.name': {rule}" in result.err
-    added, who, broken = results(conn, "w")
+    added, who, broken = tool_results(conn, "w")
     assert added == "42"
     assert who == f"agent={w} cwd={os.getcwd()} key=False"
     assert broken.startswith("error:") and "broken" in broken
@@ -399,16 +378,16 @@ def test_the_tool_path_and_the_mcp_file_are_refused_inside_the_working_directory
     monkeypatch.setenv("AGENTCTL_TOOLS", f"{tools}:{shipped}")
     (work / "mcp.json").write_text('{"mcpServers": {}}')
     monkeypatch.setenv("AGENTCTL_MCP", str(work / "mcp.json"))
-    model = script(tmp_path, [("write_file", {"path": "mytools/evil", "content": "#!/bin/sh"}),
-                              ("list_dir", {"path": "mytools"}),
-                              ("read_file", {"path": "mcp.json"}),
-                              ("write_file", {"path": "mcp.json", "content": "{}"}),
-                              ("write_file", {"path": "agents.db", "content": "gone"})])
+    model = script(tmp_path, calling([
+        ("write_file", {"path": "mytools/evil", "content": "#!/bin/sh"}),
+        ("list_dir", {"path": "mytools"}), ("read_file", {"path": "mcp.json"}),
+        ("write_file", {"path": "mcp.json", "content": "{}"}),
+        ("write_file", {"path": "agents.db", "content": "gone"})]))
     fork("-n", "w", "--allow", "*_file", "--allow", "list_dir", "--cwd", str(work),
          "-m", model, "go")
     assert agent("run", "w").code == 0
     conn = db.connect(str(work / "agents.db"))
-    out = results(conn, "w")
+    out = tool_results(conn, "w")
     assert len(out) == 5
     for result in out:
         assert ": not for tools (agentctl's database, configuration" in result, result
@@ -418,10 +397,10 @@ def test_the_tool_path_and_the_mcp_file_are_refused_inside_the_working_directory
 
 def test_an_mcp_tools_output_is_capped(mcp_config, tmp_path, conn, monkeypatch):
     monkeypatch.setenv("AGENTCTL_TOOL_OUTPUT", "10")
-    model = script(tmp_path, [("notes__whoami", {})])
+    model = script(tmp_path, calling([("notes__whoami", {})]))
     fork("-n", "w", "--allow", "notes__whoami", "-m", model, "go")
     assert agent("run", "w").code == 0
-    text, = results(conn, "w")
+    text, = tool_results(conn, "w")
     assert text.startswith("agent=") and text.endswith("\n[output cut at 10 bytes]")
     assert len(text.split("\n")[0]) == 10
 
@@ -429,9 +408,9 @@ def test_an_mcp_tools_output_is_capped(mcp_config, tmp_path, conn, monkeypatch):
 def test_a_failing_tool_shows_the_tail_of_a_long_stderr(toolpath, tmp_path, conn):
     make_tool(toolpath, "noisy", 'i=0; while [ $i -lt 3000 ]; do echo "noise $i" >&2; '
                                  'i=$((i+1)); done; echo "the real error" >&2; exit 1')
-    fork("-n", "w", "--allow", "noisy", "-m", script(tmp_path, [("noisy", {})]), "go")
+    fork("-n", "w", "--allow", "noisy", "-m", script(tmp_path, calling([("noisy", {})])), "go")
     assert agent("run", "w").code == 0
-    text, = results(conn, "w")
+    text, = tool_results(conn, "w")
     assert text.startswith("error: exit status 1: ") and text.endswith("the real error")
     assert len(text) < 2100
 
@@ -445,11 +424,11 @@ def test_a_call_ends_when_its_tool_does_and_what_it_left_is_killed(toolpath, tmp
     make_tool(toolpath, "leaves", f"sleep {mark} & echo started")
     fork("-n", "w", "--allow", "leaves", "--cwd", str(work_dir(tmp_path)),
          *(["--unconfined"] if how == "unconfined" else []),
-         "-m", script(tmp_path, [("leaves", {})]), "go")
+         "-m", script(tmp_path, calling([("leaves", {})])), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
     assert time.monotonic() - start < 30            # not the 600 s of what it left
-    assert results(conn, "w") == ["started\n"]
+    assert tool_results(conn, "w") == ["started\n"]
     wait_until(lambda: not running(mark), "what the tool left to be killed")
 
 
@@ -457,15 +436,15 @@ def test_the_run_tool_times_out_with_its_output_and_no_traceback(tmp_path, conn,
     monkeypatch.setenv("AGENTCTL_TOOLS", os.path.join(ROOT, "agentctl", "toolbox"))
     monkeypatch.setenv("AGENTCTL_MCP", str(tmp_path / "no-mcp.json"))
     mark = marker()
-    model = script(tmp_path, [
+    model = script(tmp_path, calling([
         ("run", {"command": "echo before; sleep 60; echo after", "timeout": 1}),
         ("run", {"command": f"sleep {mark} & echo oops >&2; exit 4"}),
-        ("run", {"command": 42})])
+        ("run", {"command": 42})]))
     fork("-n", "w", "--allow", "run", "--cwd", str(work_dir(tmp_path)), "-m", model, "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
     assert time.monotonic() - start < 30            # not the 60 s of the sleeps
-    timed_out, background, bad = results(conn, "w")
+    timed_out, background, bad = tool_results(conn, "w")
     assert timed_out == "before\n\n[timed out after 1 s: the shell was killed]\n"
     assert background == "\n[stderr]\noops\n\n[exit status 4]\n"
     assert bad == "error: command must be a string"     # checked: the tool never ran
@@ -476,14 +455,14 @@ def test_an_mcp_call_times_out_and_a_kill_cuts_it_short(mcp_config, tmp_path, co
                                                         monkeypatch):
     monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "1")
     fork("-n", "w", "--allow", "notes__nap", "-m",
-         script(tmp_path, [("notes__nap", {"seconds": 30})]), "go")
+         script(tmp_path, calling([("notes__nap", {"seconds": 30})])), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
     assert time.monotonic() - start < 25            # not the 30 s of the call
-    assert results(conn, "w") == ["error: timed out after 1 s"]
+    assert tool_results(conn, "w") == ["error: timed out after 1 s"]
     monkeypatch.delenv("AGENTCTL_TOOL_TIMEOUT")
     fork("-n", "k", "--allow", "notes__nap", "-m",
-         script(tmp_path, [("notes__nap", {"seconds": 60})], name="k.jsonl"), "go")
+         script(tmp_path, calling([("notes__nap", {"seconds": 60})]), name="k.jsonl"), "go")
     run = started("agent-run", "k")
     wait_until(lambda: run.poll() is not None or conn.execute(
         "SELECT count(*) FROM tool_runs WHERE tool = 'notes__nap' AND ended_at IS NULL"
@@ -505,8 +484,8 @@ def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_pa
     its agent-run.)"""
     mark = marker()
     make_tool(toolpath, "slow", f"sleep {mark}")
-    fork("-n", "w", "--allow", "slow", "--unconfined", "-m", script(tmp_path, [("slow", {})]),
-         "go")
+    fork("-n", "w", "--allow", "slow", "--unconfined", "-m",
+         script(tmp_path, calling([("slow", {})])), "go")
     run = started("agent-run", "w")
     tool_pid, = wait_until(lambda: running(mark), "the tool to start")
     run.send_signal(signal.SIGKILL)
@@ -519,7 +498,7 @@ def test_a_resumed_turn_kills_its_calls_processes_and_no_others(toolpath, tmp_pa
         result = wait_until(lambda: (ran := shell("agent-run w")).code != 75 and ran,
                             "the dead run's lease to be taken over")
         assert result.code == 0, result
-        assert results(conn, "w")[0].startswith("error: interrupted: ")
+        assert tool_results(conn, "w")[0].startswith("error: interrupted: ")
         wait_until(lambda: ended(tool_pid), "the call's process to be found and killed")
         assert stranger.poll() is None, "the stranger lives"
     finally:
@@ -544,15 +523,15 @@ def test_a_missing_mcp_configuration_cant_be_written_into_being(tmp_path, monkey
     monkeypatch.delenv("AGENTCTL_MCP", raising=False)
     monkeypatch.setenv("AGENTCTL_DB", str(tmp_path / "agents.db"))
     server = json.dumps({"mcpServers": {"x": {"command": "touch", "args": ["pwned"]}}})
-    model = script(tmp_path, [
+    model = script(tmp_path, calling([
         ("write_file", {"path": ".config/agentctl/mcp.json", "content": server}),
         ("write_file", {"path": str(home / ".config/agentctl/mcp.json"), "content": server}),
         ("write_file", {"path": ".cache/agentctl/tools.json", "content": "{}"}),
-        ("write_file", {"path": ".config/agentctl/other.json", "content": "{}"})])
+        ("write_file", {"path": ".config/agentctl/other.json", "content": "{}"})]))
     fork("-n", "w", "--allow", "write_file", "--cwd", str(home),
          *(["--unconfined"] if how == "unconfined" else []), "-m", model, "go")
     assert agent("run", "w").code == 0
-    out = results(db.connect(str(tmp_path / "agents.db")), "w")
+    out = tool_results(db.connect(str(tmp_path / "agents.db")), "w")
     if how == "unconfined":
         for result in out:      # (agentctl's directories whole, not just its files)
             assert ": not for tools (" in result, result
@@ -570,11 +549,11 @@ def test_a_fork_that_names_an_mcp_server_its_parent_cant_reach_is_refused(mcp_co
                            "server notes, so it can't grant them\n")
     fork("-n", "notes", "--allow", "notes__add")
     fork("-p", "notes", "-n", "ok", "--allow", "notes__*")     # within: it narrows to add
-    model = script(tmp_path, [("fork", {"name": "kid", "allow": ["notes__add"]})])
+    model = script(tmp_path, calling([("fork", {"name": "kid", "allow": ["notes__add"]})]))
     fork("-n", "lead2", "--allow", "read_file", "-m", model, "go")
     assert agent("run", "lead2").code == 0
-    assert results(conn, "lead2") == ["error: --allow notes__add: lead2 can't use the tools "
-                                      "of MCP server notes, so it can't grant them"]
+    assert tool_results(conn, "lead2") == ["error: --allow notes__add: lead2 can't use the "
+                                           "tools of MCP server notes, so it can't grant them"]
     assert not mcp_config.exists(), "no server was started to decide"
 
 
@@ -586,14 +565,15 @@ def test_the_file_tools_refuse_what_is_no_regular_file_without_blocking(tmp_path
     work.mkdir()
     os.mkfifo(work / "pipe")
     (work / "dir").mkdir()
-    model = script(tmp_path, [("read_file", {"path": "pipe"}), ("read_file", {"path": "dir"}),
-                              ("write_file", {"path": "pipe", "content": "x"}),
-                              ("write_file", {"path": "pipe", "content": "x", "append": True})])
+    model = script(tmp_path, calling([
+        ("read_file", {"path": "pipe"}), ("read_file", {"path": "dir"}),
+        ("write_file", {"path": "pipe", "content": "x"}),
+        ("write_file", {"path": "pipe", "content": "x", "append": True})]))
     fork("-n", "w", "--allow", "*_file", "--cwd", str(work), "-m", model, "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
     assert time.monotonic() - start < 30            # no open that blocks for ever
-    out = results(conn, "w")
+    out = tool_results(conn, "w")
     assert out[0] == "error: exit status 1: pipe: not a regular file"
     assert out[1] == "error: exit status 1: dir: not a regular file"
     for text in out[2:]:                    # no reader: the open fails, at once
@@ -614,11 +594,12 @@ def test_the_shell_tool_of_the_man_page_works_as_printed(toolpath, tmp_path, con
     work = tmp_path / "work"
     work.mkdir()
     (work / "words.txt").write_text("one two three\n")
-    model = script(tmp_path, [("word_count", {"path": "words.txt"}),
-                              ("word_count", {"path": "../x"})])
+    model = script(tmp_path, calling([("word_count", {"path": "words.txt"}),
+                                      ("word_count", {"path": "../x"})]))
     fork("-n", "w", "--allow", "word_count", "--cwd", str(work), "-m", model, "go")
     assert agent("run", "w").code == 0
-    assert results(conn, "w") == ["3\n", "error: exit status 1: stay in the working directory"]
+    assert tool_results(conn, "w") == ["3\n",
+                                       "error: exit status 1: stay in the working directory"]
 
 
 def test_relative_paths_are_made_absolute_at_start(tmp_path):
@@ -629,10 +610,10 @@ def test_relative_paths_are_made_absolute_at_start(tmp_path):
     A relative AGENTCTL_MCP is the same file seen from the tool's directory."""
     work = tmp_path / "work"
     (work / "ops").mkdir(parents=True)
-    model = script(tmp_path, [
+    model = script(tmp_path, calling([
         ("write_file", {"path": "ops/agents.db", "content": "clobbered"}),
         ("write_file", {"path": "ops/mcp.json", "content": "{}"}),
-        ("where", {})])
+        ("where", {})]))
     tools = tmp_path / "tools"      # (not above the cwd: a tool path holds no working directory)
     tools.mkdir()
     make_tool(tools, "where", 'echo "db=$AGENTCTL_DB mcp=$AGENTCTL_MCP"; agent-ps -q')
@@ -643,7 +624,7 @@ def test_relative_paths_are_made_absolute_at_start(tmp_path):
     assert result.code == 0, result.err
     from agentctl.store import db
     conn = db.connect(str(work / "ops" / "agents.db"))
-    clobber, mcp, where = results(conn, "w")
+    clobber, mcp, where = tool_results(conn, "w")
     assert ": not for tools (" in clobber and ": not for tools (" in mcp, (clobber, mcp)
     me = conn.execute("SELECT id FROM agents WHERE name = 'w'").fetchone()[0]
     # (AGENTCTL_MCP is not in a sandboxed tool's environment at all)
@@ -657,7 +638,7 @@ def test_a_tool_that_prints_a_key_stores_it_redacted(toolpath, tmp_path, home):
     result is stored, and replayed, with the keys redacted, as replies are."""
     from .conftest import stored
     make_tool(toolpath, "snoop", "tr '\\0' '\\n' < /proc/$PPID/environ | grep _API_KEY=")
-    model = script(tmp_path, [("snoop", {})])
+    model = script(tmp_path, calling([("snoop", {})]))
     fork("-n", "w", "--allow", "snoop", "--unconfined", "-m", model, "go")
     secret = "sk-live-0123456789abcdef"
     result = shell("agent-run w", env={"OPENAI_API_KEY": secret})
@@ -702,26 +683,23 @@ def test_a_hard_link_to_a_program_on_the_tool_path_cant_be_written(toolpath, tmp
     victim = make_tool(toolpath, "victim", "echo honest")
     os.link(victim, work / "innocent")
     monkeypatch.setenv("AGENTCTL_TOOLS", f"{toolpath}:{os.path.join(ROOT, 'agentctl', 'toolbox')}")
-    model = script(tmp_path, [("write_file", {"path": "innocent", "content": "echo evil"})])
+    model = script(tmp_path, calling([("write_file", {"path": "innocent",
+                                                      "content": "echo evil"})]))
     fork("-n", "w", "--allow", "write_file", "--cwd", str(work), "-m", model, "go")
     assert agent("run", "w").code == 0
-    assert "innocent: not for tools (" in results(conn, "w")[0]
+    assert "innocent: not for tools (" in tool_results(conn, "w")[0]
     assert "echo honest" in victim.read_text()
 
 
 def test_a_pattern_reaches_mcp_tools_only_when_it_names_the_server(mcp_config, tmp_path):
     """*_add matched notes__add, and *_file the tools of any file server configured
     later: only a pattern that names the server (or *) reaches its tools."""
-    def offered(who):
-        listed = agent("run", "--list-tools", "--format", "json", who)
-        assert listed.code == 0, listed.err
-        return sorted(t["name"] for t in json.loads(listed.out) if "__" in t["name"])
     fork("-n", "glob", "--allow", "*_add")
     fork("-n", "named", "--allow", "notes__a*")
     fork("-n", "all", "--allow", "*")
-    assert offered("glob") == []
-    assert offered("named") == ["notes__add"]
-    assert "notes__add" in offered("all")
+    assert offered("glob", mcp=True) == []
+    assert offered("named", mcp=True) == ["notes__add"]
+    assert "notes__add" in offered("all", mcp=True)
 
 
 def test_a_grant_that_matches_no_tool_is_taken_with_a_warning(toolpath):

@@ -1,31 +1,13 @@
-"""A failed turn keeps its input and holds its agent (agentctl(7), LIFECYCLE); agent-set
-changes settings after fork and lets a held agent go; agent-why says why an agent is
-not running a turn."""
+"""A failed turn keeps its input and holds its agent (agentctl(7), LIFECYCLE) until a run
+resumes it or agent-set changes its settings and lets it go; model options, at fork and
+after."""
 
 import json
 
 import pytest
 
-from agentctl.store import registry
-
-from .conftest import agent, fork, shell
+from .conftest import agent, events, fork, row, script, shell
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
-
-
-def script(tmp_path, *rules, name="script.jsonl"):
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
-
-
-def row(conn, ref):
-    return registry.resolve(conn, ref)
-
-
-def events(conn, ref, kind):
-    agent_id = row(conn, ref)["id"]
-    return [json.loads(r[0]) for r in conn.execute(
-        "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY id", (agent_id, kind))]
 
 
 # -- a failed turn keeps its input -------------------------------------------------------------
@@ -65,14 +47,12 @@ def test_a_turn_failed_after_a_step_resumes_where_it_failed(conn, tmp_path):
     """Its completed step is kept and not done again; an explicit run resumes the turn,
     a task too (held, not exited)."""
     steps = [{"tool_calls": [{"name": "ps", "arguments": {}}]}, {"fail": "error"}]
-    model = tmp_path / "m.jsonl"
-    model.write_text(json.dumps({"steps": steps}) + "\n")
     fork("-n", "boss")
-    fork("-p", "boss", "-n", "t", "-r", "task", "-m", f"scripted:{model}", "go")
+    fork("-p", "boss", "-n", "t", "-r", "task", "-m", script(tmp_path, {"steps": steps}), "go")
     assert agent("run", "t").code == 69
     assert row(conn, "t")["status"] == "S" and row(conn, "t")["held_at"] is not None
     assert agent("wait", "--timeout", "0", "t").code == 1          # held, not exited
-    model.write_text(json.dumps({"steps": [steps[0], {"content": "listed"}]}) + "\n")
+    script(tmp_path, {"steps": [steps[0], {"content": "listed"}]})    # the model's file, mended
     assert agent("run", "t").out == "listed\n"
     assert row(conn, "t")["status"] == "Z"
     assert conn.execute("SELECT count(*) FROM messages WHERE kind = 'tool_call'").fetchone()[0] == 1
@@ -105,70 +85,6 @@ def test_restart_policies_keep_their_meaning(conn, tmp_path, monkeypatch):
     assert why.startswith("backing off until ") and "1 failure(s)" in why
     assert agent("set", "d", "max_restarts=9").code == 0             # a change tries again
     assert row(conn, "d")["retry_at"] is None
-
-
-# -- agent-set --------------------------------------------------------------------------------
-
-def test_narrowing_is_always_allowed_widening_only_above(conn, monkeypatch):
-    lead = fork("-n", "lead", "--allow", "read_file", "--allow", "list_dir", "--budget", "1000",
-                "--max-children", "5")
-    kid = fork("-p", "lead", "-n", "kid", "--allow", "read_file", "--allow", "list_dir",
-               "--budget", "300")
-    monkeypatch.setenv("AGENT_ID", kid)
-    assert agent("set", "kid", "allow=read_file", "max_children=2").code == 0     # narrower
-    assert agent("set", "kid", "ask=run:1h,write_*").code == 0                  # more asked
-    assert row(conn, "kid")["ask"] == "run:1h\nwrite_*"
-    assert agent("set", "kid", "ask=").code == 3                                # fewer asked
-    refused = agent("set", "kid", "allow=read_file,list_dir")
-    assert refused.code == 3 and "only narrow its own" in refused.err
-    assert agent("set", "kid", "model=echo").code == 3
-    assert agent("set", "lead", "max_children=1").code == 3       # not a descendant of kid
-    monkeypatch.setenv("AGENT_ID", lead)
-    assert agent("set", "kid", "allow=read_file,list_dir", "model=echo").code == 0
-    widen = agent("set", "kid", "allow=write_file")
-    assert widen.code == 3 and "can't use write_file" in widen.err
-    assert agent("set", "kid", "max_children=9").code == 3          # lead holds 5
-    assert agent("set", "kid", "budget=500").code == 0              # out of lead's account
-    assert (row(conn, "lead")["budget"], row(conn, "kid")["budget"]) == (500, 500)
-    assert agent("set", "kid", "budget=600").code == 0
-    assert agent("set", "kid", "budget=9999").code == 3             # more than it has left
-    assert agent("set", "kid", "budget=100").code == 0              # gives back 500
-    assert (row(conn, "lead")["budget"], row(conn, "kid")["budget"]) == (900, 100)
-    monkeypatch.delenv("AGENT_ID")
-    assert agent("set", "lead", "allow=*", "max_children=50").code == 0     # the operator
-    sets = [(e["setting"], e.get("old"), e.get("new")) for e in events(conn, "kid", "set")]
-    assert sets[:2] == [("allow", "read_file,list_dir", "read_file"), ("max_children", "5", "2")]
-
-
-def test_agent_set_errors(conn):
-    fork("-n", "a", "-m", "echo")
-    for args, code, text in [
-            ((), 2, "nothing to set"), (("model",), 2, "want KEY=VALUE"),
-            (("window=5",), 2, "unknown setting: window"), (("role=task",), 2, "set once"),
-            (("model=nosuch:x",), 2, "unknown model"), (("cwd=/no/such/dir",), 2, "not a dir"),
-            (("options=temperature=9",), 2, "temperature"), (("-o", "colour=red"), 2,
-                                                              "unknown option colour"),
-            (("schema={\"type\": \"thing\"}",), 2, "schema.type")]:
-        result = agent("set", "a", *args)
-        assert (result.code, result.out) == (code, ""), (args, result.err)
-        assert text in result.err and result.err.count("\n") == 1, result.err
-    assert agent("set", "nosuch", "model=echo").code == 1
-    assert agent("set", "init", "model=echo").code == 3
-    agent("kill", "a")
-    assert agent("set", "a", "model=echo").code == 3
-
-
-def test_a_setting_added_to_the_declaration_is_settable_with_no_code_of_its_own(conn,
-                                                                               monkeypatch):
-    """agent-set knows no setting by name: a new declaration (as the sandbox's ro, net ...)
-    is picked up from agentctl.settings alone."""
-    import dataclasses
-    from agentctl import settings
-    fork("-n", "a", "-m", "echo", "--reap-after", "1h")
-    copy = dataclasses.replace(settings.get("reap_after"), doc="Changed.")
-    monkeypatch.setitem(settings.BY_NAME, "reap_after", copy)
-    assert agent("set", "a", "reap_after=2h").code == 0
-    assert row(conn, "a")["reap_after"] == 7200.0
 
 
 # -- model options ----------------------------------------------------------------------------
@@ -205,37 +121,3 @@ def test_an_option_the_provider_does_not_take_is_a_clear_error(conn):
     assert agent("set", "o", "model=anthropic:claude-test", "options=max_tokens=10").code == 0
     assert agent("set", "o", "-o", "stop=X", "-o", "max_tokens=").code == 0
     assert row(conn, "o")["options"] == "stop=X"
-
-
-# -- agent-why --------------------------------------------------------------------------------
-
-def test_agent_why_gives_every_reason_one_a_line(conn, monkeypatch):
-    fork("-n", "idle", "-m", "echo")
-    fork("-n", "ready", "-m", "echo", "go")
-    fork("-n", "stopped", "-m", "echo", "go")
-    agent("kill", "-s", "STOP", "stopped")
-    fork("-n", "later", "-m", "echo")
-    agent("send", "--in", "2h", "later", "wake up")
-    fork("-n", "poor", "-m", "echo", "--budget", "1", "go")
-    conn.execute("UPDATE agents SET spent = 5 WHERE name = 'poor'")
-    conn.commit()
-    assert agent("why", "ready").code == 0 and agent("why", "ready").out == "pending: 1 prompt\n"
-    out = {n: agent("why", n) for n in ("idle", "stopped", "later", "poor", "init")}
-    assert all(r.code == 1 for r in out.values())
-    assert out["idle"].out == "nothing pending: no prompt, no unread mail, no due timer\n"
-    assert out["stopped"].out.startswith("stopped: by STOP")
-    assert out["later"].out.splitlines()[1].startswith("deferred mail due at ")
-    assert out["poor"].out.startswith("budget spent: spent 5 of 1 tokens")
-    assert out["init"].out.startswith("init: ")
-    agent("kill", "idle")
-    assert agent("why", "idle").out.startswith("exited: ")
-    assert agent("why", "nosuch").code == 1
-
-
-def test_a_reason_is_one_function_added_to_the_list(conn, monkeypatch):
-    from agentctl.ops import why
-    fork("-n", "ready", "-m", "echo", "go")
-    monkeypatch.setattr(why, "REASONS", why.REASONS + [
-        lambda conn, agent, now: "rate limited: the provider asked to wait"])
-    result = agent("why", "ready")
-    assert (result.code, result.out) == (1, "rate limited: the provider asked to wait\n")

@@ -7,16 +7,10 @@ from agentctl import keys
 from agentctl.store import registry
 from agentctl.turn import runner
 
-from .conftest import agent, fork, stored
+from .conftest import agent, fork, script, stored, tool_results
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 NESTED = "[" * 5000 + "]" * 5000
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "rules.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 def test_deeply_nested_tool_arguments_are_a_tool_error_not_a_wedged_agent(conn, tmp_path):
@@ -25,7 +19,7 @@ def test_deeply_nested_tool_arguments_are_a_tool_error_not_a_wedged_agent(conn, 
         {"content": "recovered"}]}), "go")
     result = agent("run", "a")
     assert (result.code, result.out) == (0, "recovered\n"), result.err
-    answer = conn.execute("SELECT content FROM messages WHERE kind = 'tool_result'").fetchone()[0]
+    answer, = tool_results(conn, "a")
     assert answer == "error: arguments: nested more than 100 levels deep"
     agent("send", "a", "again")
     assert agent("replay", "a").code == 0
@@ -104,8 +98,7 @@ def test_the_sleep_tool_refuses_a_time_without_a_zone(conn, tmp_path):
         {"tool_calls": [{"id": "t", "name": "sleep",
                          "arguments": {"until": "2030-01-01T09:30:00Z"}}]}]}), "go")
     assert agent("run", "a").code == 0
-    results = [r[0] for r in conn.execute(
-        "SELECT content FROM messages WHERE kind = 'tool_result' ORDER BY id")]
+    results = tool_results(conn, "a")
     assert results[0] == ('error: until: "2030-01-01T09:30" has no zone: add Z for UTC '
                           '(the times you see are UTC), or +HH:MM')
     assert results[1] == "sleeping until 2030-01-01T09:30:00Z"

@@ -1,11 +1,10 @@
 """make install / make uninstall into a DESTDIR."""
 
-import json
 import os
 import subprocess
 import sys
 
-from .conftest import PROGRAMS, ROOT
+from .conftest import PROGRAMS, ROOT, script
 
 
 def files_under(top):
@@ -41,14 +40,13 @@ def test_install_and_uninstall(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "here.txt").write_text("x")
-    model = tmp_path / "model.jsonl"
-    model.write_text(json.dumps({"steps": [
+    model = script(tmp_path, {"steps": [
         {"content": "", "tool_calls": [{"name": "list_dir", "arguments": {}}]},
-        {"content": "listed"}]}) + "\n")
+        {"content": "listed"}]})
     installed_bin = dest / "usr/local/bin"
     forked = subprocess.run([sys.executable, str(installed_bin / "agent-fork"), "-n", "w",
                              "--allow", "list_dir", "--cwd", str(work), "-m",
-                             f"scripted:{model}", "go"], env=env, capture_output=True,
+                             model, "go"], env=env, capture_output=True,
                             text=True)
     assert forked.returncode == 0, forked.stderr
     ran = subprocess.run([sys.executable, str(installed_bin / "agent-run"), "w"], env=env,

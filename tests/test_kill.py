@@ -9,19 +9,10 @@ from agentctl.store import registry
 from agentctl.ops import lease
 from agentctl.ids import INIT_ID
 
-from .conftest import PATIENCE, Result, agent, asleep_at_database, fork, started, wait_until
-from .fakeapi import fakeapi  # noqa: F401
-from .test_run import kinds, script
-
-
-def status(conn, ref):
-    return registry.resolve(conn, ref)["status"]
-
-
-def events(conn, agent_id, kind):
-    return [tuple(r) for r in conn.execute(
-        "SELECT detail, actor_id FROM events WHERE agent_id = ? AND kind = ? ORDER BY id",
-        (agent_id, kind))]
+from .conftest import (PATIENCE, Result, agent, asleep_at_database, events, fork, script,
+                       started, status, wait_until)
+from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
+from .test_run import kinds
 
 
 def test_term_makes_a_zombie_of_an_operators_agent(conn):
@@ -30,7 +21,7 @@ def test_term_makes_a_zombie_of_an_operators_agent(conn):
     assert (result.code, result.out, result.err) == (0, "", "")
     row = registry.get(conn, a)
     assert (row["status"], row["exit_code"], row["exit_signal"]) == ("Z", 143, "TERM")
-    assert events(conn, a, "signal") == [("TERM", None)]
+    assert events(conn, a, "signal", "detail", "actor_id") == [("TERM", None)]
 
 
 def test_child_of_a_dead_parent_dies_without_zombie(conn):
@@ -79,7 +70,7 @@ def test_orphans_go_to_the_nearest_live_ancestor(conn):
     agent("kill", "p")
     for c in (c1, c2):
         assert registry.get(conn, c)["parent_id"] == g
-        assert events(conn, c, "reparent") == [(f"{p} {g}", None)]
+        assert events(conn, c, "reparent", "detail", "actor_id") == [(f"{p} {g}", None)]
     # the history parent never changes
     assert registry.get(conn, c1)["forked_from"] == p
 
@@ -153,7 +144,7 @@ def test_actor_is_recorded(conn, monkeypatch):
     w = fork("-p", "boss")
     monkeypatch.setenv("AGENT_ID", boss)
     agent("kill", "-s", "STOP", w)
-    assert events(conn, w, "signal") == [("STOP", boss)]
+    assert events(conn, w, "signal", "detail", "actor_id") == [("STOP", boss)]
 
 
 # -- HUP on an agent whose turn is open (interrupted, or stopped): the clear follows it ----
@@ -211,15 +202,14 @@ def test_a_hup_waiting_for_a_turn_refused_before_any_step_follows_the_next_turn(
         conn, tmp_path):
     """A turn refused at its first call is voided, its prompt pending again (an
     agent restarted on failure): the clear waits for the turn that takes it."""
-    rules = tmp_path / "m.jsonl"
-    rules.write_text('{"match": "^go$", "steps": [{"fail": "tempfail"}]}\n')
-    fork("-n", "a", "--restart", "on-failure", "-m", f"scripted:{rules}", "go")
+    model = script(tmp_path, '{"match": "^go$", "steps": [{"fail": "tempfail"}]}')
+    fork("-n", "a", "--restart", "on-failure", "-m", model, "go")
     assert agent("run", "a").code == 75
     assert agent("kill", "-s", "HUP", "a").code == 0
-    rules.write_text('{"match": "^go$", "steps": [{"fail": "error"}]}\n')
+    script(tmp_path, '{"match": "^go$", "steps": [{"fail": "error"}]}')
     assert agent("run", "a").code == 69
     assert user_texts("a") == ["go"] and "clear" not in kinds(conn, "a")
-    rules.write_text('{"match": "^go$", "reply": {"content": "done"}}\n')
+    script(tmp_path, '{"match": "^go$", "reply": {"content": "done"}}')
     assert agent("run", "a").out == "done\n"
     assert kinds(conn, "a")[-1] == "clear" and agent("replay", "a").out == ""
 
@@ -326,11 +316,7 @@ def test_kill_ends_a_run_blocked_on_a_slow_model_call_within_a_second(conn, fake
     """The model server takes 60 s to answer: agent-run learns of the KILL through
     the database while it waits on the network, and exits at once (within a second
     on a quiet machine); the turn is voided, its input pending again."""
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "slow", "-m", "openai:gpt-test", "think hard")
-    run = started("agent-run", "slow")
-    wait_until(lambda: fakeapi.requests, "the model call")
+    run = slow_turn(fakeapi, monkeypatch, "slow", "think hard")
     killed = time.monotonic()
     assert agent("kill", "-s", "KILL", "slow").code == 0
     out, err = run.communicate(timeout=PATIENCE)
@@ -351,13 +337,11 @@ def test_no_tool_call_starts_after_the_kill_and_a_blocking_wait_is_cut_short(con
     """A step with a wait (up to 60 s, for a child that never exits) then a send and
     a fork: a KILL during the wait ends it at once, and neither the send nor the
     fork happens."""
-    rules = tmp_path / "rules.jsonl"
-    rules.write_text(json.dumps({"steps": [{"tool_calls": [
+    lead = fork("-n", "lead", "-m", script(tmp_path, {"steps": [{"tool_calls": [
         {"id": "w", "name": "wait", "arguments": {"timeout": 60}},
         {"id": "s", "name": "send", "arguments": {"to": "lead", "body": "after"}},
         {"id": "f", "name": "fork", "arguments": {"name": "late"}}]},
-        {"content": "never"}]}) + "\n")
-    lead = fork("-n", "lead", "-m", f"scripted:{rules}", "go")
+        {"content": "never"}]}), "go")
     fork("-p", "lead", "-n", "kid")
     run = started("agent-run", "lead")
     in_tool_call(conn, lead, "wait")

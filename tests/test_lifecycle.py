@@ -7,34 +7,11 @@ import os
 import signal
 import time
 
-
-from agentctl.store import registry
-
-from .conftest import PATIENCE, agent, clock_slack, fork, started, wait_until
-from .fakeapi import fakeapi  # noqa: F401
-
-
-def row(conn, ref):
-    return registry.resolve(conn, ref)
-
-
-def rules(tmp_path, *steps, name="rules.jsonl"):
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in steps))
-    return f"scripted:{path}"
+from .conftest import PATIENCE, agent, clock_slack, fork, mails, row, script, wait_until
+from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
 
 
 FAILING = {"steps": [{"fail": "error"}]}
-
-
-def mails(conn, to, kind):
-    return [r[0] for r in conn.execute(
-        "SELECT body FROM mail WHERE recipient_id = ? AND kind = ? ORDER BY id",
-        (row(conn, to)["id"], kind))]
-
-
-def in_flight(fakeapi):
-    wait_until(lambda: fakeapi.requests, "the model call")
 
 
 # -- stop, gracefully then surely ---------------------------------------------------------
@@ -42,11 +19,7 @@ def in_flight(fakeapi):
 def test_grace_ends_a_turn_that_outlives_it_with_kill(conn, fakeapi, monkeypatch):
     """TERM lets a turn finish; one still running when the grace ends is killed by
     its own agent-run."""
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "slow", "-m", "openai:gpt-test", "think")
-    run = started("agent-run", "slow")
-    in_flight(fakeapi)
+    run = slow_turn(fakeapi, monkeypatch, "slow")
     sent = time.monotonic()
     assert agent("kill", "--grace", "1", "slow").code == 0
     assert row(conn, "slow")["status"] == "R"             # TERM waits for the turn
@@ -62,11 +35,7 @@ def test_a_grace_period_survives_kill_9_of_the_run_and_the_next_writer_kills(
     """agent-run dies (kill -9) during the grace period: agent-ps shows the agent
     killed once the grace has ended, without writing; agent-run --all, the next
     writer, carries the KILL out."""
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "slow", "-m", "openai:gpt-test", "think")
-    run = started("agent-run", "slow")
-    in_flight(fakeapi)
+    run = slow_turn(fakeapi, monkeypatch, "slow")
     assert agent("kill", "--grace", "0.5", "slow").code == 0
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
@@ -85,11 +54,7 @@ def test_kill_wait_says_how_each_exited_and_times_out(conn, fakeapi, monkeypatch
     result = agent("kill", "--wait", "5", "idle")
     assert result.code == 0
     assert result.lines[1].split()[1:] == ["idle", "killed", "TERM"]
-    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "120")
-    fakeapi.reply("too late", delay=60)
-    fork("-n", "busy", "-m", "openai:gpt-test", "think")
-    run = started("agent-run", "busy")
-    in_flight(fakeapi)
+    run = slow_turn(fakeapi, monkeypatch, "busy")
     result = agent("kill", "--wait", "0.3", "busy")        # TERM: the turn goes on
     assert result.code == 1 and result.out == ""
     assert result.err == "agent-kill: busy: still running after 0.3 s\n"
@@ -164,7 +129,7 @@ def test_a_daemon_is_restarted_then_gives_up_and_its_parent_hears_twice(
     monkeypatch.setenv("AGENTCTL_BACKOFF", "0")
     fork("-n", "lead")
     fork("-p", "lead", "-n", "d", "-r", "daemon", "--max-restarts", "2",
-         "-m", rules(tmp_path, FAILING), "work")
+         "-m", script(tmp_path, FAILING), "work")
     for n in (1, 2):
         assert agent("run", "d").code == 69
         d = row(conn, "d")
@@ -185,7 +150,7 @@ def test_a_restart_backs_off_longer_each_time_and_resets_after_a_success(
         conn, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTCTL_BACKOFF", "10,25")
     steps = [{"match": "^fail", "steps": [{"fail": "error"}]}, {"steps": [{"content": "ok"}]}]
-    fork("-n", "d", "-r", "daemon", "-m", rules(tmp_path, *steps), "fail")
+    fork("-n", "d", "-r", "daemon", "-m", script(tmp_path, *steps), "fail")
     for wait in (10, 20, 25):
         before = time.time()
         agent("run", "d")
@@ -204,7 +169,7 @@ def test_a_restart_backs_off_longer_each_time_and_resets_after_a_success(
 def test_never_holds_the_failed_input_and_tells_the_parent(conn, tmp_path):
     fork("-n", "lead")
     agent("kill", "-s", "STOP", "lead")                         # its mail would run it
-    fork("-p", "lead", "-n", "w", "-r", "worker", "-m", rules(tmp_path, FAILING), "work")
+    fork("-p", "lead", "-n", "w", "-r", "worker", "-m", script(tmp_path, FAILING), "work")
     assert agent("run", "w").code == 69
     w = row(conn, "w")
     assert (w["status"], w["restarts"], w["retry_at"]) == ("S", 0, None)
@@ -223,7 +188,7 @@ def test_always_restarts_an_exit_and_term_never_restarts(conn, tmp_path):
     exit_call = {"steps": [{"tool_calls": [{"id": "x", "name": "exit",
                                             "arguments": {"result": "done"}}]}]}
     fork("-n", "lead")
-    fork("-p", "lead", "-n", "d", "-r", "daemon", "-m", rules(tmp_path, exit_call), "go")
+    fork("-p", "lead", "-n", "d", "-r", "daemon", "-m", script(tmp_path, exit_call), "go")
     assert agent("run", "d").code == 0
     d = row(conn, "d")
     assert (d["status"], d["restarts"]) == ("S", 1)
@@ -238,7 +203,7 @@ def test_a_restart_survives_kill_9_at_every_commit(conn, tmp_path, monkeypatch, 
     pending once, the parent has one failure mail."""
     from .test_crash import crashed_run
     monkeypatch.setenv("AGENTCTL_BACKOFF", "0")
-    model = rules(tmp_path, FAILING)
+    model = script(tmp_path, FAILING)
     for point in ("before", "after"):
         for at in range(1, 8):
             for name in ("lead", "d"):
@@ -302,7 +267,7 @@ def test_an_agent_that_forks_in_every_step_is_stopped_by_the_limits(conn, tmp_pa
                                           "arguments": {"prompt": "fork again"}}]}] * 4
                + [{"content": "tired"}]}
     monkeypatch.setenv("AGENTCTL_MAX_DEPTH", "4")
-    fork("-n", "root", "--max-children", "2", "-m", rules(tmp_path, forking), "go")
+    fork("-n", "root", "--max-children", "2", "-m", script(tmp_path, forking), "go")
     rounds = 0
     while agent("run", "--all", "-j", "2").code == 0:
         rounds += 1
@@ -317,7 +282,7 @@ def test_an_agent_that_forks_in_every_step_is_stopped_by_the_limits(conn, tmp_pa
 
 
 def test_a_bad_backoff_setting_is_a_usage_error_before_the_turn(conn, tmp_path, monkeypatch):
-    fork("-n", "d", "-r", "daemon", "-m", rules(tmp_path, FAILING), "work")
+    fork("-n", "d", "-r", "daemon", "-m", script(tmp_path, FAILING), "work")
     for value in ("soon", "1s,2s,3s", "inf"):
         monkeypatch.setenv("AGENTCTL_BACKOFF", value)
         result = agent("run", "d")

@@ -17,19 +17,14 @@ from agentctl.ids import INIT_ID
 from agentctl.store import db, events
 from agentctl.store.db import transaction
 
-from .conftest import ROOT, PATIENCE, agent, clock_slack, fork, shell, started, wait_until
+from .conftest import (ROOT, PATIENCE, agent, clock_slack, fork, script, shell, started,
+                       wait_until)
 
 
 def kinds(*args):
     result = agent("log", "--format", "jsonl", *args)
     assert result.code == 0, result.err
     return [(json.loads(line)["name"], json.loads(line)["kind"]) for line in result.lines]
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "script.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
 
 
 PIPELINE = [("lead", "fork"),                                   # agent-fork lead

@@ -8,12 +8,7 @@ import time
 from agentctl.ops.mail import MAX_BODY
 
 from .conftest import (PATIENCE, Result, agent, asleep_at_database, fork, shell, started,
-                       wait_until, write_locked)
-
-
-def unread(conn, name):
-    return conn.execute("SELECT count(*) FROM mail m JOIN agents a ON a.id = m.recipient_id "
-                        "WHERE a.name = ? AND m.read_at IS NULL", (name,)).fetchone()[0]
+                       unread, wait_until, write_locked)
 
 
 def test_send_prints_ids_and_mail_lists_unread(conn):

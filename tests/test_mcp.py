@@ -14,10 +14,12 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import ROOT, agent, fork, reference_servers, wait_until
+from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, script,
+                       tool_results, wait_until)
 from .fakeapi import fakeapi  # noqa: F401 (a fixture)
+from .localhttp import free_port
 from .mcp_server import PNG
-from .test_external_tools import results, script, work_dir
+from .test_external_tools import work_dir
 
 SERVER = os.path.join(ROOT, "tests", "mcp_server.py")
 TESTS = os.path.join(ROOT, "tests")
@@ -44,25 +46,19 @@ def starts(path):
     return path.read_text().count("start") if path.exists() else 0
 
 
-def listed(who):
-    out = agent("run", "--list-tools", "--format", "json", who)
-    assert out.code == 0, out.err
-    return sorted(t["name"] for t in json.loads(out.out) if "__" in t["name"])
-
-
 def test_a_turn_that_calls_no_mcp_tool_starts_no_server(tmp_path, monkeypatch):
     work = work_dir(tmp_path)
     one, two = work / "one", work / "two"
     configure(tmp_path, monkeypatch, {"one": notes(one), "two": notes(two)})
     fork("-n", "w", "--allow", "one__*", "--allow", "two__*", "-m", "echo", "hi")
-    assert "one__add" in listed("w") and "two__add" in listed("w")
+    assert "one__add" in offered("w", mcp=True) and "two__add" in offered("w", mcp=True)
     assert (starts(one), starts(two)) == (1, 1)         # listed once, then kept
     assert agent("run", "w").code == 0                  # offered both, called neither
     assert (starts(one), starts(two)) == (1, 1)
-    model = script(tmp_path, [("one__add", {"a": 2, "b": 3})])
+    model = script(tmp_path, calling([("one__add", {"a": 2, "b": 3})]))
     fork("-n", "c", "--allow", "one__*", "--allow", "two__*", "-m", model, "go")
     assert agent("run", "c").code == 0
-    assert results(connect(os.environ["AGENTCTL_DB"]), "c") == ["5"]
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "c") == ["5"]
     assert (starts(one), starts(two)) == (2, 1)         # only the server it called
 
 
@@ -75,15 +71,15 @@ def test_a_changed_entry_or_program_is_listed_again(tmp_path, monkeypatch):
     entry = notes(count, command=str(wrapper), args=[], ro=[TESTS, str(tmp_path)])
     configure(tmp_path, monkeypatch, {"notes": entry})
     fork("-n", "w", "--allow", "notes__*", "-m", "echo", "hi")
-    listed("w")
-    listed("w")
+    offered("w", mcp=True)
+    offered("w", mcp=True)
     assert starts(count) == 1
     configure(tmp_path, monkeypatch, {"notes": dict(entry, env={**entry["env"], "X": "1"})})
-    listed("w")
+    offered("w", mcp=True)
     assert starts(count) == 2                           # another entry
     mtime = wrapper.stat().st_mtime_ns + 10 ** 9
     os.utime(wrapper, ns=(mtime, mtime))
-    listed("w")
+    offered("w", mcp=True)
     assert starts(count) == 3                           # its program changed
 
 
@@ -92,14 +88,15 @@ def test_a_tool_gone_since_it_was_listed_is_an_error_and_listed_again(tmp_path, 
     state = work / "state"
     configure(tmp_path, monkeypatch, {"notes": notes(work / "starts",
                                                      env={"MCP_EXTRA": str(state)})})
-    fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, [("notes__extra", {})]), "go")
-    assert "notes__extra" in listed("w")
+    fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, calling([("notes__extra", {})])),
+         "go")
+    assert "notes__extra" in offered("w", mcp=True)
     state.write_text("gone")                            # the server has changed since
     assert agent("run", "w").code == 0
-    assert results(connect(os.environ["AGENTCTL_DB"]), "w") == [
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == [
         "error: MCP server notes has no tool extra any more: your next turn is offered what "
         "it has now"]
-    assert "notes__extra" not in listed("w")
+    assert "notes__extra" not in offered("w", mcp=True)
 
 
 def test_a_list_changed_notification_lists_the_server_again_for_the_next_turn(tmp_path,
@@ -108,12 +105,13 @@ def test_a_list_changed_notification_lists_the_server_again_for_the_next_turn(tm
     turn is listed again before it stops: the next turn is offered its new tool."""
     work = work_dir(tmp_path)
     configure(tmp_path, monkeypatch, {"notes": notes(work / "starts")})
-    fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, [("notes__grow", {})]), "go")
-    assert "notes__fresh" not in listed("w")
+    fork("-n", "w", "--allow", "notes__*", "-m", script(tmp_path, calling([("notes__grow", {})])),
+         "go")
+    assert "notes__fresh" not in offered("w", mcp=True)
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
-    assert results(connect(os.environ["AGENTCTL_DB"]), "w") == ["grown"]
-    assert "notes__fresh" in listed("w")
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["grown"]
+    assert "notes__fresh" in offered("w", mcp=True)
 
 
 def test_a_server_that_fails_says_why_and_breaks_only_its_own_tools(tmp_path, monkeypatch):
@@ -122,7 +120,7 @@ def test_a_server_that_fails_says_why_and_breaks_only_its_own_tools(tmp_path, mo
         "-c", "import sys; print('loading config', file=sys.stderr); "
               "print('fatal: no such database: notes.db', file=sys.stderr); sys.exit(3)"]}
     configure(tmp_path, monkeypatch, {"broken": broken, "notes": notes(work / "starts")})
-    model = script(tmp_path, [("notes__add", {"a": 1, "b": 1})])
+    model = script(tmp_path, calling([("notes__add", {"a": 1, "b": 1})]))
     fork("-n", "w", "--allow", "*", "-m", model, "go")
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
@@ -132,7 +130,7 @@ def test_a_server_that_fails_says_why_and_breaks_only_its_own_tools(tmp_path, mo
         f"output) before it answered; its stderr ({log}): loading config | fatal: no such "
         "database: notes.db")
     assert "fatal: no such database" in log.read_text()
-    assert results(connect(os.environ["AGENTCTL_DB"]), "w") == ["2"]
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["2"]
 
 
 def test_a_variable_that_is_not_set_is_named(tmp_path, monkeypatch):
@@ -145,7 +143,7 @@ def test_a_variable_that_is_not_set_is_named(tmp_path, monkeypatch):
                                       "set (its configuration takes it from the "
                                       "environment)\n")
     monkeypatch.setenv("NOTES_TOKEN", "given")
-    assert "notes__add" in listed("w")
+    assert "notes__add" in offered("w", mcp=True)
 
 
 # -- over HTTP ---------------------------------------------------------------------------------
@@ -174,12 +172,12 @@ def test_a_server_over_http_with_a_token_from_the_environment(web_server, tmp_pa
     if kind == "sse":
         entry["type"] = "sse"
     configure(tmp_path, monkeypatch, {"notes": entry})
-    model = script(tmp_path, [("notes__add", {"a": 40, "b": 2})])
+    model = script(tmp_path, calling([("notes__add", {"a": 40, "b": 2})]))
     fork("-n", "w", "--allow", "notes__*", "-m", model, "go")
     monkeypatch.setenv("NOTES_TOKEN", "tok-0123456789abcdef")
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
-    assert results(connect(os.environ["AGENTCTL_DB"]), "w") == ["42"]
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["42"]
 
 
 def test_a_server_that_wants_oauth_says_so_and_shows_no_token(web_server, tmp_path,
@@ -214,27 +212,20 @@ def test_the_reference_servers_over_stdio(tmp_path, monkeypatch):
         "fs": {"command": node, "args": [os.path.join(
             modules, "@modelcontextprotocol", "server-filesystem", "dist", "index.js"),
             str(work)], "ro": [modules]}})
-    model = script(tmp_path, [("everything__get-sum", {"a": 2, "b": 40}),
-                              ("fs__read_text_file", {"path": str(work / "notes.txt")}),
-                              ("fs__write_file", {"path": str(work / "out.txt"),
-                                                  "content": "written"}),
-                              ("fs__read_text_file", {"path": "/etc/hostname"})])
+    model = script(tmp_path, calling([("everything__get-sum", {"a": 2, "b": 40}),
+                                      ("fs__read_text_file", {"path": str(work / "notes.txt")}),
+                                      ("fs__write_file", {"path": str(work / "out.txt"),
+                                                          "content": "written"}),
+                                      ("fs__read_text_file", {"path": "/etc/hostname"})]))
     fork("-n", "w", "--allow", "everything__*", "--allow", "fs__*", "--cwd", str(work),
          "-m", model, "go")
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
-    total, notes, wrote, outside = results(connect(os.environ["AGENTCTL_DB"]), "w")
+    total, notes, wrote, outside = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
     assert "42" in total
     assert notes == "the WAL appends frames\n"
     assert (work / "out.txt").read_text() == "written" and "Successfully wrote" in wrote
     assert outside.startswith("error:") and "outside allowed directories" in outside
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_reference_server_over_streamable_http(tmp_path, monkeypatch):
@@ -256,12 +247,12 @@ def test_the_reference_server_over_streamable_http(tmp_path, monkeypatch):
         assert proc.poll() is None, "the reference server could not listen"
         configure(tmp_path, monkeypatch, {"everything": {
             "type": "http", "url": f"http://127.0.0.1:{port}/mcp"}})
-        model = script(tmp_path, [("everything__get-sum", {"a": 2, "b": 40}),
-                                  ("everything__echo", {"message": "over http"})])
+        model = script(tmp_path, calling([("everything__get-sum", {"a": 2, "b": 40}),
+                                          ("everything__echo", {"message": "over http"})]))
         fork("-n", "w", "--allow", "everything__*", "-m", model, "go")
         ran = agent("run", "w")
         assert ran.code == 0, ran.err
-        total, echoed = results(connect(os.environ["AGENTCTL_DB"]), "w")
+        total, echoed = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
         assert "42" in total and "over http" in echoed
     finally:
         proc.kill()
@@ -295,7 +286,7 @@ def test_an_image_a_tool_returns_reaches_the_model_as_an_image(tmp_path, monkeyp
         assert after["content"][3]["source"] == {"type": "base64", "media_type": "image/png",
                                                  "data": PNG}
     assert "notes__picture" in after["content"][0 if spec.startswith("openai") else 2]["text"]
-    picture, added = results(connect(os.environ["AGENTCTL_DB"]), "w")
+    picture, added = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
     assert picture == "here it is\n[image image/png, 70 bytes]" and added == "3"
     replay = agent("replay", "w").out
     assert "[image image/png, 70 bytes]" in replay and PNG not in replay

@@ -1,5 +1,6 @@
-"""Faults of the model APIs, for both providers, plain and streamed: retried within the budget,
-then TempFail (75); refusals are ModelError (69). Run against the fake API in tests/fakeapi.py."""
+"""What a reply holds and the faults of the model APIs, for both providers, plain and streamed:
+faults retried within the budget, then TempFail (75); refusals are ModelError (69). Run against
+the fake API in tests/fakeapi.py."""
 
 import json
 import socket
@@ -15,11 +16,46 @@ both = pytest.mark.parametrize("spec", MODELS)
 streamed = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 
 
+def refusal(spec, stream=False):
+    """The message of the ModelError (exit 69) that ask() raises."""
+    with pytest.raises(ModelError) as caught:
+        ask(spec, stream)
+    assert caught.value.code == 69
+    return str(caught.value)
+
+
 def timed(function, *args, **kwargs):
     start = time.monotonic()
     result = function(*args, **kwargs)
     return result, time.monotonic() - start
 
+
+# -- what a reply holds, from either provider ------------------------------------------------------
+
+@both
+@streamed
+def test_text_reply(fakeapi, spec, stream):
+    fakeapi.reply("Hello, world! How are you today?", usage=(21, 9))
+    reply, chunks = ask(spec, stream)
+    assert reply.text == "Hello, world! How are you today?"
+    assert reply.tool_calls == []
+    assert reply.usage == {"input_tokens": 21, "output_tokens": 9, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": False}
+    assert reply.stop_reason == "stop"
+    assert chunks == (["Hello, worl", "d! How are ", "you today?"] if stream else [])
+
+
+@both
+@streamed
+def test_usage_estimated_when_the_server_gives_none(fakeapi, spec, stream):
+    fakeapi.reply("12345678", usage=None)
+    reply, _ = ask(spec, stream)
+    # "Be brief." + "Say hello." = 19 chars -> 5 tokens; "12345678" -> 2.
+    assert reply.usage == {"input_tokens": 5, "output_tokens": 2, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "estimated": True}
+
+
+# -- faults: retried within the budget, or refused -------------------------------------------------
 
 @both
 @streamed
@@ -209,24 +245,19 @@ def test_401_is_a_model_error_without_the_key(fakeapi, spec, stream):
     from tests.fakeapi import ANTHROPIC_KEY, OPENAI_KEY
     key = OPENAI_KEY if spec.startswith("openai") else ANTHROPIC_KEY
     fakeapi.error(401, f"Incorrect API key provided: {key}")
-    with pytest.raises(ModelError) as caught:
-        ask(spec, stream)
-    provider = spec.split(":")[0]
-    assert str(caught.value) == (f"model API error: {provider}: HTTP 401: "
-                                 "Incorrect API key provided: ***")
-    assert caught.value.code == 69
+    assert refusal(spec, stream) == (f"model API error: {spec.split(':')[0]}: HTTP 401: "
+                                     "Incorrect API key provided: ***")
     assert len(fakeapi.requests) == 1
 
 
 @both
 def test_api_error_message_is_one_line_of_at_most_200_chars(fakeapi, spec):
     fakeapi.error(404, "model not found: " + "x" * 300 + "\nsecond line")
-    with pytest.raises(ModelError) as caught:
-        ask(spec)
-    message = str(caught.value).split("HTTP 404: ", 1)[1]
+    refused = refusal(spec)
+    message = refused.split("HTTP 404: ", 1)[1]
     assert message.startswith("model not found: xxx")
     assert len(message) <= 200
-    assert "\n" not in str(caught.value)
+    assert "\n" not in refused
 
 
 @both
@@ -278,10 +309,7 @@ def test_tls_failure_is_a_model_error(fakeapi, monkeypatch, spec):
     host = fakeapi.url.split("//")[1]
     monkeypatch.setenv("OPENAI_BASE_URL", f"https://{host}/v1")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"https://{host}")
-    with pytest.raises(ModelError) as caught:
-        ask(spec)
-    assert str(caught.value) == f"model API error: {spec.split(':')[0]}: TLS failure with {host}"
-    assert caught.value.code == 69
+    assert refusal(spec) == f"model API error: {spec.split(':')[0]}: TLS failure with {host}"
 
 
 # -- bodies beyond jsonin's bounds: refused at once, never a crash -------------------------------------
@@ -293,12 +321,8 @@ DEEP = b"[" * 50_000 + b"]" * 50_000
 @streamed
 def test_a_body_nested_too_deep_is_a_model_error_at_once(fakeapi, spec, stream):
     fakeapi.reply(body=b'{"choices": ' + DEEP + b"}").reply("never")
-    with pytest.raises(ModelError) as caught:
-        ask(spec, stream)
-    provider = spec.split(":")[0]
-    assert str(caught.value) == (f"model API error: {provider}: response: "
-                                 "nested more than 100 levels deep")
-    assert caught.value.code == 69
+    assert refusal(spec, stream) == (f"model API error: {spec.split(':')[0]}: response: "
+                                     "nested more than 100 levels deep")
     assert len(fakeapi.requests) == 1
 
 
@@ -346,10 +370,8 @@ def test_401_without_a_key_names_the_variable_to_set(fakeapi, monkeypatch, spec)
     variable = "OPENAI_API_KEY" if spec.startswith("openai") else "ANTHROPIC_API_KEY"
     monkeypatch.delenv(variable)        # a loopback server may need none: this one does
     fakeapi.error(401, "Missing API key")
-    with pytest.raises(ModelError) as caught:
-        ask(spec)
-    assert str(caught.value) == (f"model API error: {spec.split(':')[0]}: HTTP 401: "
-                                 f"Missing API key (set {variable})")
+    assert refusal(spec) == (f"model API error: {spec.split(':')[0]}: HTTP 401: "
+                             f"Missing API key (set {variable})")
 
 
 CONTEXT_HINT = " (a smaller context window may help: agent-fork -w TOKENS or AGENTCTL_CONTEXT_WINDOW)"
@@ -363,26 +385,21 @@ CONTEXT_HINT = " (a smaller context window may help: agent-fork -w TOKENS or AGE
 ])
 def test_400_for_a_context_too_long_hints_at_a_smaller_window(fakeapi, spec, message):
     fakeapi.error(400, message)
-    with pytest.raises(ModelError) as caught:
-        ask(spec)
-    assert str(caught.value) == (f"model API error: {spec.split(':')[0]}: HTTP 400: "
-                                 f"{message}{CONTEXT_HINT}")
+    assert refusal(spec) == (f"model API error: {spec.split(':')[0]}: HTTP 400: "
+                             f"{message}{CONTEXT_HINT}")
 
 
 def test_400_whose_error_code_says_context_length_exceeded_hints_too(fakeapi):
     body = {"error": {"message": "Invalid request.", "type": "invalid_request_error",
                       "param": "messages", "code": "context_length_exceeded"}}
     fakeapi.error(400, body=json.dumps(body).encode())
-    with pytest.raises(ModelError) as caught:
-        ask("openai:gpt-test")
-    assert str(caught.value) == f"model API error: openai: HTTP 400: Invalid request.{CONTEXT_HINT}"
+    assert refusal("openai:gpt-test") == ("model API error: openai: HTTP 400: Invalid request."
+                                          f"{CONTEXT_HINT}")
 
 
 def test_other_400s_get_no_hint(fakeapi):
     fakeapi.error(400, "messages: roles must alternate")
-    with pytest.raises(ModelError) as caught:
-        ask("anthropic:claude-test")
-    assert str(caught.value).endswith("HTTP 400: messages: roles must alternate")
+    assert refusal("anthropic:claude-test").endswith("HTTP 400: messages: roles must alternate")
 
 
 @both

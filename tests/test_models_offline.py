@@ -10,6 +10,8 @@ import pytest
 from agentctl.errors import TempFail, UsageError
 from agentctl.models import ModelError, Reply, ToolCall, get_model
 
+from .conftest import script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -67,82 +69,76 @@ def test_echo_without_a_user_message():
 
 # -- scripted ------------------------------------------------------------------------------------
 
-def script(tmp_path, *lines, name="script.jsonl"):
-    path = tmp_path / name
-    path.write_text("\n".join(l if isinstance(l, str) else json.dumps(l) for l in lines) + "\n")
-    return str(path)
-
-
-def run(path, messages, on_text=None):
-    return get_model(f"scripted:{path}").complete(messages, [], on_text=on_text)
+def run(spec, messages, on_text=None):
+    return get_model(spec).complete(messages, [], on_text=on_text)
 
 
 def test_scripted_rules_match_in_order(tmp_path):
-    path = script(tmp_path,
+    spec = script(tmp_path,
                   "# greetings first", "",
                   {"match": "(?i)hello", "reply": {"content": "Hi!"}},
                   {"match": "bye", "reply": {"content": "Bye."}},
                   {"reply": {"content": "Pardon?"}},
                   {"match": "never", "reply": {"content": "shadowed"}})
-    assert run(path, [user("HELLO there")]).text == "Hi!"
-    assert run(path, [user("ok bye now")]).text == "Bye."
-    assert run(path, [user("never")]).text == "Pardon?"
+    assert run(spec, [user("HELLO there")]).text == "Hi!"
+    assert run(spec, [user("ok bye now")]).text == "Bye."
+    assert run(spec, [user("never")]).text == "Pardon?"
 
 
 def test_scripted_matches_the_latest_user_message_only(tmp_path):
-    path = script(tmp_path, {"match": "^second$", "reply": {"content": "yes"}})
-    assert run(path, [user("second"), assistant("x"), user("second")]).text == "yes"
+    spec = script(tmp_path, {"match": "^second$", "reply": {"content": "yes"}})
+    assert run(spec, [user("second"), assistant("x"), user("second")]).text == "yes"
     with pytest.raises(ModelError, match=r"scripted: no rule matches 'first' \(step 0\)"):
-        run(path, [user("second"), assistant("x"), user("first")])
+        run(spec, [user("second"), assistant("x"), user("first")])
 
 
 def test_scripted_steps_follow_tool_rounds(tmp_path):
-    path = script(tmp_path, {"match": "go", "steps": [
+    spec = script(tmp_path, {"match": "go", "steps": [
         {"content": "Looking.", "tool_calls": [{"name": "read", "arguments": {"path": "/a"}},
                                                {"name": "list", "id": "mine"}]},
         {"tool_calls": [{"name": "read", "arguments": "{\"path\": \"/b\""}]},
         {"content": "Done."}]})
-    first = run(path, [user("go")])
+    first = run(spec, [user("go")])
     assert first.text == "Looking."
     assert first.tool_calls == [ToolCall("call_0_0", "read", '{"path": "/a"}'),
                                 ToolCall("mine", "list", "{}")]
     assert first.stop_reason == "tool_calls"
     history = [user("go"), assistant("Looking.", calls=2), tool(), tool()]
-    second = run(path, history)
+    second = run(spec, history)
     assert second.tool_calls == [ToolCall("call_1_0", "read", '{"path": "/b"')]   # raw, invalid
     history += [assistant("", calls=1), tool()]
-    assert run(path, history).text == "Done."
+    assert run(spec, history).text == "Done."
     history += [assistant("Done."), tool()]
-    assert run(path, history).text == "Done."           # past the end: the last step repeats
-    assert run(path, history + [user("go again")]).text == "Looking."     # a new turn: step 0
+    assert run(spec, history).text == "Done."           # past the end: the last step repeats
+    assert run(spec, history + [user("go again")]).text == "Looking."     # a new turn: step 0
 
 
 def test_scripted_usage_given_or_estimated(tmp_path):
-    path = script(tmp_path, {"match": "a", "reply": {"content": "x", "usage": {"input_tokens": 100,
+    spec = script(tmp_path, {"match": "a", "reply": {"content": "x", "usage": {"input_tokens": 100,
                                                                                "output_tokens": 5}}},
                   {"reply": {"content": "12345", "usage": {"output_tokens": 9}}})
-    assert run(path, [user("a")]).usage == {"input_tokens": 100, "output_tokens": 5,
+    assert run(spec, [user("a")]).usage == {"input_tokens": 100, "output_tokens": 5,
                                             "cache_read_tokens": 0,
                            "cache_write_tokens": 0, "estimated": False}
-    assert run(path, [user("bbbbbbbbb")]).usage == {"input_tokens": 3, "output_tokens": 9,
+    assert run(spec, [user("bbbbbbbbb")]).usage == {"input_tokens": 3, "output_tokens": 9,
                                                     "cache_read_tokens": 0,
                            "cache_write_tokens": 0, "estimated": True}
 
 
 def test_scripted_streams_its_text_once(tmp_path):
-    path = script(tmp_path, {"reply": {"content": "streamed"}})
+    spec = script(tmp_path, {"reply": {"content": "streamed"}})
     chunks = []
-    run(path, [user("x")], on_text=chunks.append)
+    run(spec, [user("x")], on_text=chunks.append)
     assert chunks == ["streamed"]
 
 
 def test_scripted_failures(tmp_path):
-    path = script(tmp_path, {"match": "temp", "reply": {"fail": "tempfail"}},
+    spec = script(tmp_path, {"match": "temp", "reply": {"fail": "tempfail"}},
                   {"match": "err", "reply": {"fail": "error", "content": "quota exceeded"}})
     with pytest.raises(TempFail, match=r"model API unavailable: scripted: simulated failure \(.*:1\)"):
-        run(path, [user("temp")])
+        run(spec, [user("temp")])
     with pytest.raises(ModelError, match=r"model API error: scripted: quota exceeded \(.*:2\)") as c:
-        run(path, [user("err")])
+        run(spec, [user("err")])
     assert c.value.code == 69
 
 
@@ -150,13 +146,13 @@ def test_scripted_json_array_file(tmp_path):
     path = tmp_path / "script.json"
     path.write_text(json.dumps([{"match": "x", "reply": {"content": "X"}},
                                 {"steps": [{"content": "one"}, {"content": "two"}]}], indent=2))
-    assert run(path, [user("x")]).text == "X"
-    assert run(path, [user("y"), assistant("one")]).text == "two"
+    assert run(f"scripted:{path}", [user("x")]).text == "X"
+    assert run(f"scripted:{path}", [user("y"), assistant("one")]).text == "two"
 
 
 def test_scripted_file_is_read_at_each_call(tmp_path):
-    path = script(tmp_path, {"reply": {"content": "old"}})
-    model = get_model(f"scripted:{path}")
+    spec = script(tmp_path, {"reply": {"content": "old"}})
+    model = get_model(spec)
     assert model.complete([user("x")], []).text == "old"
     script(tmp_path, {"reply": {"content": "new"}})
     assert model.complete([user("x")], []).text == "new"
@@ -180,19 +176,19 @@ def test_scripted_file_is_read_at_each_call(tmp_path):
     (["[", '  {"reply": {}}', "]", "trailing"], ":4:", "after the closing"),
 ])
 def test_scripted_bad_file_names_file_and_line(tmp_path, lines, where, problem):
-    path = script(tmp_path, *lines)
+    spec = script(tmp_path, *lines)
     with pytest.raises(UsageError) as caught:
-        run(path, [user("x")])
+        run(spec, [user("x")])
     message = str(caught.value)
-    assert message.startswith(f"scripted: {path}{where} ")
+    assert message.startswith(f"scripted: {tmp_path / 'script.jsonl'}{where} ")
     assert problem in message
     with pytest.raises(UsageError):
-        get_model(f"scripted:{path}").check()
+        get_model(spec).check()
 
 
 def test_scripted_missing_or_empty_file(tmp_path):
     with pytest.raises(UsageError, match=r"scripted: cannot read .*nope.jsonl: No such file"):
-        run(tmp_path / "nope.jsonl", [user("x")])
+        run(f"scripted:{tmp_path / 'nope.jsonl'}", [user("x")])
     with pytest.raises(UsageError, match="no rules"):
         run(script(tmp_path, "# only a comment"), [user("x")])
 
@@ -207,14 +203,14 @@ def python(code):
 
 
 def test_offline_models_never_import_requests(tmp_path):
-    path = script(tmp_path, {"reply": {"content": "canned"}})
+    spec = script(tmp_path, {"reply": {"content": "canned"}})
     out = python(f"""
 import sys
 import agentctl.models
 print(sorted(m for m in ("requests", "urllib3", "json") if m in sys.modules))
 m = agentctl.models.get_model("echo")
 print(m.complete([{{"role": "user", "content": "hi"}}], []).text)
-print(agentctl.models.get_model("scripted:{path}").complete([], []).text)
+print(agentctl.models.get_model("{spec}").complete([], []).text)
 agentctl.models.get_model("openai:gpt-4o-mini")     # naming an API model costs nothing either
 agentctl.models.get_model("anthropic:claude-sonnet-4-5")
 print("requests" in sys.modules, "urllib3" in sys.modules)
@@ -235,7 +231,7 @@ def test_rules_nested_too_deep_are_a_usage_error_naming_the_line(tmp_path, form)
     path = tmp_path / "deep.jsonl"
     path.write_text(text)
     for call in (get_model(f"scripted:{path}").check,
-                 lambda: run(path, [user("hi")])):
+                 lambda: run(f"scripted:{path}", [user("hi")])):
         with pytest.raises(UsageError) as caught:
             call()
         assert str(caught.value) == f"scripted: {path}:3: nested more than 100 levels deep"
@@ -245,8 +241,8 @@ def test_rules_nested_too_deep_are_a_usage_error_naming_the_line(tmp_path, form)
 def test_no_rule_message_redacts_a_key_before_cutting(tmp_path, monkeypatch):
     key = "sk-test-0123456789abcdef"
     monkeypatch.setenv("OPENAI_API_KEY", key)
-    path = script(tmp_path, {"match": "^never$", "reply": {"content": "x"}})
+    spec = script(tmp_path, {"match": "^never$", "reply": {"content": "x"}})
     with pytest.raises(ModelError) as caught:
-        run(path, [user("y" * 50 + key)])
+        run(spec, [user("y" * 50 + key)])
     assert "'" + "y" * 50 + "***'" in str(caught.value)
     assert key[:6] not in str(caught.value)

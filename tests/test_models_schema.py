@@ -7,7 +7,7 @@ import json
 import pytest
 import requests
 
-from tests.conftest import agent, fork
+from tests.conftest import agent, fork, script
 from tests.fakeapi import FakeAPI, fakeapi  # noqa: F401 (fixture)
 
 OPENAI = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
@@ -105,11 +105,9 @@ def test_a_conversation_of_the_scripted_model_continued_by_anthropic_is_one_it_t
         fakeapi, tmp_path):
     """The scripted model names its calls call_0_0 every turn and may say nothing but spaces;
     the same agent continued with a real API must send what that API takes."""
-    rules = tmp_path / "rules.jsonl"
-    rules.write_text(json.dumps({"steps": [
+    fork("-n", "a", "-m", script(tmp_path, {"steps": [
         {"content": " \n", "tool_calls": [{"name": "ps", "arguments": {}}]},
-        {"content": "done"}]}) + "\n")
-    fork("-n", "a", "-m", f"scripted:{rules}", "first")
+        {"content": "done"}]}), "first")
     assert agent("run", "a").code == 0
     agent("send", "a", "second")
     assert agent("run", "a").code == 0

@@ -14,45 +14,8 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import BIN, PATIENCE, agent, clock_passes, fork, shell, started
-
-
-def script(tmp_path, *rules, name="script.jsonl"):
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
-
-
-ASKING = {"match": "^go", "steps": [
-    {"content": "", "tool_calls": [{"name": "ask", "arguments": {"question": "Which color?"}}]},
-    {"content": "done asking"}]}
-
-
-def results(conn, name):
-    agent_id = registry.resolve(conn, name)["id"]
-    return [r[0] for r in conn.execute(
-        "SELECT content FROM messages WHERE agent_id = ? AND kind = 'tool_result' AND void = 0 "
-        "ORDER BY id", (agent_id,))]
-
-
-def status(conn, name):
-    return registry.resolve(conn, name)["status"]
-
-
-def pending_ids():
-    return agent("answer", "-q").lines
-
-
-@pytest.fixture
-def files(tmp_path, monkeypatch):
-    """The shipped tools, a working directory, and a writer that needs approval."""
-    work = tmp_path / "work"
-    work.mkdir()
-    model = script(tmp_path, {"match": "^write", "steps": [
-        {"content": "", "tool_calls": [{"name": "write_file",
-                                        "arguments": {"path": "out.txt", "content": "hi\x1b]0;x"}}]},
-        {"content": "wrote it"}]}, name="writer.jsonl")
-    return work, model
+from .conftest import (ASKING, BIN, PATIENCE, agent, clock_passes, fork, pending_ids, script,
+                       shell, status, tool_results)
 
 
 def test_a_question_pauses_the_turn_and_the_operators_answer_resumes_it(tmp_path, conn):
@@ -76,7 +39,7 @@ def test_a_question_pauses_the_turn_and_the_operators_answer_resumes_it(tmp_path
     assert agent("answer", "-c").code == 1
     resumed = agent("run", "w")
     assert resumed.code == 0 and resumed.out == "done asking\n", resumed
-    assert results(conn, "w") == ["blue"]
+    assert tool_results(conn, "w") == ["blue"]
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 1     # the same turn
     replay = agent("replay", "w").out
     assert replay.index("Which color?") < replay.index("blue") < replay.index("done asking")
@@ -96,11 +59,11 @@ def test_an_approval_runs_the_call_after_approve_and_not_after_deny(files, conn)
     assert agent("answer", "--deny", listed[1]["id"], "not now").code == 0
     assert agent("answer", "--approve", listed[0]["id"]).code == 0
     assert agent("run", "b").code == 0
-    assert results(conn, "b") == ["error: denied by the operator: not now"]
+    assert tool_results(conn, "b") == ["error: denied by the operator: not now"]
     assert not (work / "out.txt").exists()
     assert agent("run", "a").out == "wrote it\n"
     assert (work / "out.txt").read_text() == "hi\x1b]0;x"
-    assert results(conn, "a") == ["wrote 7 bytes to out.txt"]
+    assert tool_results(conn, "a") == ["wrote 7 bytes to out.txt"]
 
 
 def test_a_call_that_does_not_fit_its_tool_is_put_to_no_one(tmp_path, conn):
@@ -114,7 +77,7 @@ def test_a_call_that_does_not_fit_its_tool_is_put_to_no_one(tmp_path, conn):
     fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
          "-m", model, "write")
     assert agent("run", "a").out == "gave up\n"
-    assert results(conn, "a") == ["error: content is missing"]
+    assert tool_results(conn, "a") == ["error: content is missing"]
     assert pending_ids() == [] and status(conn, "a") == "S"
 
 
@@ -133,53 +96,12 @@ def test_the_parent_is_told_by_mail_and_answers_with_the_answer_tool(tmp_path, c
     (tmp_path / "lead.jsonl").write_text((tmp_path / "lead.jsonl").read_text()
                                          .replace("REQ", req))
     assert agent("run", "lead").code == 0
-    assert results(conn, "lead") == [f"request {req} answered"]
+    assert tool_results(conn, "lead") == [f"request {req} answered"]
     assert agent("run", "w").out == "done asking\n"
-    assert results(conn, "w") == ["green"]
+    assert tool_results(conn, "w") == ["green"]
     late = agent("answer", req, "red")          # the first answer won
     assert late.code == 3 and late.err == f"agent-answer: request {req} was already " \
                                             "answered by lead\n"
-
-
-def test_only_an_ancestor_may_answer(tmp_path):
-    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
-    stranger = fork("-n", "stranger")
-    agent("run", "w")
-    req = pending_ids()[0]
-    result = shell(f"AGENT_ID={stranger} agent-answer {req} hi")
-    assert result.code == 3 and "only the operator or an ancestor" in result.err
-
-
-@pytest.mark.parametrize("args, code, message", [
-    (["--approve", "REQ"], 2, "is a question: answer it with TEXT"),
-    (["REQ", ""], 2, "an empty answer"),
-    (["nope", "x"], 1, "no such request: nope"),
-    (["abc", "x"], 2, "a request prefix has at least 4 characters"),
-    (["--approve", "--deny", "REQ"], 2, "--approve or --deny, not both"),
-    (["-c", "REQ"], 2, "-c takes no REQ"),
-    (["--approve"], 2, "missing REQ"),
-])
-def test_bad_answers_are_one_line(tmp_path, args, code, message):
-    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
-    agent("run", "w")
-    req = pending_ids()[0]
-    result = agent("answer", *[req if a == "REQ" else a for a in args])
-    assert (result.code, result.out) == (code, ""), result
-    assert result.err.startswith("agent-answer: ") and message in result.err
-    assert result.err.count("\n") == 1
-    assert pending_ids() == [req]
-
-
-def test_two_answers_racing_one_wins(tmp_path):
-    fork("-n", "w", "-m", script(tmp_path, ASKING), "go")
-    agent("run", "w")
-    req = pending_ids()[0]
-    procs = [started("agent-answer", req, f"answer {n}") for n in range(6)]
-    outcomes = [(p.wait(), p.communicate()) for p in procs]
-    won = [o for o in outcomes if o[0] == 0]
-    lost = [o for o in outcomes if o[0] == 3]
-    assert len(won) == 1 and len(lost) == 5, outcomes
-    assert all("was already answered by the operator" in o[1][1] for o in lost)
 
 
 def test_a_request_expires_at_its_deadline(files, conn, tmp_path, monkeypatch):
@@ -195,8 +117,8 @@ def test_a_request_expires_at_its_deadline(files, conn, tmp_path, monkeypatch):
     result = agent("run", "--all")          # carries the deadlines out, then resumes both
     assert result.code == 0, result.err
     assert pending_ids() == []
-    assert results(conn, "g") == ["error: no answer in time: the request expired"]
-    assert results(conn, "q") == ["error: no answer in time: the request expired"]
+    assert tool_results(conn, "g") == ["error: no answer in time: the request expired"]
+    assert tool_results(conn, "q") == ["error: no answer in time: the request expired"]
     assert not (work / "out.txt").exists()
     assert agent("answer", "--approve", conn.execute(
         "SELECT id FROM requests WHERE kind = 'approval'").fetchone()[0]).code == 3
@@ -213,7 +135,7 @@ def test_signals_on_a_paused_agent(tmp_path, conn):
     agent("kill", "t")                                  # TERM: denied, ends its turn, exits
     assert status(conn, "t") == "S"
     assert agent("run", "t").out == "done asking\n"
-    assert results(conn, "t") == ["error: denied by the operator: the agent was sent TERM"]
+    assert tool_results(conn, "t") == ["error: denied by the operator: the agent was sent TERM"]
     assert status(conn, "t") == "Z" and registry.resolve(conn, "t")["exit_signal"] == "TERM"
     agent("kill", "-s", "KILL", "k")                    # KILL: cancelled, at once
     assert status(conn, "k") == "Z"
@@ -249,7 +171,7 @@ def test_the_operator_is_asked_at_the_terminal(tmp_path, conn):
     assert b"w asks: Which color?" in seen or b"asks: Which color?" in seen, seen
     assert os.waitstatus_to_exitcode(code) == 0, seen
     assert b"done asking" in seen
-    assert results(conn, "w") == ["purple"] and status(conn, "w") == "S"
+    assert tool_results(conn, "w") == ["purple"] and status(conn, "w") == "S"
 
 
 def test_no_prompt_and_a_pipe_never_ask(tmp_path, conn):
@@ -300,7 +222,7 @@ def test_kill_9_at_every_boundary_of_asking_answering_and_resuming(files, tmp_pa
         conn = db.connect(path)
         assert (work / "out.txt").exists(), (point, n, agent("log").out, pending_ids())
         assert (work / "out.txt").read_text() == "hi\x1b]0;x", (point, n)
-        assert results(conn, "w") == ["wrote 7 bytes to out.txt"], (point, n)
+        assert tool_results(conn, "w") == ["wrote 7 bytes to out.txt"], (point, n)
         assert conn.execute("SELECT count(*), min(decision) FROM requests").fetchone()[:] == \
             (1, "approved"), (point, n)
         assert status(conn, "w") == "S" and registry.resolve(conn, "w")["lease_owner"] is None
@@ -328,12 +250,12 @@ def test_only_an_ancestor_that_could_make_the_call_without_asking_may_approve(fi
     path = tmp_path / "approver.jsonl"
     path.write_text(path.read_text().replace("REQ", req))
     assert agent("run", "lead").code == 0
-    assert results(conn, "lead") == [f"error: request {req}: lead may not run write_file "
+    assert tool_results(conn, "lead") == [f"error: request {req}: lead may not run write_file "
                                      "without asking, so it may not approve it"]
     assert status(conn, "w") == "P" and not (work / "out.txt").exists()
     agent("send", "boss", "INBOX: approve it")
     assert agent("run", "boss").code == 0
-    assert results(conn, "boss") == [f"request {req} approved"]
+    assert tool_results(conn, "boss") == [f"request {req} approved"]
     assert agent("run", "w").out == "wrote it\n"
     assert (work / "out.txt").exists()
 
@@ -342,20 +264,3 @@ def test_the_grants_know_every_built_in_tool():
     from agentctl.ops.grants import BUILT_IN
     from agentctl.turn.builtin import SPECS
     assert BUILT_IN == set(SPECS)
-
-
-def test_a_decision_after_the_deadline_is_refused_whoever_comes_first(files, conn, tmp_path):
-    """agent-answer after a request's deadline answered it, and a late --approve would
-    run the call, when no writing program had carried the deadline out in between."""
-    work, model = files
-    fork("-n", "g", "--allow", "write_file", "--ask", "write_*:1s", "--cwd", str(work),
-         "-m", model, "write")
-    assert agent("run", "g").code == 0 and status(conn, "g") == "P"
-    req, deadline = conn.execute("SELECT id, deadline FROM requests").fetchone()
-    clock_passes(conn, deadline, "the request's deadline")
-    late = agent("answer", "--approve", req)
-    assert late.code == 3
-    assert late.err.startswith(f"agent-answer: request {req} expired: no answer in time")
-    assert agent("run", "g").code == 0
-    assert results(conn, "g") == ["error: no answer in time: the request expired"]
-    assert not (work / "out.txt").exists()

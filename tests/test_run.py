@@ -14,8 +14,8 @@ from agentctl.ops import lease
 from agentctl.store import registry
 from agentctl.store.db import connect
 
-from .conftest import (PATIENCE, ROOT, Result, agent, clock_passes, fork, shell, started,
-                       stored, wait_until)
+from .conftest import (PATIENCE, ROOT, Result, agent, clock_passes, fork, script, shell,
+                       started, stored, unread, wait_until)
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
 
 
@@ -36,6 +36,15 @@ def once_requested(fakeapi, action, count=1, hold=None):
     return thread
 
 
+def while_calling(fakeapi, action, final):
+    """Queue a reply that calls the ps tool, held in flight until `action` has run, then the
+    reply `final`: returns the thread that runs `action` (see once_requested)."""
+    hold = threading.Event()
+    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
+    fakeapi.reply(final)
+    return once_requested(fakeapi, action, hold=hold)
+
+
 def signal(ref, sig):
     from agentctl.store import db
     from agentctl.ops import signals
@@ -54,18 +63,6 @@ def deliver(ref, body):
     with transaction(conn):
         mail.deliver(conn, None, registry.resolve(conn, ref), body)
     conn.close()
-
-
-def script(tmp_path, *rules):
-    path = tmp_path / "script.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rules))
-    return f"scripted:{path}"
-
-
-def unread(conn, ref):
-    agent_id = registry.resolve(conn, ref)["id"]
-    return conn.execute("SELECT count(*) FROM mail WHERE recipient_id = ? AND read_at IS NULL",
-                        (agent_id,)).fetchone()[0]
 
 
 def kinds(conn, ref):
@@ -183,10 +180,7 @@ def test_a_thousand_tool_calls_in_one_message(conn, tmp_path):
 def test_mail_arriving_mid_turn_is_injected_before_the_next_call(conn, fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    hold = threading.Event()
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-    fakeapi.reply("done")
-    timer = once_requested(fakeapi, lambda: deliver("a", "stop, use Q3 data"), hold=hold)
+    timer = while_calling(fakeapi, lambda: deliver("a", "stop, use Q3 data"), "done")
     assert agent("run", "a").code == 0
     timer.join()
     last = fakeapi.last["body"]["messages"][-1]
@@ -322,10 +316,7 @@ def test_signals_during_a_turn(conn, fakeapi, monkeypatch):
         fork("-n", name, "-m", "openai:gpt-test", "go")
     for sig, name in (("KILL", "k"), ("TERM", "t"), ("STOP", "s")):
         fakeapi.requests.clear()
-        hold = threading.Event()
-        fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-        fakeapi.reply("finished")
-        timer = once_requested(fakeapi, lambda: signal(name, sig), hold=hold)
+        timer = while_calling(fakeapi, lambda: signal(name, sig), "finished")
         result = agent("run", name)
         timer.join()
         row = registry.resolve(conn, name)
@@ -412,14 +403,11 @@ def test_usage_errors():
 def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "go")
-    hold = threading.Event()
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-    fakeapi.reply("finished")
 
     def both():
         signal("a", "TERM")
         signal("a", "STOP")
-    thread = once_requested(fakeapi, both, hold=hold)
+    thread = while_calling(fakeapi, both, "finished")
     result = agent("run", "a")
     thread.join()
     row = registry.resolve(conn, "a")
@@ -429,10 +417,7 @@ def test_a_weaker_signal_never_replaces_a_stronger_one(conn, fakeapi, monkeypatc
 def test_hup_during_a_turn_clears_after_it(conn, fakeapi, monkeypatch):
     monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
     fork("-n", "a", "-m", "openai:gpt-test", "the task")
-    hold = threading.Event()
-    fakeapi.reply("", tool_calls=[("c1", "ps", "{}")], hold=hold)
-    fakeapi.reply("finished")
-    thread = once_requested(fakeapi, lambda: signal("a", "HUP"), hold=hold)
+    thread = while_calling(fakeapi, lambda: signal("a", "HUP"), "finished")
     assert agent("run", "a").out == "finished\n"
     thread.join()
     # the second call of the turn still saw the turn's own input

@@ -14,8 +14,9 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import ROOT, agent, fork, marker, needs, running, shell, wait_until
-from .test_external_tools import make_tool, results, script
+from .conftest import (ROOT, agent, calling, fork, marker, needs, running, script, shell,
+                       tool_results, wait_until)
+from .test_external_tools import make_tool
 
 PYTHON = sys.executable     # visible in every sandbox: agentctl runs on it
 
@@ -60,11 +61,11 @@ def attempt(tools, tmp_path, body, *flags, cwd=None, name="a"):
     agent-run of its own, the key in its environment); the tool's result."""
     make_tool(tools, "attempt", body)
     fork("-n", name, "--allow", "attempt", "--cwd", str(cwd or tmp_path / "work"), *flags,
-         "-m", script(tmp_path, [("attempt", {})], name=f"{name}.jsonl"), "go")
+         "-m", script(tmp_path, calling([("attempt", {})]), name=f"{name}.jsonl"), "go")
     ran = shell(f"agent-run {name}")
     assert ran.code == 0, ran.err
     conn = connect(os.environ["AGENTCTL_DB"])
-    result, = results(conn, name)
+    result, = tool_results(conn, name)
     conn.close()
     return result
 
@@ -268,7 +269,7 @@ agent-replay lead >/dev/null; echo "replay=$?"
 def test_without_bwrap_a_call_fails_naming_the_fix_and_list_tools_says_so(world, tmp_path):
     make_tool(world, "attempt", "echo ran")
     fork("-n", "a", "--allow", "attempt", "--cwd", str(tmp_path / "work"),
-         "-m", script(tmp_path, [("attempt", {})]), "go")
+         "-m", script(tmp_path, calling([("attempt", {})])), "go")
     bare = tmp_path / "bin"
     bare.mkdir()
     os.symlink("/bin/sh", bare / "sh")
@@ -279,7 +280,7 @@ def test_without_bwrap_a_call_fails_naming_the_fix_and_list_tools_says_so(world,
     ran = shell(f"PATH={bare} {PYTHON} -P -c 'import sys; from agentctl.cli.run import main; "
                 "sys.exit(main())' a", env={"PYTHONPATH": ROOT})
     assert ran.code == 0, ran.err
-    result, = results(connect(os.environ["AGENTCTL_DB"]), "a")
+    result, = tool_results(connect(os.environ["AGENTCTL_DB"]), "a")
     assert result.startswith("error: not run: the sandbox needs bubblewrap (bwrap), 0.8 or later: install ")
     assert "apt-get install bubblewrap" in result
 

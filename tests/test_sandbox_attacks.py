@@ -12,8 +12,7 @@ import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import agent, fork, shell
-from .test_external_tools import results, script
+from .conftest import agent, calling, fork, script, shell, tool_results
 from .test_sandbox import MODES, attempt, flags, world  # noqa: F401 (fixtures)
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
@@ -23,7 +22,7 @@ def run_of(name, *extra):
     ran = shell(f"agent-run {' '.join(extra)} {name}")
     assert ran.code == 0, ran.err
     conn = connect(os.environ["AGENTCTL_DB"])
-    found = results(conn, name)
+    found = tool_results(conn, name)
     conn.close()
     return found
 
@@ -63,7 +62,7 @@ def test_a_cwd_swapped_for_a_link_between_turns_is_refused(world, tmp_path):
     child.rename(tmp_path / "work" / "was-child")
     child.symlink_to(victim)
     fork("-p", "c", "-n", "d", "--allow", "attempt",
-         "-m", script(tmp_path, [("attempt", {})], name="d.jsonl"), "go")
+         "-m", script(tmp_path, calling([("attempt", {})]), name="d.jsonl"), "go")
     result, = run_of("d")
     assert result.startswith("error:") and "symbolic link" in result, result
     assert not (victim / "f").exists()
@@ -98,7 +97,7 @@ def test_the_database_named_by_db_is_covered(world, tmp_path, mode, home, monkey
     if str(home).startswith("postgresql://"):
         pytest.skip("a PostgreSQL database is no file")
     fork("-n", "a", "--allow", "attempt", "--cwd", str(tmp_path), *flags(mode),
-         "-m", script(tmp_path, [("attempt", {})], name="a.jsonl"), "go")
+         "-m", script(tmp_path, calling([("attempt", {})]), name="a.jsonl"), "go")
     from .test_external_tools import make_tool
     make_tool(world, "attempt", f"{sys.executable} -c \"import os; "
               f"os.close(os.open('{home}', os.O_WRONLY | os.O_APPEND)); print('opened')\"")
@@ -106,7 +105,7 @@ def test_the_database_named_by_db_is_covered(world, tmp_path, mode, home, monkey
     ran = shell(f"agent-run --db {home} a")
     assert ran.code == 0, ran.err
     conn = connect(str(home))
-    result, = results(conn, "a")
+    result, = tool_results(conn, "a")
     conn.close()
     assert ("opened" in result) == (mode == "unconfined"), result
 
@@ -115,7 +114,7 @@ def test_the_file_tools_refuse_the_database_and_say_so(world, tmp_path, home):
     if str(home).startswith("postgresql://"):
         pytest.skip("a PostgreSQL database is no file")
     fork("-n", "w", "--allow", "write_file", "--cwd", str(tmp_path),
-         "-m", script(tmp_path, [("write_file", {"path": "agents.db", "content": "x"})],
+         "-m", script(tmp_path, calling([("write_file", {"path": "agents.db", "content": "x"})]),
                       name="w.jsonl"), "go")
     result, = run_of("w")
     assert result.startswith("error:") and "not for tools" in result, result

@@ -6,7 +6,6 @@ import json
 import os
 import shlex
 import sqlite3
-import stat
 import subprocess
 import sys
 
@@ -14,12 +13,9 @@ import pytest
 
 from agentctl.store import db, registry
 
-from .conftest import PROGRAMS, ROOT, agent, fork, shell, stored, write_locked
+from .conftest import (PROGRAMS, ROOT, agent, fork, mode, script, shell, stored, tool_results,
+                       write_locked)
 from .fakeapi import ANTHROPIC_KEY, OPENAI_KEY, fakeapi  # noqa: F401
-
-
-def mode(path):
-    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def test_private_modes_whatever_the_umask(tmp_path):
@@ -62,22 +58,15 @@ def test_api_keys_reach_no_file_output_or_event(conn, fakeapi, home, model, tmp_
             assert key not in result.out and key not in result.err
 
 
-def tool_results(conn, name):
-    agent_id = registry.resolve(conn, name)["id"]
-    return [r[0] for r in conn.execute("SELECT content FROM messages WHERE agent_id = ? "
-                                       "AND kind = 'tool_result' ORDER BY id", (agent_id,))]
-
-
 def test_tools_reach_only_the_agents_own_descendants(conn, tmp_path):
     calls = [{"id": f"k{i}", "name": "kill", "arguments": {"agent": who, "signal": "KILL"}}
              for i, who in enumerate(("boss", "peer", "init", "cousin", "me"))]
     calls += [{"id": "w", "name": "wait", "arguments": {"agents": ["peer"]}},
               {"id": "p", "name": "ps", "arguments": {}},
               {"id": "g", "name": "kill", "arguments": {"agent": "grandchild", "signal": "STOP"}}]
-    rules = tmp_path / "m.jsonl"
-    rules.write_text(json.dumps({"steps": [{"tool_calls": calls}, {"content": "done"}]}))
     fork("-n", "boss")
-    fork("-p", "boss", "-n", "me", "-m", f"scripted:{rules}", "go")
+    fork("-p", "boss", "-n", "me", "-m", script(tmp_path, {"steps": [{"tool_calls": calls},
+                                                                    {"content": "done"}]}), "go")
     fork("-p", "boss", "-n", "peer")
     fork("-p", "peer", "-n", "cousin")
     fork("-p", "me", "-n", "child")

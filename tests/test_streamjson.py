@@ -5,7 +5,7 @@ streamed text, and last the turn's record or the error agent-run exits with."""
 import json
 import threading
 
-from .conftest import agent, fork, started, wait_until
+from .conftest import agent, fork, script, started, wait_until
 from .fakeapi import OPENAI_KEY, fakeapi  # noqa: F401 (a fixture)
 
 
@@ -13,16 +13,10 @@ def lines(text):
     return [json.loads(line) for line in text.splitlines()]
 
 
-def scripted(tmp_path, steps):
-    path = tmp_path / "rules.jsonl"
-    path.write_text(json.dumps({"steps": steps}) + "\n")
-    return f"scripted:{path}"
-
-
 def test_a_turn_with_a_tool_call_line_by_line(tmp_path):
-    a = fork("-n", "a", "-m", scripted(tmp_path, [
+    a = fork("-n", "a", "-m", script(tmp_path, {"steps": [
         {"content": "let me look", "tool_calls": [{"id": "c1", "name": "ps", "arguments": {}}]},
-        {"content": "all quiet"}]), "look around")
+        {"content": "all quiet"}]}), "look around")
     result = agent("run", "--format", "stream-json", "a")
     assert result.code == 0, result.err
     stream = lines(result.out)
@@ -92,9 +86,9 @@ def test_a_key_the_model_repeats_is_never_streamed(fakeapi, monkeypatch):  # noq
 
 
 def test_a_paused_turn_ends_its_stream_with_its_record(tmp_path):
-    fork("-n", "a", "-m", scripted(tmp_path, [
+    fork("-n", "a", "-m", script(tmp_path, {"steps": [
         {"tool_calls": [{"id": "q", "name": "ask", "arguments": {"question": "which?"}}]},
-        {"content": "thanks"}]), "go")
+        {"content": "thanks"}]}), "go")
     stream = lines(agent("run", "--no-prompt", "--format", "stream-json", "a").out)
     kinds = [r.get("kind") for r in stream]
     assert "ask" in kinds and "turn-end" not in kinds
@@ -109,7 +103,7 @@ def test_a_paused_turn_ends_its_stream_with_its_record(tmp_path):
 
 
 def test_a_run_that_fails_ends_its_stream_with_the_error(tmp_path):
-    fork("-n", "a", "-m", scripted(tmp_path, [{"fail": "tempfail"}]), "go")
+    fork("-n", "a", "-m", script(tmp_path, {"steps": [{"fail": "tempfail"}]}), "go")
     result = agent("run", "--format", "stream-json", "a")
     assert result.code == 75
     stream = lines(result.out)
@@ -131,13 +125,11 @@ def test_stream_json_is_one_turns_stream():
 def test_a_compactions_summary_is_no_text_of_the_turn(tmp_path):
     """Its call is a model call of the turn (a call event) and its record a compaction
     event, but its text is no reply: the text lines are the turn's replies alone."""
-    path = tmp_path / "rules.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (
-        {"match": r"^\[COMPACT\]", "reply": {"content": "SUMMARY of it all"}},
-        {"match": "first", "reply": {"content": "ok", "usage": {"input_tokens": 5000,
-                                                               "output_tokens": 10}}},
-        {"reply": {"content": "fine"}})))
-    fork("-n", "a", "-m", f"scripted:{path}", "-w", "3000", "first")
+    model = script(tmp_path, {"match": r"^\[COMPACT\]", "reply": {"content": "SUMMARY of it all"}},
+                   {"match": "first", "reply": {"content": "ok", "usage": {"input_tokens": 5000,
+                                                                          "output_tokens": 10}}},
+                   {"reply": {"content": "fine"}})
+    fork("-n", "a", "-m", model, "-w", "3000", "first")
     assert agent("run", "a").code == 0
     agent("send", "a", "second")
     stream = lines(agent("run", "--format", "stream-json", "a").out)

@@ -14,9 +14,8 @@ from agentctl.clock import parse_duration, parse_time
 from agentctl.errors import UsageError
 from agentctl.clock import until
 
-from .conftest import (ROOT, agent, asleep_at_database, clock_passes, clock_slack, fork, shell,
-                       wait_until)
-from .test_run import script
+from .conftest import (ROOT, agent, asleep_at_database, clock_passes, clock_slack, fork, script,
+                       shell, wait_until)
 
 REFUSING = {"reply": {"fail": "error"}}        # every request refused for good: exit 69
 
@@ -197,10 +196,8 @@ def test_parsing():
 
 
 def test_wake_is_the_earlier_of_the_timer_and_deferred_mail(conn, tmp_path):
-    rules = tmp_path / "sleepy.jsonl"
-    rules.write_text(json.dumps({"reply": {"tool_calls": [
-        {"name": "sleep", "arguments": {"seconds": 600}}]}}) + "\n")
-    fork("-n", "a", "-m", f"scripted:{rules}", "nap")
+    fork("-n", "a", "-m", script(tmp_path, {"reply": {"tool_calls": [
+        {"name": "sleep", "arguments": {"seconds": 600}}]}}), "nap")
     assert agent("run", "a").code == 0
 
     def wake():

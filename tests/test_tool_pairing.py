@@ -6,10 +6,7 @@ import json
 
 import pytest
 
-from agentctl.models import offline
-
-from .conftest import agent, fork
-from .test_run import script
+from .conftest import agent, fork, script, scripted_calls
 
 FORKING = {"match": "^go$", "steps": [
     {"content": "f", "tool_calls": [{"name": "fork",
@@ -20,14 +17,7 @@ FORKING = {"match": "^go$", "steps": [
 @pytest.fixture
 def sent(monkeypatch):
     """The messages of every call agent-run made to the scripted model."""
-    calls = []
-    real = offline.ScriptedModel.complete
-
-    def spy(self, messages, tools, on_text=None, cache=None):
-        calls.append(messages)
-        return real(self, messages, tools, on_text, cache)
-    monkeypatch.setattr(offline.ScriptedModel, "complete", spy)
-    return calls
+    return scripted_calls(monkeypatch)
 
 
 def paired(messages):

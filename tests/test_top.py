@@ -17,9 +17,8 @@ from agentctl.ops import top
 from agentctl.store import registry
 from agentctl.store.db import transaction
 
-from .conftest import BIN, agent, fork, needs, started, wait_until
+from .conftest import ASKING, BIN, agent, fork, needs, pending_ids, script, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401
-from .test_requests import ASKING, files, pending_ids, script  # noqa: F401
 
 
 class Pane:

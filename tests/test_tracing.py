@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from .conftest import ROOT, agent, fork, started, wait_until
+from .conftest import ROOT, agent, fork, script, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401 (a fixture)
 from .otlp import otlp  # noqa: F401 (a fixture)
 
@@ -32,12 +32,6 @@ LEAD_RULES = [
 ]
 
 
-def rules(tmp_path, items=LEAD_RULES):
-    path = tmp_path / "rules.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in items))
-    return f"scripted:{path}"
-
-
 def ran(*args):
     result = agent("run", *args)
     assert result.code == 0, result.err
@@ -45,7 +39,7 @@ def ran(*args):
 
 
 def test_a_lead_with_two_workers_reads_as_one_tree(tmp_path, otlp):  # noqa: F811
-    lead = fork("-n", "lead", "-m", rules(tmp_path), "plan the work")
+    lead = fork("-n", "lead", "-m", script(tmp_path, *LEAD_RULES), "plan the work")
     ran("lead")
     ran("w1")
     ran("w2")
@@ -69,7 +63,7 @@ def test_a_lead_with_two_workers_reads_as_one_tree(tmp_path, otlp):  # noqa: F81
     assert first["attributes"] == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "scripted",
         "gen_ai.agent.id": lead, "gen_ai.agent.name": "lead",
-        "gen_ai.conversation.id": lead, "gen_ai.request.model": str(tmp_path / "rules.jsonl"),
+        "gen_ai.conversation.id": lead, "gen_ai.request.model": str(tmp_path / "script.jsonl"),
         "agentctl.agent.role": "agent", "agentctl.turn.id": 1, "agentctl.turn.resumed": False,
         "agentctl.turn.status": "done", "agentctl.turn.steps": 2,
         "gen_ai.usage.input_tokens": first["attributes"]["gen_ai.usage.input_tokens"],
@@ -104,7 +98,7 @@ def test_a_lead_with_two_workers_reads_as_one_tree(tmp_path, otlp):  # noqa: F81
 def test_message_text_is_exported_only_when_the_operator_opts_in(tmp_path, otlp,  # noqa: F811
                                                                   monkeypatch):
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
-    fork("-n", "lead", "-m", rules(tmp_path), "-s", "You lead.", "plan the work")
+    fork("-n", "lead", "-m", script(tmp_path, *LEAD_RULES), "-s", "You lead.", "plan the work")
     ran("lead")
     chat = otlp.named("chat")[0]["attributes"]
     assert json.loads(chat["gen_ai.system_instructions"]) == [{"type": "text",
@@ -123,7 +117,7 @@ def test_message_text_is_exported_only_when_the_operator_opts_in(tmp_path, otlp,
 def test_nothing_is_exported_or_imported_without_the_variables(tmp_path, otlp,  # noqa: F811
                                                                 monkeypatch):
     endpoint = os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT")
-    fork("-n", "a", "-m", rules(tmp_path), "job three")
+    fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "job three")
     code = ("import sys\nfrom agentctl.cli.run import main\ncode = main(['a'])\n"
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')), "
             "file=sys.stderr)\nsys.exit(code)")
@@ -150,7 +144,7 @@ def test_nothing_is_exported_or_imported_without_the_variables(tmp_path, otlp,  
 
 
 def test_spans_are_flushed_before_exit_75(tmp_path, otlp):  # noqa: F811
-    fork("-n", "a", "-m", rules(tmp_path, [{"reply": {"fail": "tempfail"}}]), "hi")
+    fork("-n", "a", "-m", script(tmp_path, {"reply": {"fail": "tempfail"}}), "hi")
     proc = started("agent-run", "a")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err
@@ -210,7 +204,7 @@ def test_an_exporter_agentctl_cant_make_is_said_and_the_turn_runs(tmp_path, otlp
                                                                    said):
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    fork("-n", "a", "-m", rules(tmp_path), "job")
+    fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "job")
     result = agent("run", "a")
     assert result.code == 0 and result.out == "done\n"
     assert result.err == f"agent-run: tracing: {said}" + result.err.split(said, 1)[1]
@@ -224,7 +218,7 @@ def test_a_collector_out_of_reach_is_said_and_the_turn_runs(tmp_path, monkeypatc
         port = s.getsockname()[1]
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    fork("-n", "a", "-m", rules(tmp_path), "job")
+    fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "job")
     result = agent("run", "a")
     assert result.code == 0 and result.out == "done\n"
     assert result.err and all(line.startswith("agent-run: tracing: ")
