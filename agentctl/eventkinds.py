@@ -111,7 +111,8 @@ def _restart(d, actor, names):
 
 
 def _release(d, actor, names):
-    why = " (its settings changed)" if d.get("by") == "set" else f" ({d.get('by')})"
+    why = {"set": " (its settings changed)", "CONT": " (CONT)"}.get(d.get("by"),
+                                                                f" ({d.get('by')})")
     return f"released by {_by(actor, names)}{why}"
 
 

@@ -74,6 +74,26 @@ def test_an_unreadable_scripted_model_or_a_missing_key_holds_the_agent_once(conn
     assert agent("mail", "-c", "a").out == "0\n"             # nothing was taken
 
 
+def test_cont_releases_a_held_agent_or_a_held_subtree(conn, tmp_path, monkeypatch):
+    """agent-kill -s CONT: continue, so try again; with --cascade a subtree's holds all
+    go, and agent-ps -q | agent-kill -s CONT lets every held agent go."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fork("-n", "lead")
+    for name in ("a", "b"):
+        fork("-p", "lead", "-n", name, "-m", "openai:gpt-test", "hi")
+    assert agent("run", "--all").code == 2
+    assert all(row(conn, n)["held_at"] is not None for n in ("a", "b"))
+    assert agent("kill", "-s", "CONT", "a").code == 0
+    assert row(conn, "a")["held_at"] is None and row(conn, "b")["held_at"] is not None
+    assert agent("why", "a").code == 0                  # it would run: its input is there
+    assert [e["by"] for e in events(conn, "a", "release")] == ["CONT"]
+    assert "released by the operator (CONT)" in agent("log", "a").out
+    assert agent("kill", "-s", "CONT", "--cascade", "lead").code == 0
+    assert row(conn, "b")["held_at"] is None
+    assert agent("kill", "-s", "CONT", "b").code == 0   # nothing held: nothing recorded
+    assert len(events(conn, "b", "release")) == 1
+
+
 def test_restart_policies_keep_their_meaning(conn, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTCTL_BACKOFF", "1h")
     fork("-n", "d", "--restart", "on-failure", "-m", script(tmp_path, {"reply": {"fail": "error"}}),
