@@ -32,8 +32,8 @@ from agentctl import limits as limits_, paths
 from agentctl.store import db
 from agentctl.tools import bwrap, confine, cover, handles, pids
 from agentctl.tools.handles import Handle, Readable
-from agentctl.tools.proxy import MOUNT as PROXY
 
+PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
            "/etc/sudoers.d", "/etc/security/opasswd", "/etc/ssh/ssh_host_*key")

@@ -16,7 +16,7 @@ from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, registry, toolruns
-from agentctl.tools import calls, mcp, mcpsession, proxy, sandbox
+from agentctl.tools import calls, mcp, mcpsession, sandbox
 from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
 
@@ -68,6 +68,7 @@ class Toolset:
         if self.agent["unconfined"]:
             return None
         if self._sandbox is None:
+            from agentctl.tools import proxy  # (start-up: 3 ms of socket, secrets, tempfile...)
             self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
