@@ -6,6 +6,8 @@ the database, click is the CLI's alone, and no module grows past MAX_LINES."""
 import ast
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -400,3 +402,59 @@ def test_the_lazy_import_check_catches_one_without_a_reason():
     lines = len(modules["agentctl.ops.mail"].splitlines())
     assert lazy_imports_without_a_reason(modules) == [
         f"agentctl.ops.mail:{lines}: from agentctl.ops import budget"]
+
+
+def imports_in_functions(modules):
+    """(module, line number, the module imported) of every import inside a function."""
+    found = set()
+    for module, src in modules.items():
+        for function in ast.walk(ast.parse(src)):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    found |= {(module, node.lineno, a.name) for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    target = node.module or ""
+                    if node.level:
+                        package = module.split(".")[:-node.level]
+                        target = ".".join(package + ([target] if target else []))
+                    found |= {(module, node.lineno, f"{target}.{a.name}"
+                               if f"{target}.{a.name}" in modules else target)
+                              for a in node.names}
+    return sorted(found)
+
+
+def loaded_by_every_program():
+    """The modules that every program has loaded once its module is imported, as an
+    installed copy starts (without site: a checkout's editable install puts modules of
+    its own, pathlib's, in every start)."""
+    import site
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *site.getsitepackages()]))
+    code = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+            "print(' '.join(sys.modules))")
+    procs = [subprocess.Popen([sys.executable, "-S", "-c", code, module], env=env,
+                              stdout=subprocess.PIPE, text=True) for module in programs()]
+    loaded = [set(proc.communicate()[0].split()) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs)
+    return set.intersection(*loaded)
+
+
+def imported_in_vain(modules, loaded):
+    """Imports inside a function of what every program has loaded at start: no start-up
+    is saved, and the function only reads as if some were."""
+    return [f"{module}:{line}: {target}" for module, line, target in imports_in_functions(modules)
+            if target in loaded]
+
+
+def test_no_function_imports_what_every_program_has_loaded():
+    loaded = loaded_by_every_program()
+    assert {"datetime", "threading", "agentctl.paths"} <= loaded and "json" not in loaded
+    assert imported_in_vain(dict(sources()), loaded) == []
+
+
+def test_the_vain_import_check_catches_one():
+    modules = dict(sources())
+    modules["agentctl.ops.mail"] += "\ndef f():\n    import datetime\n"
+    lines = len(modules["agentctl.ops.mail"].splitlines())
+    assert imported_in_vain(modules, {"datetime"}) == [f"agentctl.ops.mail:{lines}: datetime"]

@@ -1,6 +1,7 @@
 """agent-fork: create a child agent that inherits its parent's conversation."""
 
 import os
+import stat
 
 import click
 
@@ -61,7 +62,6 @@ def cli(db_path, parent, name, at, prompt, **options):
 def _sandbox_user_can_write(cwd):
     """As root, the child's tools run as the sandbox's user (agentctl(7), SANDBOX): say so
     when its working directory is not that user's to write."""
-    import stat
     from agentctl.tools import sandbox  # (start-up: root's forks only)
     try:
         uid, gid = sandbox.user()

@@ -5,6 +5,7 @@ transaction of the run that holds the claim, the heartbeat that keeps it, and
 giving it back."""
 
 import os
+import threading
 from contextlib import contextmanager
 
 from agentctl import clock, env
@@ -175,7 +176,6 @@ def renew(conn, agent_id):
 def heartbeat(conn, agent_id):
     """Keep the lease alive while a model call is in flight, however long it
     takes: a thread renews it every third of its length on its own connection."""
-    import threading        # here: only a turn needs it, not every program's start-up
     path = path_of(conn)
     stop = threading.Event()
 

@@ -14,13 +14,15 @@ scripted:*), each price in dollars per million tokens; a cache price left out is
 input price, the 1-hour write price the 5-minute one; # starts a comment. The first
 line that matches prices the call."""
 
+import fnmatch
 import os
 
 from agentctl import paths
 from agentctl.errors import UsageError
 
-# decimal, ipaddress and fnmatch are imported where a price is read or asked for: this
-# module comes with every program that can end a turn (agent-kill, agent-ps ...).
+# decimal, ipaddress and urllib.parse are imported where a price is read or asked for:
+# this module comes with every program that can end a turn (agent-kill, agent-ps ...),
+# which has fnmatch loaded already, and not those.
 VARIABLE = "AGENTCTL_PRICES"
 _parsed = {}                    # (path, mtime, size) -> [(glob, prices)]
 _known = {}                     # (model, url) -> the genai_prices module, or None: unknown
@@ -77,7 +79,6 @@ def cost(model, url, usage):
     """The micros a call of `model` (agentctl's name, PROVIDER:NAME) at `url` (its
     API's base URL; "" for an offline model) cost, its `usage` as models.base makes
     it; None when no price is known."""
-    import fnmatch      # (start-up: see above)
     for glob, prices in rules():
         if fnmatch.fnmatchcase(model, glob):
             return _micros(usage, *prices)

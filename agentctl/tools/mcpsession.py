@@ -14,6 +14,8 @@ ends with the last lines of its standard error, which is kept whole in a file
 """
 
 import os
+import threading
+import time
 
 from agentctl import keys, paths, voice
 from agentctl.tools import mcp
@@ -58,7 +60,6 @@ class Servers:
         SDK are imported only for a turn that starts a server)."""
         if self.loop is None:
             import asyncio
-            import threading
             self.asyncio = asyncio
             self.loop = asyncio.new_event_loop()
             self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -224,7 +225,6 @@ class Servers:
         the next turn). `poll` is asked every POLL seconds while the call runs: what it
         raises (a KILL) gives the call up and is raised."""
         import concurrent.futures
-        import time
         try:
             client = self.client(entry)
         except Failed as e:

@@ -8,6 +8,7 @@ refused operation) becomes an error result the model sees, never a crash. Each c
 one transaction, so a crash leaves either both or neither.
 """
 
+import datetime
 import time
 
 from agentctl import clock, jsonin, keys, settings, voice
@@ -308,7 +309,6 @@ def _zoned(text):
     """A time the model gives: ISO 8601 with its zone. A time without one is refused,
     not guessed: the model only ever sees UTC times, and the operator's agent-send
     --at reads zoneless times as local time."""
-    import datetime         # here: agent-run's start-up does without it
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
