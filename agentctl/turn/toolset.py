@@ -16,7 +16,7 @@ from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, registry, toolruns
-from agentctl.tools import calls, mcp, mcpsession, sandbox
+from agentctl.tools import calls, mcp, mcpsession, programs, sandbox
 from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
 
@@ -58,7 +58,7 @@ class Toolset:
         """The environment of its tools (and of the programs they call, through the
         proxy): the operator's, without the keys, as the agent."""
         if self._environment is None:
-            self._environment = calls.environment(self.agent["id"], db.path_of(self.conn))
+            self._environment = programs.environment(self.agent["id"], db.path_of(self.conn))
         return self._environment
 
     def sandbox(self):
