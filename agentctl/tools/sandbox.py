@@ -26,7 +26,9 @@ names the fix (Unavailable): it never runs unsandboxed.
 import glob
 import json
 import os
+import pwd
 import subprocess
+import zlib
 
 from agentctl import limits as limits_, paths
 from agentctl.store import db
@@ -77,7 +79,6 @@ def user():
     """As root: the (uid, gid) tools run as: $AGENTCTL_SANDBOX_USER (a user's name, or
     UID[:GID]), else nobody. Never root."""
     given = os.environ.get(USER, "").strip() or "nobody"
-    import pwd
     try:
         if given.replace(":", "").isdigit():
             uid, _, gid = given.partition(":")
@@ -102,7 +103,6 @@ def _seccomp():
     """The seccomp program's file, which bwrap reads (seccomp.py; written once, in the
     run-time directory, named by what it holds)."""
     if "seccomp" not in _made:
-        import zlib
         from agentctl.tools import seccomp  # (start-up: libseccomp, for a call only)
         program = seccomp.program(os.path.join(paths.cache_home(), "agentctl", "seccomp"))
         path = os.path.join(paths.runtime(make=True), f"seccomp-{zlib.crc32(program):08x}")

@@ -9,6 +9,7 @@ one transaction, so a crash leaves either both or neither.
 """
 
 import datetime
+import json
 import time
 
 from agentctl import clock, jsonin, keys, settings, voice
@@ -176,7 +177,6 @@ def record_result(conn, agent_id, turn_id, call, text, started, outcome, media=N
     history.append(conn, agent_id, "tool_result", keys.redact(text), tool_name=call["tool_name"],
                    tool_call_id=call["tool_call_id"], turn_id=turn_id)
     if media:
-        import json     # (here: only a tool that returned an image)
         history.append(conn, agent_id, "media", json.dumps({"parts": media},
                                                            separators=(",", ":")),
                        tool_name=call["tool_name"], tool_call_id=call["tool_call_id"],

@@ -8,6 +8,7 @@ resumed turn that finds a run started and never ended kills what is left of it a
 gives the model "interrupted, outcome unknown" instead of running it again.
 """
 
+import json
 import os
 import time
 
@@ -233,7 +234,6 @@ class Toolset:
         return text
 
     def _run(self, conn, agent_id, call, arguments, run_id):
-        import json
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
         if name in self.programs:

@@ -16,6 +16,7 @@ No message text is exported unless the operator opts in with the conventions' ow
 variable, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.
 """
 
+import json
 import os
 import sys
 
@@ -289,7 +290,6 @@ def _warnings(warn):
 
 
 def _json(value):
-    import json
     return json.dumps(value, ensure_ascii=False)
 
 
