@@ -167,7 +167,6 @@ def parse_reply(text, schema):
 def load(text):
     """A schema from --schema's text: JSON itself when it starts with {, else the name of
     a file that holds it; checked, and returned as compact JSON text (how it is stored)."""
-    import json     # (here: only a fork or a turn with a schema)
     source = "--schema"
     if not text.lstrip().startswith("{"):
         if os.environ.get("AGENTCTL_PROXIED"):     # agent-run would read it for the tool
@@ -184,7 +183,7 @@ def load(text):
     except jsonin.JSONError as e:
         raise UsageError(str(e)) from None
     check_schema(schema)
-    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return jsonin.dumps(schema, separators=(",", ":"))
 
 
 def loads(stored):
