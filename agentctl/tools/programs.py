@@ -141,7 +141,7 @@ class _Cache:
 
 def _describe(path, warnings):
     """`PROG --describe`, checked; None (with a warning) when it is no tool."""
-    import subprocess   # (start-up: 1.5 ms, only for a tool not yet described)
+    import subprocess  # (start-up: 1.5 ms, only for a tool not yet described)
     name = os.path.basename(path)
     try:
         proc = subprocess.run(command(path) + ["--describe"], capture_output=True,

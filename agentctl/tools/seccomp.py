@@ -114,7 +114,7 @@ def program(cache=None):
 
 def _build():
     try:
-        import pyseccomp as seccomp
+        import pyseccomp as seccomp  # (start-up: 5 to 25 ms, only for a filter not cached)
     except (ImportError, OSError, RuntimeError) as e:  # RuntimeError: no libseccomp
         raise Unavailable(NO_SECCOMP) from e
     f = seccomp.SyscallFilter(seccomp.ALLOW)

@@ -69,7 +69,7 @@ class Toolset:
         if self.agent["unconfined"]:
             return None
         if self._sandbox is None:
-            from agentctl.tools import proxy  # (start-up: 3 ms of socket, secrets, tempfile...)
+            from agentctl.tools import proxy  # (start-up: 3 ms, only for a sandboxed call)
             self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
