@@ -1,6 +1,8 @@
 """Times: the ones the operator gives (agent-send --at, --in) and how times
 are written for people (ages, countdowns) and machines (ISO 8601, UTC)."""
 
+import datetime
+import math
 import re
 import time
 
@@ -34,7 +36,6 @@ def checked(when):
     """`when` if it is a time agentctl can write (ISO 8601, before the year
     10000), else a usage error: a far-off time must not break agent-ps later.
     A time before 1970 is 1970: in the past, so due at once, however far."""
-    import datetime
     if when < 0:
         return 0.0
     try:
@@ -53,7 +54,6 @@ def parse_time(text, now=None, zone=None):
     """A Unix time from ISO 8601 (2026-11-22T09:30, with or without a zone) or
     HH:MM[:SS] (its next occurrence); a time with no zone is in `zone`, by
     default local time."""
-    import datetime
     now = time.time() + skew if now is None else now
     text = text.strip()
     clock = CLOCK_RE.fullmatch(text)
@@ -94,7 +94,6 @@ def until(timestamp, now=None):
     has passed; - for none."""
     if timestamp is None:
         return "-"
-    import math
     ahead = math.ceil(timestamp - (time.time() + skew if now is None else now))
     if ahead <= 0:
         return "due"
@@ -110,6 +109,5 @@ def until(timestamp, now=None):
 def iso(timestamp):
     if timestamp is None:
         return None
-    import datetime
     return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).isoformat(
         timespec="seconds").replace("+00:00", "Z")

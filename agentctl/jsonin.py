@@ -4,6 +4,10 @@ than the caller's size bound.
     from agentctl import jsonin
     value = jsonin.loads(text, what="tool call arguments", max_bytes=jsonin.ARGUMENTS_BYTES)
 
+And the other way, dumps(value): JSON text as agentctl writes it (non-ASCII characters as they
+are: ensure_ascii=False). These two import json, when first called: this module comes with every program,
+and most (agent-ps, agent-send, agent-fork ...) read and write no JSON at all.
+
 loads() raises JSONError (a ValueError) with a one-line message that starts with `what`:
 TooDeep and TooLarge for a document beyond the bounds, plain JSONError for one that is no JSON.
 Catch JSONError for all three, or OutOfBounds for the first two alone (a server whose body is
@@ -108,7 +112,7 @@ def loads(text, *, what="JSON", max_depth=MAX_DEPTH, max_bytes=MAX_BYTES):
 
     JSONError (TooDeep, TooLarge or not JSON at all) with a message naming `what`.
     """
-    import json     # here, not at the top: importing this module costs nothing
+    import json  # (start-up: 1 ms, only to read JSON)
     if isinstance(text, (bytes, bytearray)):
         if len(text) > max_bytes:
             raise TooLarge(what, f"larger than {describe_bytes(max_bytes)}")
@@ -121,6 +125,12 @@ def loads(text, *, what="JSON", max_depth=MAX_DEPTH, max_bytes=MAX_BYTES):
         return json.loads(text)
     except ValueError as exc:   # JSONDecodeError, or an integer of more digits than int() takes
         raise JSONError(what, f"not JSON ({getattr(exc, 'msg', exc)})") from None
+
+
+def dumps(value, *, indent=None, separators=None):
+    """`value` as JSON text, non-ASCII characters as they are."""
+    import json  # (start-up: 1 ms, only to write JSON)
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators)
 
 
 def describe_bytes(count):

@@ -10,6 +10,8 @@ Directory specification says.
 """
 
 import os
+import stat
+import sys
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 SHIPPED_TOOLS = os.path.join(PACKAGE, "toolbox")
@@ -141,7 +143,6 @@ def runtime(make=False):
     top = given if given and os.path.isabs(given) else "/tmp"
     path = os.path.join(top, f"agentctl-{os.getuid()}")
     if make:
-        import stat
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -171,7 +172,6 @@ def agentctl_code():
     """What runs agentctl: its package and the Python it runs on (prefixes, the
     interpreter's directory); a tool must never write them (its next agent-run would
     run what it wrote), so they are read-only wherever a tool may write."""
-    import sys
     found = {PACKAGE, sys.prefix, sys.base_prefix, sys.exec_prefix,
              os.path.dirname(sys.executable)}
     return sorted({os.path.realpath(p) for p in found} | found)
@@ -224,7 +224,6 @@ def opened(path, flags=os.O_PATH):
     through a symbolic link: what a check found is what a bind mounts, whatever is
     renamed or swapped meanwhile. LinkOnTheWay names the first link; OSError for a path
     that is missing."""
-    import stat
     if not os.path.isabs(path):
         raise ValueError(f"{path}: not an absolute path")
     parts = [p for p in path.split("/") if p]

@@ -1,8 +1,9 @@
 """JSON Schema, the subset agentctl checks a reply against (agent-fork --schema;
 agentctl(7), RESULTS AS DATA): a schema is checked when it is given, and a value
 against it before it is stored. The same checker (`problem`) checks a tool call's
-arguments against its tool's parameters. No third-party validator: this costs no
-start-up (json is imported only where a schema is read).
+arguments against its tool's parameters. No third-party validator: this module comes
+with every program (the settings check a schema given to agent-fork or agent-set), and
+costs them next to nothing.
 
 The keywords: type (a name or a list of them: object, array, string, number,
 integer, boolean, null), properties, required, additionalProperties (true, false or
@@ -132,8 +133,7 @@ def _shown(value):
     """A value of a schema (enum, const) as a message shows it: a string as it is."""
     if isinstance(value, str):
         return value
-    import json     # (here: only a misfit that names a value)
-    return json.dumps(value)
+    return jsonin.dumps(value)
 
 
 def problem(value, schema, where="$"):
@@ -213,7 +213,6 @@ def parse_reply(text, schema):
 def load(text):
     """A schema from --schema's text: JSON itself when it starts with {, else the name of
     a file that holds it; checked, and returned as compact JSON text (how it is stored)."""
-    import json     # (here: only a fork or a turn with a schema)
     source = "--schema"
     if not text.lstrip().startswith("{"):
         if os.environ.get("AGENTCTL_PROXIED"):     # agent-run would read it for the tool
@@ -230,7 +229,7 @@ def load(text):
     except jsonin.JSONError as e:
         raise UsageError(str(e)) from None
     check_schema(schema)
-    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return jsonin.dumps(schema, separators=(",", ":"))
 
 
 def loads(stored):

@@ -2,6 +2,8 @@
 UTF-8 before anything stores or compares it: bytes that are not UTF-8
 become U+FFFD, as in a body read from standard input."""
 
+from agentctl import jsonin
+
 
 def valid(text):
     """`text` with every lone surrogate (how Python carries undecodable bytes
@@ -19,8 +21,7 @@ def quoted(text):
     """`text` as a JSON string on one line, for a tool result that quotes
     another agent's words: no line break it holds can start a line that
     poses as agentctl's own (U+2028 and kin are escaped too)."""
-    import json
-    return json.dumps(text, ensure_ascii=False).translate(
+    return jsonin.dumps(text).translate(
         {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 

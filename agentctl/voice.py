@@ -124,12 +124,11 @@ def budget_notice(label, account_id, used, budget, by_label=None, by_id=None, un
 def shown_call(tool, arguments):
     """A tool call as a request shows it: control characters escaped as JSON does (the
     operator's agent-answer and agent-run's question at the terminal show it so too)."""
-    import json         # (here: every program that signals or exits imports this module)
     try:
         value = jsonin.loads(arguments or "{}")
     except jsonin.JSONError:
         value = arguments
-    return f"{tool} {json.dumps(value, ensure_ascii=False)}"
+    return f"{tool} {jsonin.dumps(value)}"
 
 
 def question_mail(label, agent_id, request_id, question):

@@ -253,3 +253,16 @@ def test_a_broken_venv_in_a_checkout_is_one_line_not_a_traceback(tmp_path):
     assert proc.returncode == 70
     assert proc.stderr == (f"agent-ps: the checkout's .venv is broken ({top}/.venv/bin/python3: "
                            f"No such file or directory): run make in {top}\n")
+
+
+def test_a_checkout_run_without_click_says_so_in_one_line(tmp_path):
+    """A checkout's launcher under a Python that lacks click (no .venv made yet)."""
+    import shutil
+    top = tmp_path / "checkout"
+    shutil.copytree(os.path.join(ROOT, "agentctl"), top / "agentctl",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "bin"), top / "bin")
+    proc = subprocess.run([sys.executable, "-S", str(top / "bin" / "agent-ps")],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert (proc.returncode, proc.stderr) == (
+        70, f"agent-ps: click is not installed (run `make` in {top})\n")

@@ -6,6 +6,8 @@ the database, click is the CLI's alone, and no module grows past MAX_LINES."""
 import ast
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -215,15 +217,12 @@ def test_the_sql_check_catches_a_statement_outside_the_store(line):
     assert sql_outside_the_store(modules) == [f"agentctl.ops.mail: {line.strip()}"]
 
 
-# click is the CLI layer's. launch.py, which starts a program, only looks for it, to
-# say in one line that the checkout is not set up rather than fail with a traceback.
-CLICK_EXCEPTIONS = {"agentctl.launch"}
-
-
+# click is the CLI layer's. (launch.py, which starts a program, only names it, when a
+# checkout's program can't import it.)
 def click_outside_the_cli(modules):
     found = []
     for module, src in sorted(modules.items()):
-        if module.startswith("agentctl.cli") or module in CLICK_EXCEPTIONS:
+        if module.startswith("agentctl.cli"):
             continue
         for node in ast.walk(ast.parse(src)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
@@ -372,34 +371,98 @@ def test_the_transaction_check_catches_an_exception_that_opens_none():
         "agentctl.ops.lifecycle.wait: listed as its own transaction, and opens none"]
 
 
+# An import stands at the top of its file. One inside a function says why on its line, in
+# one of two forms: what it would cost the start-up of the programs that don't need it,
+# measured (python -X importtime, or a timed import), and when it is needed; or which
+# optional extra (pyproject.toml) it comes with.
+REASON = re.compile(r"# \((start-up: [\d.]+( to [\d.]+)? m?s( of \w+)?, only .+"
+                    r"|an optional extra: (?P<extra>[\w-]+))\)$")
+
+
+def extras():
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return set(tomllib.load(f)["project"]["optional-dependencies"])
+
+
 def lazy_imports_without_a_reason(modules):
-    """agentctl's own modules are imported at the top of a file; one imported inside
-    a function must say why on its line (start-up: what it would cost every program,
-    or an optional extra)."""
     found = []
-    for module, src in sorted(modules.items()):
-        lines = src.splitlines()
+    for module, line, _ in imports_in_functions(modules):
+        text = modules[module].splitlines()[line - 1]
+        reason = REASON.search(text)
+        if not reason or reason["extra"] and reason["extra"] not in extras():
+            found.append(f"{module}:{line}: {text.strip()}")
+    return sorted(set(found))
+
+
+def test_an_import_in_a_function_says_why():
+    assert lazy_imports_without_a_reason(dict(sources())) == []
+
+
+@pytest.mark.parametrize("line", [
+    "    from agentctl.ops import budget",
+    "    import json     # (here: only for a picture)",
+    "    import json  # (start-up: only for a picture)",
+    "    import psycopg  # (an optional extra: pg)",
+])
+def test_the_lazy_import_check_catches_one_without_a_reason(line):
+    modules = dict(sources())
+    modules["agentctl.ops.mail"] += f"\ndef f():\n{line}\n"
+    lines = len(modules["agentctl.ops.mail"].splitlines())
+    assert lazy_imports_without_a_reason(modules) == [f"agentctl.ops.mail:{lines}: {line.strip()}"]
+
+
+def imports_in_functions(modules):
+    """(module, line number, the module imported) of every import inside a function."""
+    found = set()
+    for module, src in modules.items():
         for function in ast.walk(ast.parse(src)):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(function):
-                own = isinstance(node, ast.ImportFrom) and (
-                    node.level or (node.module or "").startswith("agentctl")) or \
-                    isinstance(node, ast.Import) and any(
-                        a.name.startswith("agentctl") for a in node.names)
-                line = lines[node.lineno - 1] if own else ""
-                if own and not re.search(r"#\s*\(?\w+", line):
-                    found.append(f"{module}:{node.lineno}: {line.strip()}")
-    return sorted(set(found))
+                if isinstance(node, ast.Import):
+                    found |= {(module, node.lineno, a.name) for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    target = node.module or ""
+                    if node.level:
+                        package = module.split(".")[:-node.level]
+                        target = ".".join(package + ([target] if target else []))
+                    found |= {(module, node.lineno, f"{target}.{a.name}"
+                               if f"{target}.{a.name}" in modules else target)
+                              for a in node.names}
+    return sorted(found)
 
 
-def test_an_own_module_imported_in_a_function_says_why():
-    assert lazy_imports_without_a_reason(dict(sources())) == []
+def loaded_by_every_program():
+    """The modules that every program has loaded once its module is imported, as an
+    installed copy starts (without site: a checkout's editable install puts modules of
+    its own, pathlib's, in every start)."""
+    import site
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *site.getsitepackages()]))
+    code = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+            "print(' '.join(sys.modules))")
+    procs = [subprocess.Popen([sys.executable, "-S", "-c", code, module], env=env,
+                              stdout=subprocess.PIPE, text=True) for module in programs()]
+    loaded = [set(proc.communicate()[0].split()) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs)
+    return set.intersection(*loaded)
 
 
-def test_the_lazy_import_check_catches_one_without_a_reason():
+def imported_in_vain(modules, loaded):
+    """Imports inside a function of what every program has loaded at start: no start-up
+    is saved, and the function only reads as if some were."""
+    return [f"{module}:{line}: {target}" for module, line, target in imports_in_functions(modules)
+            if target in loaded]
+
+
+def test_no_function_imports_what_every_program_has_loaded():
+    loaded = loaded_by_every_program()
+    assert {"datetime", "threading", "agentctl.paths"} <= loaded and "json" not in loaded
+    assert imported_in_vain(dict(sources()), loaded) == []
+
+
+def test_the_vain_import_check_catches_one():
     modules = dict(sources())
-    modules["agentctl.ops.mail"] += "\ndef f():\n    from agentctl.ops import budget\n"
+    modules["agentctl.ops.mail"] += "\ndef f():\n    import datetime\n"
     lines = len(modules["agentctl.ops.mail"].splitlines())
-    assert lazy_imports_without_a_reason(modules) == [
-        f"agentctl.ops.mail:{lines}: from agentctl.ops import budget"]
+    assert imported_in_vain(modules, {"datetime"}) == [f"agentctl.ops.mail:{lines}: datetime"]

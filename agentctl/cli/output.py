@@ -8,6 +8,7 @@ with NUL.
 
 import sys
 
+from agentctl import jsonin
 from agentctl.errors import UsageError
 
 FORMATS = ("table", "tsv", "json", "jsonl")
@@ -56,8 +57,7 @@ def _tsv_field(value):
     if isinstance(value, bool):         # as in JSON: a script tests `= true`
         return "true" if value else "false"
     if isinstance(value, (dict, list)):     # (agent-log's data) as JSON
-        import json
-        value = json.dumps(value, ensure_ascii=False)
+        value = jsonin.dumps(value)
     return str(value).translate(TSV_ESCAPES)
 
 
@@ -76,12 +76,11 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
         out.write("".join(line + end for line in lines))
         return
     if fmt in ("json", "jsonl"):
-        import json
         objects = [{c.key: c.value(row) for c in columns} for row in rows]
         if fmt == "json":
-            out.write(json.dumps(objects, indent=2, ensure_ascii=False) + "\n")
+            out.write(jsonin.dumps(objects, indent=2) + "\n")
         else:
-            out.write("".join(json.dumps(o, ensure_ascii=False) + end for o in objects))
+            out.write("".join(jsonin.dumps(o) + end for o in objects))
         return
     if not rows:
         return

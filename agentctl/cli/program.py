@@ -98,7 +98,7 @@ def run(command, argv=None):
     AGENTCTL_DEBUG=1), always a documented exit status."""
     name = command.name
     if os.environ.get("AGENTCTL_SOCKET"):   # in a sandbox: the program runs as its agent
-        from agentctl.tools.forward import forward   # (start-up: only in a sandbox)
+        from agentctl.tools.forward import forward  # (start-up: 1.5 ms, only in a sandbox)
         return forward(name.removeprefix("agent-"), argv)
     _opened.clear()
     paths.settle()

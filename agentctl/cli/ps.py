@@ -4,6 +4,7 @@ import click
 
 from agentctl import money, settings
 from agentctl.clock import age, iso, until
+from agentctl.cli.graph import graph
 from agentctl.cli.options import complete_agents, complete_words, output_options
 from agentctl.cli.output import Column, pick, render
 from agentctl.cli.program import connect, program, run
@@ -50,7 +51,6 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     rows = proctable.rows(conn, everything=everything, statuses=statuses,
                           parent=parent_id, role=role)
     if fmt == "dot":        # a picture of the agents listed: no columns to choose
-        from agentctl.cli.graph import graph    # (start-up: only for a picture)
         return graph(conn, rows)
     if forest:
         rows = proctable.as_tree(rows)

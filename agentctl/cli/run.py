@@ -1,5 +1,6 @@
 """agent-run: execute one turn of one agent, then exit."""
 
+import json
 import os
 import sys
 
@@ -115,7 +116,6 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     if fmt == "stream-json":
         pass        # its record was its last line
     elif as_json:
-        import json
         click.echo(json.dumps(outcome.record(), ensure_ascii=False))
     elif streamed:
         click.echo("")

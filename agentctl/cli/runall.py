@@ -2,7 +2,9 @@
 own (agent-run AGENT), started as its endpoint has room (agent-run(1), Every agent and
 Providers); their replies and errors passed on, each line naming its agent."""
 
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -10,6 +12,7 @@ from agentctl import clock, modelspec
 from agentctl.cli.program import connect
 from agentctl.cli.stdio import for_terminal, warn
 from agentctl.errors import AgentctlError, NotFound
+from agentctl.models import get_model
 from agentctl.ops import deadlines, endpoints, lease, turns
 from agentctl.store import registry
 from agentctl.store.db import transaction
@@ -24,7 +27,6 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     is claimed for its run before the run starts (turns.hand_out), so that no other
     --all starts one for it; an agent whose endpoint has no room waits here while
     the runners serve the others."""
-    import subprocess
     try:
         conn = connect(db_path, create=False)
     except NotFound:
@@ -85,7 +87,6 @@ def run_all(db_path, jobs, model, max_steps, fmt):
 def _replies(records, label):
     """The replies of a child run's records (its --json lines), each line prefixed by
     the agent's name, as `parallel --tag` does: grep and cron mail read them."""
-    import json
     lines = []
     for record in records.splitlines():
         text = json.loads(record).get("text") or ""
@@ -104,7 +105,8 @@ def dispatch(conn, ids, jobs, model, one, ended):
     endpoint has room goes first; one whose endpoint is throttled beyond
     $AGENTCTL_PROVIDER_WAIT is left (warned, once for its endpoint). Returns the ids
     left; those gone meanwhile (run by another, stopped) end as exit 1."""
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    from concurrent.futures import (  # (start-up: 3 ms, only for --all)
+        FIRST_COMPLETED, ThreadPoolExecutor, wait)
     identities = {i: _identity(conn, i, model) for i in ids}
     limit, start = endpoints.wait_limit(), time.monotonic()
     queue, running, left = list(ids), {}, []
@@ -161,7 +163,6 @@ def _identity(conn, agent_id, model):
     a model that calls no API, or one the run will refuse (it says why)."""
     if not endpoints.shared():
         return None
-    from agentctl.models import get_model   # (start-up: a provider's module)
     try:
         client = get_model(modelspec.chosen(registry.get(conn, agent_id), model))
         return client.identity() if hasattr(client, "identity") else None

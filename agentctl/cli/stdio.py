@@ -139,7 +139,7 @@ def reader_gone(seconds):
     """Wait up to `seconds`; whether standard output's reader went away meanwhile (a
     pipe whose other end closed reports POLLERR at once: `agent-log -f | head -3`
     ends though nothing more is written). A file or a terminal never wakes it."""
-    import select
+    import select  # (start-up: 0.15 ms, only for agent-log -f)
     try:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), 0)      # errors and hang-ups only

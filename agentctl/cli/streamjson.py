@@ -10,6 +10,7 @@ text, and last the turn's record (as agent-run --format json prints it), or the
 error agent-run exits with.
 """
 
+import json
 import sys
 
 from agentctl import keys
@@ -31,7 +32,6 @@ class Stream(Watcher):
         self.text_stream = keys.Stream(self._text)   # a key the model repeats is never shown
 
     def line(self, record):
-        import json     # (here: agent-run's other formats do without it)
         self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
         self.out.flush()
 

@@ -95,7 +95,7 @@ class HTTPModel(Model):
         return where.Identity(self.provider, url, where.api_key(self.row.key, url, self.name))
 
     def complete(self, messages, tools, on_text=None, cache=None):
-        from . import http      # (start-up: requests, only for a model call)
+        from . import http  # (start-up: 45 ms of requests, only for a call)
         endpoint = self.endpoint()
         headers = {"Content-Type": "application/json", **self.headers(endpoint)}
         body = self.request_body(messages, tools, on_text is not None, endpoint, cache)
@@ -114,7 +114,7 @@ class HTTPModel(Model):
 
     @contextmanager
     def _session(self):
-        from . import http      # (start-up: requests, only for a model call)
+        from . import http  # (start-up: 45 ms of requests, only for a call)
         with self._lock:
             session = self._idle.pop() if self._idle else None
         session = session or http.new_session()

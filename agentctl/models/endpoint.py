@@ -7,6 +7,7 @@ Kept free of requests: agent-run --all names the endpoint of each agent it may
 run before it starts any run.
 """
 
+import hashlib
 import ipaddress
 import os
 import re
@@ -78,5 +79,4 @@ class Identity:
 
 
 def fingerprint(secret):
-    import hashlib      # (start-up: only when a model is named)
     return hashlib.sha256(secret.encode()).hexdigest()[:FINGERPRINT]

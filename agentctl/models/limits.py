@@ -16,6 +16,7 @@ The formats, as the providers document them:
   ("2026-11-22T12:00:00Z").
 """
 
+import datetime
 import email.utils
 import re
 import time
@@ -116,7 +117,6 @@ def reset_seconds(value, now=None):
     seconds = _number(value)
     if seconds is not None:
         return _bounded(seconds - now if seconds > 10 ** 9 else seconds)
-    import datetime     # (start-up: only for a response that says so)
     try:
         when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

@@ -2,6 +2,7 @@
 endpoint: what ops/endpoints.py decides (the cap, the not-before, the pace, what a
 response teaches), taken and given back around each try of a call."""
 
+import threading
 import time
 
 from agentctl import clock
@@ -23,7 +24,6 @@ class Gate:
     POLL = 0.05         # SQLite: how often a waiting call looks for a commit, at most
 
     def __init__(self, path, agent_id, identity):
-        import threading    # (here: only a turn that calls an API needs it)
         self.path, self.agent_id, self.identity = path, agent_id, identity
         self.endpoint = identity.name
         self.count = cap(identity.provider, identity.url)

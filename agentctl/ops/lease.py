@@ -5,6 +5,7 @@ transaction of the run that holds the claim, the heartbeat that keeps it, and
 giving it back."""
 
 import os
+import threading
 from contextlib import contextmanager
 
 from agentctl import clock, env
@@ -32,15 +33,14 @@ def lease_seconds():
 
 def host():
     """This host's name, as a lease names it: $AGENTCTL_HOST when set (containers
-    often share a host name), else the system's (socket is imported only here: most
-    programs never need it)."""
+    often share a host name), else the system's (uname's node name, which is what
+    gethostname() returns, without importing socket)."""
     given = os.environ.get("AGENTCTL_HOST", "").strip()
     if given:
         if ":" in given or not given.isprintable():
             raise UsageError(f"AGENTCTL_HOST must be a host name (no colon), not {given!r}")
         return given
-    import socket
-    return socket.gethostname()
+    return os.uname().nodename
 
 
 def owner_token():
@@ -175,7 +175,6 @@ def renew(conn, agent_id):
 def heartbeat(conn, agent_id):
     """Keep the lease alive while a model call is in flight, however long it
     takes: a thread renews it every third of its length on its own connection."""
-    import threading        # here: only a turn needs it, not every program's start-up
     path = path_of(conn)
     stop = threading.Event()
 

@@ -14,13 +14,15 @@ scripted:*), each price in dollars per million tokens; a cache price left out is
 input price, the 1-hour write price the 5-minute one; # starts a comment. The first
 line that matches prices the call."""
 
+import fnmatch
 import os
 
 from agentctl import paths
 from agentctl.errors import UsageError
 
-# decimal, ipaddress and fnmatch are imported where a price is read or asked for: this
-# module comes with every program that can end a turn (agent-kill, agent-ps ...).
+# decimal, ipaddress and urllib.parse are imported where a price is read or asked for:
+# this module comes with every program that can end a turn (agent-kill, agent-ps ...),
+# which has fnmatch loaded already, and not those.
 VARIABLE = "AGENTCTL_PRICES"
 _parsed = {}                    # (path, mtime, size) -> [(glob, prices)]
 _known = {}                     # (model, url) -> the genai_prices module, or None: unknown
@@ -46,7 +48,7 @@ def rules():
 
 
 def parse(text, where):
-    from decimal import Decimal, InvalidOperation     # (start-up: see above)
+    from decimal import Decimal, InvalidOperation  # (start-up: 0.8 ms, only to read prices)
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
@@ -77,7 +79,6 @@ def cost(model, url, usage):
     """The micros a call of `model` (agentctl's name, PROVIDER:NAME) at `url` (its
     API's base URL; "" for an offline model) cost, its `usage` as models.base makes
     it; None when no price is known."""
-    import fnmatch      # (start-up: see above)
     for glob, prices in rules():
         if fnmatch.fnmatchcase(model, glob):
             return _micros(usage, *prices)
@@ -106,8 +107,8 @@ def _micros(usage, input_, output, read, write, write_1h):
 
 def _local(url):
     """Whether the API is on this machine or a private network: no public price."""
-    import ipaddress    # (start-up: see above)
-    from urllib.parse import urlsplit
+    import ipaddress  # (start-up: 0.9 ms, only to price a call)
+    from urllib.parse import urlsplit  # (start-up: 0.8 ms, only to price a call)
     host = urlsplit(url).hostname or ""
     if host == "localhost" or host.endswith(".localhost") or host.endswith(".local"):
         return True
@@ -124,7 +125,7 @@ def _database_price(name, url):
     key = (name, url)
     if key not in _known:
         try:
-            import genai_prices     # (start-up: about 0.2 s; only to price a call)
+            import genai_prices  # (start-up: 0.2 s, only to price a call)
             genai_prices.calc_price(genai_prices.Usage(input_tokens=0, output_tokens=0),
                                     name, provider_api_url=url)
             _known[key] = genai_prices

@@ -53,6 +53,6 @@ def copy(source, target, shown_target):
                 target.executemany(insert, [tuple(r) for r in batch])
                 counts[table] += len(batch)
         if target.dialect == "postgresql":
-            from agentctl.store import pg  # (psycopg, an optional extra: only for a URL)
+            from agentctl.store import pg  # (an optional extra: postgres)
             pg.set_sequences(target)
     return {table: counts[table] for table in TABLES}

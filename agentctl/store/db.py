@@ -168,7 +168,7 @@ def connect(path=None, create=True):
 
 def _connect_postgresql(url):
     try:
-        from agentctl.store import pg  # (start-up: psycopg, only for a URL)
+        from agentctl.store import pg  # (an optional extra: postgres)
     except ImportError:
         raise DatabaseFault(f"{shown(url)}: PostgreSQL needs psycopg 3, which is not "
                             "installed: from agentctl's checkout, make install EXTRAS=postgres "
@@ -208,7 +208,7 @@ def _migrate(conn):
     with transaction(conn):
         if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
             return
-        from agentctl.store.migrations import apply  # (start-up: sqlite_utils)
+        from agentctl.store.migrations import apply  # (start-up: 40 ms, only to migrate)
         apply(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 

@@ -7,7 +7,7 @@ declarations, fields() reads by them."""
 
 import math
 import re
-from agentctl import clock
+from agentctl import clock, jsonin
 from agentctl.eventkinds import KINDS
 from agentctl.store.db import noted
 
@@ -106,8 +106,7 @@ def fields(kind, text, data):
     written before the event log, which has none, those its detail `text` holds."""
     if data:
         if isinstance(data, str):
-            import json     # (here: a program that only writes events never needs it)
-            return json.loads(data)
+            return jsonin.loads(data, what="event data")
         return data
     for pattern in _PATTERNS.get(kind, ()):
         found = pattern.fullmatch(text or "")

@@ -6,46 +6,19 @@ environment (kill_run).
 """
 
 import os
+import selectors
 import signal
-import sys
+import subprocess
 import time
 
-from agentctl import env, keys, paths, voice
+from agentctl import env, voice
+from agentctl.tools import bwrap
+from agentctl.tools.programs import RUN_MARK, command
 
 DEFAULT_TIMEOUT = 60.0          # seconds a call may run (AGENTCTL_TOOL_TIMEOUT; per tool)
 DEFAULT_OUTPUT = 64 * 1024      # bytes of stdout the model gets (AGENTCTL_TOOL_OUTPUT)
 STDERR_TAIL = 2000
-RUN_MARK = "AGENTCTL_TOOL_RUN"  # in a call's environment: the id of its tool_runs row
 POLL = 0.25                     # seconds between two looks for a KILL during a call
-
-
-def command(path):
-    """How to run a tool: a Python script under agentctl's own interpreter (so that
-    requests is there), anything else as it is."""
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(200)
-    except OSError:
-        first = b""
-    if first.startswith(b"#!") and b"python" in first:
-        return [sys.executable, path]
-    return [path]
-
-
-def environment(agent_id, db_path):
-    """The tool's environment: the operator's, without the API keys, with the agent's
-    AGENT_ID and AGENTCTL_DB, so that the programs it calls act as that agent."""
-    environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
-    environment.pop("AGENT_ID", None)
-    environment.pop(RUN_MARK, None)
-    package = os.path.dirname(paths.PACKAGE)        # so that shipped tools import it
-    environment["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package, os.environ.get("PYTHONPATH")) if p)
-    if agent_id:
-        environment["AGENT_ID"] = agent_id
-    if db_path:
-        environment["AGENTCTL_DB"] = db_path
-    return environment
 
 
 def settings(program):
@@ -63,7 +36,6 @@ class Call:
     made."""
 
     def __init__(self, program, arguments, env, cwd, run_id=None, sandbox=None):
-        import subprocess
         self.program = program
         self.timeout, self.cap = settings(program)
         env = dict(env if sandbox is None else sandbox.environment)
@@ -121,7 +93,6 @@ class Call:
         the tool is reaped, so that its group id can't be another's), and output
         still held open by a process that left the group is waited for no longer
         than a second."""
-        import selectors
         proc = self.proc
         out, err = bytearray(), bytearray()
         data, sent = memoryview(self.arguments.encode()), 0
@@ -202,7 +173,6 @@ class Call:
             self._close_sandbox()
         tail = err.decode("utf-8", "replace").strip()
         if failed:
-            from agentctl.tools import bwrap        # (only for a sandbox that failed)
             raise ToolFailed(voice.sandbox_failed(bwrap.explain(tail)))
         text = out[:self.cap].decode("utf-8", "replace")
         if len(out) > self.cap:

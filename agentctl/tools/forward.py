@@ -2,13 +2,23 @@
 sends its arguments, its working directory, its standard input, output and error (the
 descriptors themselves) and the sandbox's key over the socket to agent-run, and exits
 with the status it gets back. The standard library only, and as little of it as will
-do: it starts for every agentctl program a sandboxed tool runs.
+do: it starts for every agentctl program a sandboxed tool runs. So what both sides of
+the socket agree on is declared here, and agent-run's side (proxy.py, which imports
+far more) takes it from here.
 """
 
+import _socket      # (not socket: socket.py takes longer to import than the rest together)
+import errno
+import json
 import os
 import sys
 
-from agentctl.tools.proxy import FDS, KEY, MAX_REQUEST, PROGRAMS, TEMPFAIL, USAGE
+from agentctl.programs import OFFERED as PROGRAMS
+
+KEY = "AGENTCTL_PROXY_KEY"  # the sandbox's proof that it is this server's
+FDS = 3                     # standard input, output and error
+MAX_REQUEST = 1 << 20       # the bytes of a request
+USAGE, TEMPFAIL = 2, 75     # the exit statuses of a request refused, of a server out of reach
 
 
 def forward(program, argv=None):
@@ -18,8 +28,6 @@ def forward(program, argv=None):
         sys.stderr.write(f"agent-{program}: not offered to a sandboxed tool (only "
                          f"{', '.join('agent-' + p for p in PROGRAMS)})\n")
         return USAGE
-    import errno
-    import json
     try:
         cwd = os.getcwd()
     except OSError:             # removed: the server takes the agent's
@@ -30,7 +38,6 @@ def forward(program, argv=None):
     if len(request) > MAX_REQUEST:
         sys.stderr.write(f"agent-{program}: arguments too long for a sandboxed tool\n")
         return USAGE
-    import _socket          # (socket.py takes longer to import than the rest together)
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in range(FDS))
     try:
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)

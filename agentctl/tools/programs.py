@@ -4,18 +4,50 @@
 "confined" (ignored now: every call runs in the sandbox)]}; descriptions are cached by
 the file's path, size and mtime. The parameters are what a call's arguments are checked
 against (shape.py's subset, its keywords well formed; others are the program's to
-check), so a tool whose parameters agentctl can't read is skipped. How a call runs is
-calls.py.
+check), so a tool whose parameters agentctl can't read is skipped. How a tool's program
+is started (its command, its environment) is here too, for --describe and for a call;
+the call itself is calls.py, which only a turn imports.
 """
 
+import json
 import os
+import sys
 
-from agentctl import jsonin, paths, shape
+from agentctl import jsonin, keys, paths, shape
 from agentctl.errors import UsageError
 from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
-from agentctl.tools.calls import command, environment
 
 DESCRIBE_TIMEOUT = 10.0
+RUN_MARK = "AGENTCTL_TOOL_RUN"  # in a call's environment: the id of its tool_runs row
+
+
+def command(path):
+    """How to run a tool: a Python script under agentctl's own interpreter (so that
+    requests is there), anything else as it is."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!") and b"python" in first:
+        return [sys.executable, path]
+    return [path]
+
+
+def environment(agent_id, db_path):
+    """The tool's environment: the operator's, without the API keys, with the agent's
+    AGENT_ID and AGENTCTL_DB, so that the programs it calls act as that agent."""
+    environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
+    environment.pop("AGENT_ID", None)
+    environment.pop(RUN_MARK, None)
+    package = os.path.dirname(paths.PACKAGE)        # so that shipped tools import it
+    environment["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package, os.environ.get("PYTHONPATH")) if p)
+    if agent_id:
+        environment["AGENT_ID"] = agent_id
+    if db_path:
+        environment["AGENTCTL_DB"] = db_path
+    return environment
 
 
 class Program:
@@ -77,7 +109,6 @@ class _Cache:
         self.entries, self.dirty = None, False
 
     def _load(self):
-        import json
         try:
             with open(self.file, encoding="utf-8") as f:
                 self.entries = json.load(f)
@@ -107,7 +138,6 @@ class _Cache:
     def save(self):
         if not self.dirty:
             return
-        import json
         try:
             os.makedirs(os.path.dirname(self.file), mode=0o700, exist_ok=True)
             temporary = f"{self.file}.{os.getpid()}"
@@ -120,7 +150,7 @@ class _Cache:
 
 def _describe(path, warnings):
     """`PROG --describe`, checked; None (with a warning) when it is no tool."""
-    import subprocess
+    import subprocess  # (start-up: 1.5 ms, only for a tool not yet described)
     name = os.path.basename(path)
     try:
         proc = subprocess.run(command(path) + ["--describe"], capture_output=True,

@@ -21,27 +21,37 @@ come within REQUEST_TIMEOUT of its connection.
 The forwarding side is forward.py, what runs in the sandbox.
 """
 
+import array
+import hmac
+import json
 import os
+import secrets
+import select
+import shlex
+import shutil
+import socket
+import struct
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 
 from agentctl import paths
 from agentctl.programs import OFFERED as PROGRAMS, REFUSED  # (each refused says so)
+from agentctl.tools.forward import FDS, KEY, MAX_REQUEST, TEMPFAIL, USAGE
+from agentctl.tools.sandbox import PROXY as MOUNT
 
 # What only the operator may do with a program offered: program -> {option: what it does}.
 # Any spelling click takes is refused (--opt VALUE, --opt=VALUE), and any prefix of the
 # option, though click takes none.
 OPERATOR_ONLY = {"log": {"--prune-before": "prune the event log"}}
-MAX_REQUEST = 1 << 20
 MAX_CONNECTIONS = 16        # requests served at once: one more is told to try again
 REQUEST_TIMEOUT = 10.0      # seconds from a connection to its request
 GRACE = 1.0                 # seconds the server waits on a tool it refuses (to say so)
 SOCKET = "socket"
-MOUNT = "/run/agentctl"     # where a sandbox finds the socket and the programs
 PROGRAMS_DIR = "bin"
-KEY = "AGENTCTL_PROXY_KEY"  # the sandbox's proof that it is this server's
-FDS = 3                     # standard input, output and error
 SUN_PATH = 108              # the bytes of a socket's path, with its NUL
-USAGE, TEMPFAIL = 2, 75
 REFUSAL = "agentctl: a sandboxed tool's request was refused"
 BUSY = (f"agentctl: too many agentctl programs at once from this sandbox (at most "
         f"{MAX_CONNECTIONS}): try again")
@@ -74,9 +84,6 @@ class Server:
     `inside()`), and a thread that answers it."""
 
     def __init__(self, environment, cwd, peer_uids=None):
-        import secrets
-        import socket
-        import threading
         self.environment = dict(environment, AGENTCTL_PROXIED="1")
         for name in ("AGENTCTL_SOCKET", KEY):
             self.environment.pop(name, None)
@@ -109,7 +116,6 @@ class Server:
 
     def _programs(self):
         """agent-PROGRAM in PROGRAMS_DIR: forward(PROGRAM), under this Python."""
-        import shlex
         top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         _write(os.path.join(self.dir, "forward.py"), 0o644,
                f"import sys\nsys.path.insert(0, {top!r})\n"
@@ -124,8 +130,6 @@ class Server:
                    f"{MOUNT}/forward.py {name} \"$@\"\n")
 
     def _accept(self):
-        import threading
-        import time
         while True:
             try:
                 conn, _ = self.listener.accept()
@@ -188,11 +192,6 @@ class Server:
         """The program a request asks for, started with its descriptors (or Refused):
         the request must be whole, carry the key, and come from a process of a uid
         the server's tools run as."""
-        import hmac
-        import json
-        import socket
-        import struct
-        import subprocess
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(data) > MAX_REQUEST \
                 or len(fds) != FDS:
             raise Refused()
@@ -234,8 +233,6 @@ class Server:
     def _watch(self, conn, proc):
         """Wait for the program, killing it if the tool's side of the connection closes
         first; its exit status."""
-        import select
-        import socket
         poll = select.poll()
         poll.register(conn, select.POLLIN)
         try:
@@ -268,7 +265,6 @@ class Server:
         return code if code >= 0 else 128 - code
 
     def close(self):
-        import socket
         if self.closed:
             return
         self.closed = True
@@ -287,7 +283,6 @@ class Server:
         self._remove()
 
     def _remove(self):
-        import shutil
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -297,7 +292,6 @@ _swept = set()      # the bases whose directories of dead servers this process r
 def _directory():
     """A new directory proxy-PID-RANDOM in paths.runtime(), made private, once the directories
     of servers no longer running are removed from it."""
-    import tempfile
     parent = paths.runtime(make=True)
     if parent not in _swept:
         _swept.add(parent)
@@ -310,7 +304,6 @@ def _directory():
 def _sweep(parent):
     """Remove the directories of the servers in `parent` whose process is gone (killed
     before it could close them)."""
-    import shutil
     for name in os.listdir(parent):
         word, _, rest = name.partition("-")
         pid = rest.partition("-")[0]
@@ -327,8 +320,6 @@ def _sweep(parent):
 def _receive(conn):
     """A request: its bytes, recvmsg's flags, and the descriptors that came with it
     (each to be closed by the caller). OSError if none comes."""
-    import array
-    import socket
     data, ancillary, flags, _ = conn.recvmsg(MAX_REQUEST + 1, socket.CMSG_SPACE(FDS * 4),
                                              socket.MSG_CMSG_CLOEXEC)
     fds = array.array("i")
@@ -349,7 +340,6 @@ def _refuse(conn, fds, refusal):
 def _say(fd, line):
     """Write a line on a tool's descriptor, waiting at most GRACE for room (a pipe no
     one reads may be full)."""
-    import select
     try:
         poll = select.poll()
         poll.register(fd, select.POLLOUT)

@@ -11,6 +11,8 @@ and its result are written in one transaction, so a crash leaves either both
 or neither.
 """
 
+import datetime
+import json
 import time
 
 from agentctl import clock, jsonin, keys, settings, shape, voice
@@ -177,7 +179,6 @@ def record_result(conn, agent_id, turn_id, call, text, started, outcome, media=N
     history.append(conn, agent_id, "tool_result", keys.redact(text), tool_name=call["tool_name"],
                    tool_call_id=call["tool_call_id"], turn_id=turn_id)
     if media:
-        import json     # (here: only a tool that returned an image)
         history.append(conn, agent_id, "media", json.dumps({"parts": media},
                                                            separators=(",", ":")),
                        tool_name=call["tool_name"], tool_call_id=call["tool_call_id"],
@@ -310,7 +311,6 @@ def _zoned(text):
     """A time the model gives: ISO 8601 with its zone. A time without one is refused,
     not guessed: the model only ever sees UTC times, and the operator's agent-send
     --at reads zoneless times as local time."""
-    import datetime         # here: agent-run's start-up does without it
     try:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:

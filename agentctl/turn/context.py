@@ -49,7 +49,7 @@ def request(conn, agent, system_prompt, rows):
       the agent's previous call sent, and wrote to the cache);
     - the end of this request (what the next call will read).
     Its key is the lineage's root: a family of forks shares prefixes."""
-    from agentctl.models.base import Cache  # (start-up: agent-replay sends no request)
+    from agentctl.models.base import Cache  # (start-up: 1.4 ms, only for a model's request)
     ends = []
     messages = as_openai(system_prompt, rows, ends)
     marks = set()

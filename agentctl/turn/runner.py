@@ -7,6 +7,7 @@ database, so the loop can start from any point: that is how an
 interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 """
 
+import threading
 
 from agentctl import keys, modelspec, settings, shape, voice
 from agentctl.errors import UsageError
@@ -197,7 +198,6 @@ class Interruptible:
             except BaseException as e:      # handed to the thread that waits for it
                 done["error"] = e
 
-        import threading    # here: agent-run --help and its errors do without it
         worker = threading.Thread(target=call, daemon=True)
         worker.start()
         while worker.is_alive():

@@ -8,6 +8,7 @@ resumed turn that finds a run started and never ended kills what is left of it a
 gives the model "interrupted, outcome unknown" instead of running it again.
 """
 
+import json
 import os
 import time
 
@@ -16,7 +17,7 @@ from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, registry, toolruns
-from agentctl.tools import calls, mcp, mcpsession, proxy, sandbox
+from agentctl.tools import calls, mcp, mcpsession, programs, sandbox
 from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
 
@@ -58,7 +59,7 @@ class Toolset:
         """The environment of its tools (and of the programs they call, through the
         proxy): the operator's, without the keys, as the agent."""
         if self._environment is None:
-            self._environment = calls.environment(self.agent["id"], db.path_of(self.conn))
+            self._environment = programs.environment(self.agent["id"], db.path_of(self.conn))
         return self._environment
 
     def sandbox(self):
@@ -68,6 +69,7 @@ class Toolset:
         if self.agent["unconfined"]:
             return None
         if self._sandbox is None:
+            from agentctl.tools import proxy  # (start-up: 3 ms, only for a sandboxed call)
             self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
@@ -239,7 +241,6 @@ class Toolset:
         return text
 
     def _run(self, conn, agent_id, call, arguments, run_id):
-        import json
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
         if name in self.programs:

@@ -16,6 +16,7 @@ No message text is exported unless the operator opts in with the conventions' ow
 variable, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.
 """
 
+import json
 import os
 import sys
 
@@ -86,12 +87,12 @@ class Tracer(Watcher):
     agent-run exits, whatever it exits with)."""
 
     def __init__(self, names, warn):
-        import logging
-        from opentelemetry import trace
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        from opentelemetry import trace  # (an optional extra: otel)
+        from opentelemetry.sdk.resources import Resource  # (an optional extra: otel)
+        from opentelemetry.sdk.trace import TracerProvider  # (an optional extra: otel)
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # (an optional extra: otel)
+        from opentelemetry.trace.propagation.tracecontext import (  # (an optional extra: otel)
+            TraceContextTextMapPropagator)
         self.trace, self.propagator = trace, TraceContextTextMapPropagator()
         attributes = {"service.version": __version__}
         if not (os.environ.get("OTEL_SERVICE_NAME")
@@ -102,9 +103,7 @@ class Tracer(Watcher):
             self.provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
         self.tracer = self.provider.get_tracer("agentctl", __version__)
         # The SDK's complaints (a collector out of reach) as agent-run's one-line warnings
-        self.handler = _warnings(warn)
-        self.logger = logging.getLogger("opentelemetry")
-        self.logger.addHandler(self.handler)
+        self.logger, self.handler = _warnings(warn)
         self.propagated, self.logger.propagate = self.logger.propagate, False
         self.capture = capture()
         self.turn_span = self.chat_span = self.tool_span = None
@@ -270,26 +269,29 @@ class Tracer(Watcher):
 
 def _exporter(name):
     if name == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter  # (an optional extra: otel)
         return ConsoleSpanExporter(out=sys.stderr)     # stdout is the turn's
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # (an optional extra: otel)
+        OTLPSpanExporter)
     return OTLPSpanExporter()       # its endpoint, headers, timeout: the standard variables
 
 
 def _warnings(warn):
-    """A logging handler that says each error of the SDK in one line (its retries, which
-    it logs as warnings, it does not: a collector out of reach is one line)."""
-    import logging
+    """The SDK's logger, given a handler that says each of its errors in one line (its
+    retries, which it logs as warnings, it does not: a collector out of reach is one
+    line); the logger and the handler."""
+    import logging  # (start-up: 2.4 ms, only when tracing)
 
     class Errors(logging.Handler):
         def emit(self, record):
             said = keys.redact(record.getMessage()).strip().splitlines()
             warn(f"tracing: {said[0] if said else record.levelname}")
-    return Errors(logging.ERROR)
+    logger, handler = logging.getLogger("opentelemetry"), Errors(logging.ERROR)
+    logger.addHandler(handler)
+    return logger, handler
 
 
 def _json(value):
-    import json
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -324,7 +326,7 @@ def _server(url):
     """server.address and server.port of the API that answered (none offline)."""
     if not url:
         return {}
-    from urllib.parse import urlsplit
+    from urllib.parse import urlsplit  # (start-up: 1.5 ms, only when tracing a call to an API)
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
