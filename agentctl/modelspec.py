@@ -91,6 +91,28 @@ def provider(spec):
     return (spec or "").partition(":")[0]
 
 
+def locality(url):
+    """Where the API at `url` is served: "loopback" (this machine: localhost, *.localhost,
+    127.0.0.0/8, ::1), "private" (a private network: *.local, a private or link-local
+    address), or None (anywhere else). A loopback server may need no key
+    (models/endpoint.py); a loopback or private one has no public price (ops/prices.py)."""
+    import ipaddress  # (start-up: 0.9 ms, only to call or price a model)
+    from urllib.parse import urlsplit  # (start-up: 0.8 ms, only to call or price a model)
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return "loopback"
+    if host.endswith(".local"):
+        return "private"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    address = getattr(address, "ipv4_mapped", None) or address     # ::ffff:127.0.0.1
+    if address.is_loopback:
+        return "loopback"
+    return "private" if address.is_private or address.is_link_local else None
+
+
 def known_options(spec):
     """{option: its values} a model takes: its provider's, or every one for an offline
     model (and for no model yet: it is checked again when one is given)."""

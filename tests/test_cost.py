@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from agentctl.models import Cache
+from agentctl import modelspec
+from agentctl.errors import UsageError
+from agentctl.models import Cache, endpoint
 from agentctl.models.anthropic import request_body as anthropic_body
 from agentctl.models.api import Endpoint
 from agentctl.models.openai import OpenAIModel
@@ -96,6 +98,32 @@ def test_the_price_database_prices_a_public_api_and_not_a_local_one():
         assert prices.cost("openai:gpt-4o", local, usage) is None
     assert prices.cost("anthropic:claude-nosuch", url, usage) is None
     assert prices.cost("scripted:x", "", usage) is None
+
+
+@pytest.mark.parametrize("url, where", [
+    ("http://127.0.0.1:8080/v1", "loopback"), ("http://127.1.2.3/v1", "loopback"),
+    ("http://localhost:11434/v1", "loopback"), ("http://LocalHost./v1", "loopback"),
+    ("http://gpu.localhost:8000", "loopback"), ("http://[::1]:8000/v1", "loopback"),
+    ("http://[::ffff:127.0.0.1]:8000/v1", "loopback"),
+    ("http://192.168.1.5:8000/v1", "private"), ("http://10.0.0.5:8080/v1", "private"),
+    ("http://169.254.1.1/v1", "private"), ("http://gpu.local:8000/v1", "private"),
+    ("https://api.openai.com/v1", None), ("http://8.8.8.8/v1", None),
+    ("http://localhost.example.com/v1", None), ("http://mylocal/v1", None),
+])
+def test_one_rule_says_where_a_server_is_for_its_key_and_its_price(url, where, monkeypatch):
+    """modelspec.locality() is asked by both: a loopback server needs no key
+    (models/endpoint.py), a loopback or private one has no public price (ops/prices.py)."""
+    assert modelspec.locality(url) == where
+    monkeypatch.delenv("AGENTCTL_PRICES", raising=False)
+    if where == "loopback":
+        assert endpoint.api_key("OPENAI_API_KEY", url, "openai:x") == ""
+    else:
+        with pytest.raises(UsageError, match="OPENAI_API_KEY is not set"):
+            endpoint.api_key("OPENAI_API_KEY", url, "openai:x")
+    asked = []
+    monkeypatch.setattr(prices, "_database_price", lambda name, at: asked.append(at))
+    assert prices.cost("openai:gpt-4o", url, {"input_tokens": 10, "output_tokens": 1}) is None
+    assert asked == ([] if where else [url])
 
 
 def test_a_price_file_that_is_no_price_file_is_a_usage_error(tmp_path, monkeypatch):

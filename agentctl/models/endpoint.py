@@ -8,11 +8,11 @@ run before it starts any run.
 """
 
 import hashlib
-import ipaddress
 import os
 import re
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import modelspec
 from ..errors import UsageError
 
 VISIBLE_ASCII = re.compile(r"[!-~]*")
@@ -29,20 +29,10 @@ def base_url(variable, default):
     return url.rstrip("/")
 
 
-def is_loopback(url):
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def api_key(variable, url, spec):
     """The key from `variable`; a local server (llama-server, Ollama) may need none."""
     key = os.environ.get(variable, "").strip()
-    if not key and not is_loopback(url):
+    if not key and modelspec.locality(url) != "loopback":
         raise UsageError(f"{variable} is not set (needed by model {spec})")
     if not VISIBLE_ASCII.fullmatch(key):
         # A header can't carry it (or would carry other bytes than meant): say so now, not as an

@@ -17,12 +17,11 @@ line that matches prices the call."""
 import fnmatch
 import os
 
-from agentctl import paths
+from agentctl import modelspec, paths
 from agentctl.errors import UsageError
 
-# decimal, ipaddress and urllib.parse are imported where a price is read or asked for:
-# this module comes with every program that can end a turn (agent-kill, agent-ps ...),
-# which has fnmatch loaded already, and not those.
+# decimal is imported where a price is read: this module comes with every program that
+# can end a turn (agent-kill, agent-ps ...), which has fnmatch loaded already, and not it.
 VARIABLE = "AGENTCTL_PRICES"
 _parsed = {}                    # (path, mtime, size) -> [(glob, prices)]
 _known = {}                     # (model, url) -> the genai_prices module, or None: unknown
@@ -83,7 +82,7 @@ def cost(model, url, usage):
         if fnmatch.fnmatchcase(model, glob):
             return _micros(usage, *prices)
     _, _, name = model.partition(":")
-    if not url or not name or _local(url):
+    if not url or not name or modelspec.locality(url):
         return None     # an offline model, or a server of one's own: no price to know
     database = _database_price(name, url)
     return None if database is None else _priced(database, name, url, usage)
@@ -103,20 +102,6 @@ def _micros(usage, input_, output, read, write, write_1h):
     fresh, out, cached, written, hour = _counts(usage)
     total = fresh * input_ + out * output + cached * read + written * write + hour * write_1h
     return int(total.to_integral_value())
-
-
-def _local(url):
-    """Whether the API is on this machine or a private network: no public price."""
-    import ipaddress  # (start-up: 0.9 ms, only to price a call)
-    from urllib.parse import urlsplit  # (start-up: 0.8 ms, only to price a call)
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost") or host.endswith(".local"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def _database_price(name, url):
