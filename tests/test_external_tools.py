@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from agentctl import spawn
 from agentctl.store.db import connect
 
 from .conftest import (PATIENCE, ROOT, agent, calling, ended, fork, marker, offered, running,
@@ -660,6 +661,26 @@ def test_turns_of_run_all_cant_be_shadowed_by_the_current_directory(tmp_path, ho
     assert result.code == 0, result.err
     assert not (tmp_path / "pwned").exists()
     assert agent("replay", "w").out.rstrip().endswith("hello")
+
+
+@pytest.mark.parametrize("site", [True, False])
+def test_a_child_of_agentctl_imports_agentctl_from_where_its_parent_did(tmp_path, site):
+    """spawn.python (a program, the proxy's forwarders, the sandbox's launcher): an
+    agentctl/ folder in the current directory or on $PYTHONPATH is never imported."""
+    trap = tmp_path / "trap"
+    (trap / "agentctl").mkdir(parents=True)
+    (trap / "agentctl" / "__init__.py").write_text(
+        f"open({str(tmp_path / 'pwned')!r}, 'w').close()\n")
+    argv = spawn.python("import agentctl.ids; print(agentctl.ids.__file__)", site=site)
+    proc = subprocess.run(argv, cwd=trap, env=dict(os.environ, PYTHONPATH=str(trap)),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == os.path.join(ROOT, "agentctl", "ids.py") + "\n"
+    assert not (tmp_path / "pwned").exists()
+    version = subprocess.run(spawn.program("ps", "--version"), cwd=trap, capture_output=True,
+                             text=True, env=dict(os.environ, PYTHONPATH=str(trap)))
+    assert version.returncode == 0 and version.stdout.startswith("agent-ps ")
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_list_dir_writes_a_name_on_one_line(tmp_path):

@@ -466,3 +466,39 @@ def test_the_vain_import_check_catches_one():
     modules["agentctl.ops.mail"] += "\ndef f():\n    import datetime\n"
     lines = len(modules["agentctl.ops.mail"].splitlines())
     assert imported_in_vain(modules, {"datetime"}) == [f"agentctl.ops.mail:{lines}: datetime"]
+
+
+# agentctl's own code in a child process (a program, the proxy's forwarders, the
+# sandbox's launcher, a Python tool) is started by agentctl.spawn alone: its Python,
+# agentctl first on the import path, never the current directory (-P). paths.py names
+# the interpreter too, as code no tool may write (paths.agentctl_code).
+SPAWN = re.compile(r"\bsys\.executable\b|[\"']-P[\"' ]|sys\.path\.insert|\bPYTHONPATH\b.*"
+                   r"\bpathsep\b|from agentctl\.cli\.[\"'{]")
+SPAWN_EXCEPTIONS = {"agentctl.spawn": "the helper itself",
+                    "agentctl.paths": "the interpreter's directory, protected"}
+
+
+def spawning_outside_spawn(modules):
+    return [f"{module}: {line.strip()}" for module, src in sorted(modules.items())
+            if module not in SPAWN_EXCEPTIONS
+            for line in src.splitlines() if SPAWN.search(line)]
+
+
+def test_agentctl_runs_its_own_code_in_a_child_through_spawn_alone():
+    assert spawning_outside_spawn(dict(sources())) == []
+
+
+SPAWNED_ELSEWHERE = (
+    'base = [sys.executable, "-P", "-c", "import sys; from agentctl.cli.run import main"]',
+    'argv = [python, "-P", "-c", code]',
+    'env["PYTHONPATH"] = os.pathsep.join((top, env.get("PYTHONPATH", "")))',
+    "code = f\"import sys; sys.path.insert(0, {top!r}); launch()\"",
+    'code = f"from agentctl.cli.{program} import main"',
+)
+
+
+def test_the_spawn_check_catches_a_child_made_elsewhere():
+    modules = dict(sources())
+    modules["agentctl.tools.calls"] += "".join(f"    {line}\n" for line in SPAWNED_ELSEWHERE)
+    assert spawning_outside_spawn(modules) == [f"agentctl.tools.calls: {line}"
+                                               for line in SPAWNED_ELSEWHERE]

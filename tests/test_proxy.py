@@ -15,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -73,8 +72,8 @@ def forwarder(server, program, *args, key=True, env=(), **kwargs):
         del env[proxy.KEY]
     elif key is not True:
         env[proxy.KEY] = key
-    return subprocess.Popen([sys.executable, "-P", os.path.join(server.dir, "forward.py"),
-                             program, *args], env=env, cwd=server.cwd, text=True,
+    return subprocess.Popen([os.path.join(server.dir, proxy.PROGRAMS_DIR, f"agent-{program}"),
+                             *args], env=env, cwd=server.cwd, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 

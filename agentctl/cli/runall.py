@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from agentctl import clock, modelspec
+from agentctl import clock, modelspec, spawn
 from agentctl.cli.program import connect
 from agentctl.cli.stdio import for_terminal, warn
 from agentctl.errors import AgentctlError, NotFound
@@ -37,19 +37,13 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     if not ids:
         conn.close()
         return 1
-    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (top, os.environ.get("PYTHONPATH")) if p))
-    # -P: the current directory is not put first on the import path (an agentctl/
-    # folder there would be run instead of the package)
-    base = [sys.executable, "-P", "-c",
-            "import sys; from agentctl.cli.run import main; sys.exit(main())"]
-    env[HANDED] = lease.owner_token()
+    env = {**os.environ, HANDED: lease.owner_token()}
     extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
         + ["--max-steps", str(max_steps), "--json"]
 
     def one(agent_id):
-        return subprocess.run(base + extra + [agent_id], env=env, stdin=subprocess.DEVNULL,
+        return subprocess.run(spawn.program("run", *extra, agent_id), env=env,
+                              stdin=subprocess.DEVNULL,
                               capture_output=True, text=True)
 
     def ended(agent_id, proc):

@@ -14,7 +14,7 @@ launcher starts for every stdio server.
 import os
 import sys
 
-from agentctl import paths
+from agentctl import paths, spawn
 
 
 class Handle(str):
@@ -52,12 +52,10 @@ def opened(argv):
 def launcher(argv):
     """argv that opens the handles in `argv` in a process of its own, then runs it: the
     launcher's first argument lists where the handles stand (2,7,...)."""
-    top = os.path.dirname(paths.PACKAGE)
-    code = (f"import sys; sys.path.insert(0, {top!r}); "
-            "from agentctl.tools.handles import launch; launch()")
     where = ",".join(f"{n}{'r' if isinstance(w, Readable) else ''}"
                      for n, w in enumerate(argv) if isinstance(w, Handle))
-    return [sys.executable, "-S", "-P", "-c", code, where or "-"] + [str(w) for w in argv]
+    return spawn.python("from agentctl.tools.handles import launch; launch()", site=False) \
+        + [where or "-"] + [str(w) for w in argv]
 
 
 def launch():

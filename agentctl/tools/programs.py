@@ -11,9 +11,8 @@ the call itself is calls.py, which only a turn imports.
 
 import json
 import os
-import sys
 
-from agentctl import jsonin, keys, paths, shape
+from agentctl import jsonin, keys, paths, shape, spawn
 from agentctl.errors import UsageError
 from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
 
@@ -30,7 +29,7 @@ def command(path):
     except OSError:
         first = b""
     if first.startswith(b"#!") and b"python" in first:
-        return [sys.executable, path]
+        return [spawn.PYTHON, path]
     return [path]
 
 
@@ -40,9 +39,7 @@ def environment(agent_id, db_path):
     environment = {k: v for k, v in os.environ.items() if k not in keys.VARIABLES}
     environment.pop("AGENT_ID", None)
     environment.pop(RUN_MARK, None)
-    package = os.path.dirname(paths.PACKAGE)        # so that shipped tools import it
-    environment["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package, os.environ.get("PYTHONPATH")) if p)
+    environment["PYTHONPATH"] = spawn.import_path(os.environ)    # (a tool may import it)
     if agent_id:
         environment["AGENT_ID"] = agent_id
     if db_path:

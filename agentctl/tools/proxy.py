@@ -18,7 +18,7 @@ The socket is in a directory of its own in agentctl's private run-time directory
 is refused. At most MAX_CONNECTIONS requests are served at once, and a request must
 come within REQUEST_TIMEOUT of its connection.
 
-The forwarding side is forward.py, what runs in the sandbox.
+The forwarding side is forward.py, what runs in the sandbox (agent-PROGRAM there).
 """
 
 import array
@@ -32,12 +32,11 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from agentctl import paths
+from agentctl import paths, spawn
 from agentctl.programs import OFFERED as PROGRAMS, REFUSED  # (each refused says so)
 from agentctl.tools.forward import FDS, KEY, MAX_REQUEST, TEMPFAIL, USAGE
 from agentctl.tools.sandbox import PROXY as MOUNT
@@ -115,19 +114,15 @@ class Server:
         return {"AGENTCTL_SOCKET": f"{MOUNT}/{SOCKET}", KEY: self.key}
 
     def _programs(self):
-        """agent-PROGRAM in PROGRAMS_DIR: forward(PROGRAM), under this Python."""
-        top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        _write(os.path.join(self.dir, "forward.py"), 0o644,
-               f"import sys\nsys.path.insert(0, {top!r})\n"
-               "from agentctl.tools.forward import forward\n"
-               "sys.exit(forward(sys.argv[1], sys.argv[2:]))\n")
+        """agent-PROGRAM in PROGRAMS_DIR: forward(PROGRAM), under agentctl's Python."""
+        forwarder = shlex.join(spawn.python("from agentctl.tools.forward import forward; "
+                                            "sys.exit(forward(sys.argv[1], sys.argv[2:]))"))
         bin_dir = os.path.join(self.dir, PROGRAMS_DIR)
         os.mkdir(bin_dir)
         os.chmod(bin_dir, 0o755)
         for name in PROGRAMS + REFUSED:
             _write(os.path.join(bin_dir, f"agent-{name}"), 0o755,
-                   f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -P "
-                   f"{MOUNT}/forward.py {name} \"$@\"\n")
+                   f"#!/bin/sh\nexec {forwarder} {name} \"$@\"\n")
 
     def _accept(self):
         while True:
@@ -221,8 +216,7 @@ class Server:
             cwd = self.cwd
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-P", "-c", "import sys; from agentctl.cli."
-                 f"{program} import main; sys.exit(main())", *argv],
+                spawn.program(program, *argv),
                 stdin=fds[0], stdout=fds[1], stderr=fds[2], env=self.environment, cwd=cwd)
         except (OSError, ValueError):       # (a NUL in an argument: ValueError)
             raise Refused() from None
