@@ -502,3 +502,20 @@ def test_the_spawn_check_catches_a_child_made_elsewhere():
     modules["agentctl.tools.calls"] += "".join(f"    {line}\n" for line in SPAWNED_ELSEWHERE)
     assert spawning_outside_spawn(modules) == [f"agentctl.tools.calls: {line}"
                                                for line in SPAWNED_ELSEWHERE]
+
+
+# Waiting for another connection's commit is one loop, store.db.commits (agent-mail -w,
+# agent-wait, agent-log -f, agent-top, a model call's gate): nothing else reads the
+# number a commit changes.
+def commit_looks_outside_the_loop(modules):
+    return [f"{module}: {line.strip()}" for module, src in sorted(modules.items())
+            if module != "agentctl.store.db"
+            for line in src.splitlines() if re.search(r"\bdata_version\(|\.changes\(\)", line)]
+
+
+def test_one_loop_waits_for_a_commit():
+    assert commit_looks_outside_the_loop(dict(sources())) == []
+    modules = dict(sources())
+    modules["agentctl.cli.log"] += "    version = data_version(conn)\n"
+    assert commit_looks_outside_the_loop(modules) == [
+        "agentctl.cli.log: version = data_version(conn)"]

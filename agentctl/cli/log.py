@@ -14,7 +14,7 @@ from agentctl.cli.stdio import PipeClosed, for_terminal, reader_gone
 from agentctl.errors import UsageError
 from agentctl.eventkinds import KINDS
 from agentctl.store import events, registry
-from agentctl.store.db import data_version, snapshot, transaction
+from agentctl.store.db import commits, snapshot, transaction
 
 FORMATS = ("text", "tsv", "json", "jsonl")
 FOLLOW_LAST = 10        # what -f shows first, as tail -f does
@@ -85,13 +85,8 @@ def cli(db_path, tree, kinds, since, after, last, follow, prune_before, fmt, col
     seen = max(newest, after or 0)
     grows = agents is not None and tree
     decode = decoder()
-    version = None      # (a commit may have come since the snapshot)
-    try:
-        while not reader_gone(POLL_SECONDS):
-            current = data_version(conn)
-            if current == version:
-                continue
-            version = current
+    try:    # at once (a commit may have come since the snapshot), then at each commit
+        for _ in commits(conn, pause=reader_gone, most=POLL_SECONDS):
             batch = events.select(conn, kinds=kinds, since=since_at, after=seen)
             if not batch:
                 continue

@@ -13,10 +13,9 @@ from agentctl.cli.stdio import CARET
 from agentctl.errors import AgentctlError, UsageError
 from agentctl.ops import proctable
 from agentctl.store import db
-from agentctl.store.db import data_version
 
-LOOK = 100              # ms between two looks at the database (and at the keyboard)
-GAP = 0.25              # seconds at least between two reads of what changed
+LOOK = 100              # ms a key is waited for at a time (a signal is seen between two)
+GAP = 0.25              # seconds at most between two looks for a commit (db.commits)
 REDRAW = 1.0            # seconds between redraws when nothing changes (ages, times)
 SIGNALS = {"T": "TERM", "K": "KILL", "S": "STOP", "C": "CONT"}
 ESC = 27
@@ -107,25 +106,27 @@ class Screen:
 
     def loop(self):
         self.window.timeout(LOOK)
-        version = data_version(self.top.conn)
-        drawn = looked = 0.0
-        changed = True
+        self.drawn, self.changed = 0.0, True
+        for _ in db.commits(self.top.conn, pause=self.between, most=GAP):
+            self.changed = self.view.update() or self.changed
+
+    def between(self, seconds):
+        """Between two looks at the database, `seconds` at least: the screen drawn when
+        it changed or REDRAW seconds passed, the keys pressed handled; True on q."""
+        until = time.monotonic() + seconds
         while True:
+            now = time.monotonic()
+            if self.changed or now - self.drawn >= REDRAW:
+                self.view.tick()
+                self.draw()
+                self.drawn, self.changed = now, False
             key = self.window.getch()
             if key != -1:
                 if self.key(key) == "quit":
-                    return
-                changed = True
-            now = time.monotonic()
-            if now - looked >= GAP:
-                current = data_version(self.top.conn)
-                if current != version:
-                    version, looked = current, now
-                    changed = self.view.update() or changed
-            if changed or now - drawn >= REDRAW:
-                self.view.tick()
-                self.draw()
-                drawn, changed = now, False
+                    return True
+                self.changed = True
+            if time.monotonic() >= until:
+                return False
 
     def rows(self):
         return self.view.ordered(self.pattern)

@@ -10,7 +10,7 @@ from agentctl.errors import TempFail
 from agentctl.ops import lease
 from agentctl.ops.endpoints import REFUSALS, blocked, cap, learn, name, wait_limit
 from agentctl.store import endpoints as rows, events, registry
-from agentctl.store.db import connect, data_version, wait_for_commit
+from agentctl.store.db import commits, connect
 
 
 class Gate:
@@ -98,9 +98,10 @@ class Gate:
         holder may die without a commit) or the gate is closed."""
         deadline = time.monotonic() + max(0.0, min(seconds, 1.0))
         try:
-            first = data_version(conn)
-            wait_for_commit(conn, deadline, lambda: self.closed.is_set() or
-                            data_version(conn) != first, most=self.POLL)
+            looks = commits(conn, deadline, most=self.POLL)
+            next(looks)                 # at once: what was committed so far
+            if not self.closed.is_set():
+                next(looks, None)       # the next commit, or the deadline
         except Exception:
             if self.closed.is_set():        # closed under it: the turn is over
                 raise TempFail(f"{self.identity.provider}: the turn ended") from None

@@ -335,15 +335,16 @@ def _read_only(path):
         os.path.exists(path) and not os.access(path, os.W_OK)
 
 
-def wait_for_commit(conn, deadline, check, next_due=None, most=0.5):
-    """Block until check() is true or the deadline passes, without burning CPU:
-    PRAGMA data_version changes only when another connection commits, so the
-    real query runs only then; the poll interval backs off to 0.5 s.
-    `next_due()` names a Unix time (deferred mail coming due) when check()
-    must run again though nothing was committed; it is asked after every
-    check, so a deferral committed meanwhile counts too. On PostgreSQL the wait
-    blocks on LISTEN until a commit's NOTIFY (or a time due): no query meanwhile; on
-    SQLite the poll interval grows to `most` seconds."""
+def commits(conn, deadline=None, *, next_due=None, most=0.5, pause=None):
+    """The one loop that waits for another connection's commit: it yields at once, then
+    each time another connection has committed, until `deadline` (time.monotonic();
+    None: never) passes or `pause` says to stop. `next_due()`, asked after each yield,
+    names a Unix time (deferred mail coming due) when it yields though nothing was
+    committed. Between two looks it burns no CPU: PRAGMA data_version changes only when
+    another connection commits, so nothing else is read until then, and SQLite's looks
+    back off to `most` seconds apart. On PostgreSQL the wait blocks on LISTEN until a
+    commit's NOTIFY (or a time due). `pause(seconds)`, when given, waits instead on
+    either backend (for a key, for a reader that may go away); True stops the loop."""
     delay = 0.01
     version = due = None
     while True:
@@ -351,20 +352,27 @@ def wait_for_commit(conn, deadline, check, next_due=None, most=0.5):
         came_due = due is not None and clock.now() >= due + 0.01   # SQL time is in ms
         if current != version or came_due:
             version = current
-            if check():
-                return True
+            yield
             due = next_due() if next_due else None
-        now = time.monotonic()
-        if now >= deadline:
-            return False
-        if conn.dialect == "postgresql":
-            wait = deadline - now
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        if pause is not None or conn.dialect != "postgresql":
+            if (pause or time.sleep)(delay if left is None else min(delay, left)):
+                return
+            delay = min(delay * 2, most)
+        else:
+            wait = 3600.0 if left is None else left
             if due is not None:
                 wait = max(0.01, min(wait, due + 0.01 - clock.now()))
             conn.wait_for_change(wait)
-        else:
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, most)
+
+
+def wait_for_commit(conn, deadline, check, next_due=None, most=0.5):
+    """Block until check() is true or the deadline passes (time.monotonic()), asking it
+    again only when another connection has committed or a time `next_due()` names has
+    come (commits()); whether it came true."""
+    return any(check() for _ in commits(conn, deadline, next_due=next_due, most=most))
 
 
 def data_version(conn):
