@@ -4,11 +4,20 @@ runaway forking."""
 
 import json
 import os
+import re
 import signal
 import time
 
+import pytest
+
+from agentctl import clock
+from agentctl.ops import asks, budget, lifecycle, mail, supervise
+from agentctl.store import registry, turnlog
+from agentctl.store.db import transaction
+
 from .conftest import PATIENCE, agent, clock_slack, fork, mails, row, script, wait_until
 from .fakeapi import fakeapi, slow_turn  # noqa: F401 (a fixture)
+from .test_layers import sources
 
 
 FAILING = {"steps": [{"fail": "error"}]}
@@ -290,3 +299,57 @@ def test_a_bad_backoff_setting_is_a_usage_error_before_the_turn(conn, tmp_path, 
     d = row(conn, "d")
     assert (d["status"], d["restarts"], d["failures"]) == ("S", 0, 0)    # nothing taken
     assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
+
+
+# -- who is told ---------------------------------------------------------------------------
+
+NOTICES = {
+    "exit": lambda conn, a: lifecycle.exit(conn, a, code=0, result="done"),
+    "failure": lambda conn, a: supervise.failed(conn, a["id"], "the API said no"),
+    "request": lambda conn, a: asks.open_request(
+        conn, a, turnlog.insert(conn, a["id"], "echo", clock.now()),
+        {"tool_name": "ask", "content": "{}", "tool_call_id": "c1"}, "question", "why?"),
+    "budget": lambda conn, a: budget.notify(conn, a, a["id"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(NOTICES))
+@pytest.mark.parametrize("tree, above", [
+    ("g > p > c", "p"),          # its lifecycle parent
+    ("g > p(T) > c", "p"),       # stopped is alive: the mail waits for it
+    ("g > p(X) > c", "g"),       # a parent that lives no more: the nearest live ancestor
+    ("c", None),                 # a child of init: the operator reads agent-ps, agent-answer
+    ("p(X) > c", None),          # ... and one whose nearest live ancestor is init
+])
+def test_every_notice_goes_to_the_one_supervisor(conn, kind, tree, above):
+    """An exit, a failed turn, a request and an exhausted account are told by one rule,
+    mail.supervisor (they were three: a failure or a request to a parent that lives no
+    more went to no one, a budget to the nearest live ancestor). A parent that lives no
+    more with a child alive is what reparenting prevents, but for an account's owner
+    that exited; the rule is the same all the same. An exit is told only to a parent
+    that lives to collect it: a zombie's."""
+    names = [word.rstrip(")").partition("(") for word in tree.split(" > ")]
+    for n, (name, _, _) in enumerate(names):
+        fork("-n", name, "--budget", "100", *(["-p", names[n - 1][0]] if n else []))
+    with transaction(conn):
+        for name, _, status in names:
+            if status:
+                registry.change_status(conn, row(conn, name)["id"], "S", status)
+    supervisor = mail.supervisor(conn, row(conn, "c"))
+    assert (supervisor and supervisor["name"]) == above
+    with transaction(conn):
+        NOTICES[kind](conn, row(conn, "c"))
+    if kind == "exit" and not registry.is_live(registry.get(conn, row(conn, "c")["parent_id"])):
+        above = None            # c is dead (X), not a zombie: no one collects it
+    sent = conn.execute("SELECT recipient_id, sender_id FROM mail WHERE kind = ?",
+                        (kind,)).fetchall()
+    assert [tuple(r) for r in sent] == ([(row(conn, above)["id"], row(conn, "c")["id"])]
+                                        if above else [])
+
+
+def test_only_ops_mail_delivers():
+    """Every notice goes through mail.tell_supervisor, every mail through mail.send or
+    deliver_many: no module but ops/mail.py calls deliver()."""
+    found = [m for m, src in sources() if m != "agentctl.ops.mail"
+             and re.search(r"\bdeliver\(", src)]
+    assert found == []

@@ -8,7 +8,7 @@ lifecycle parent is told by mail; the next agent-run resumes the turn at the cal
 
 from agentctl import clock, env, voice
 from agentctl.errors import Refused, UsageError
-from agentctl.ids import INIT_ID, new_id
+from agentctl.ids import new_id
 from agentctl.ops import grants, mail
 from agentctl.store import asks as asks_store, events, registry
 
@@ -22,8 +22,9 @@ def ask_timeout():
 
 
 def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
-    """Record a request for the call, in the caller's transaction, and tell the lifecycle
-    parent by mail (unless it is init: the operator lists requests with agent-answer)."""
+    """Record a request for the call, in the caller's transaction, and tell the agent's
+    supervisor by mail (mail.supervisor: none for a child of init, whose requests the
+    operator lists with agent-answer)."""
     request_id = new_id()
     seconds = seconds if seconds is not None else ask_timeout()
     deadline = clock.now() + seconds if seconds else None
@@ -32,14 +33,12 @@ def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
     asks_store.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,
                     question=question, tool=tool, arguments=arguments, deadline=deadline)
     events.record(conn, agent["id"], "ask", request=request_id, type=kind, tool=tool)
-    parent = registry.get(conn, agent["parent_id"])
-    if parent["id"] != INIT_ID and registry.is_live(parent):
-        if kind == "question":
-            body = voice.question_mail(registry.label(agent), agent["id"], request_id, question)
-        else:
-            body = voice.approval_mail(registry.label(agent), agent["id"], request_id, tool,
-                                       arguments)
-        mail.deliver(conn, agent["id"], parent, body, kind="request")
+    if kind == "question":
+        body = voice.question_mail(registry.label(agent), agent["id"], request_id, question)
+    else:
+        body = voice.approval_mail(registry.label(agent), agent["id"], request_id, tool,
+                                   arguments)
+    mail.tell_supervisor(conn, agent, body, "request")
     return asks_store.get(conn, request_id)
 
 

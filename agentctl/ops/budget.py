@@ -16,7 +16,6 @@ account. One tree's accounts have one unit: no rate turns tokens into dollars.
 from agentctl import voice
 from agentctl.errors import Refused, UsageError
 from agentctl.settings import Budget
-from agentctl.ids import INIT_ID
 from agentctl.ops import mail
 from agentctl.store import accounts, events, registry
 
@@ -138,17 +137,14 @@ def charge(conn, agent_id, usage, cost):
 
 def notify(conn, acc, agent_id):
     """Record the exhaustion (an event that holds the budget it reached) and mail
-    the owner's lifecycle parent, unless that is init."""
+    the supervisor of the account's owner (mail.supervisor: the owner may have exited)."""
     events.record(conn, acc["id"], "budget", agent_id, spent=acc["spent"], budget=acc["budget"],
                   unit=acc["budget_unit"])
-    parent = registry.nearest_live_ancestor(conn, registry.get(conn, acc["id"]))
-    if parent["id"] == INIT_ID:     # (the owner may have exited)
-        return
     by = None if agent_id == acc["id"] else agent_id
     by_label = by and registry.label(registry.get(conn, agent_id))
-    mail.deliver(conn, acc["id"], parent,
-                 voice.budget_notice(registry.label(acc), acc["id"], acc["spent"], acc["budget"],
-                                     by_label, by, unit(acc)), kind="budget")
+    mail.tell_supervisor(conn, registry.get(conn, acc["id"]),
+                         voice.budget_notice(registry.label(acc), acc["id"], acc["spent"],
+                                             acc["budget"], by_label, by, unit(acc)), "budget")
 
 
 def notified(conn, acc):

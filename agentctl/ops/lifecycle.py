@@ -152,7 +152,7 @@ def exit(conn, agent, *, code, signal=None, result=None, actor=None, dying=()):
             registry.update(conn, orphan, parent_id=heir["id"])
             events.record(conn, orphan, "reparent", actor, old=agent["id"], new=heir["id"])
     if status == "Z":
-        mail.notify_exit(conn, registry.get(conn, agent["id"]), parent)
+        mail.notify_exit(conn, registry.get(conn, agent["id"]))
     return status
 
 

@@ -81,14 +81,28 @@ def deliver_many(conn, items):
     return ids
 
 
-def notify_exit(conn, agent, parent):
-    """The SIGCHLD of agentctl: the lifecycle parent is told who exited, how,
-    and with what result. The operator's agents (children of init) tell no one."""
-    if parent["id"] == INIT_ID:
-        return None
+def supervisor(conn, agent):
+    """Who is told of `agent` (agentctl(7), SUPERVISION): its lifecycle parent, or when
+    that one lives no more the nearest live ancestor (whom its children go to); None
+    when that is init: the operator's agents tell no one (agent-ps, agent-log and
+    agent-answer show the operator)."""
+    above = registry.nearest_live_ancestor(conn, agent)
+    return None if above["id"] == INIT_ID else above
+
+
+def tell_supervisor(conn, agent, body, kind):
+    """Mail the notice `body` of `kind` (exit, failure, request, budget) from `agent` to
+    its supervisor, unchecked (deliver); the mail's id, or None when no one is told."""
+    above = supervisor(conn, agent)
+    return None if above is None else deliver(conn, agent["id"], above, body, kind=kind)
+
+
+def notify_exit(conn, agent):
+    """The SIGCHLD of agentctl: the supervisor of `agent`, a zombie (its parent lives to
+    collect it), is told who exited, how, and with what result."""
     body = voice.exit_notice(registry.label(agent), agent["id"], agent["exit_code"],
                              agent["exit_signal"], agent["result"])
-    return deliver(conn, agent["id"], parent, body, kind="exit")
+    return tell_supervisor(conn, agent, body, "exit")
 
 
 def take(conn, recipient_id, turn=None, **matching):

@@ -28,7 +28,6 @@ lead to a restart.
 """
 
 from agentctl import clock, settings, voice
-from agentctl.ids import INIT_ID
 from agentctl.ops import lifecycle, mail, turns
 from agentctl.store import events, registry
 from agentctl.text import cut
@@ -103,13 +102,9 @@ def restart(conn, agent, why, first=False):
 
 
 def _tell(conn, agent, how, why):
-    """The failure notice, in the exit notice's form, to the lifecycle parent."""
-    parent = registry.get(conn, agent["parent_id"])
-    if parent["id"] == INIT_ID or not registry.is_live(parent):
-        return
-    mail.deliver(conn, agent["id"], parent,
-                 voice.failure_notice(registry.label(agent), agent["id"], how, why),
-                 kind="failure")
+    """The failure notice, in the exit notice's form, to its supervisor."""
+    mail.tell_supervisor(conn, agent, voice.failure_notice(registry.label(agent), agent["id"],
+                                                           how, why), "failure")
 
 
 def exit_or_restart(conn, agent, result):
