@@ -5,7 +5,7 @@ import click
 from agentctl import clock
 from agentctl.cli.options import complete_agents
 from agentctl.cli.program import connect, program, run
-from agentctl.ops import proctable, why
+from agentctl.ops import why
 from agentctl.store import registry
 
 
@@ -21,14 +21,8 @@ def cli(db_path, agent):
     1 when not. It only reads: it changes nothing.
     """
     conn = connect(db_path, create=False)
-    row = registry.resolve(conn, agent)
-    now = clock.now()
-    parent = registry.get(conn, row["parent_id"]) if row["parent_id"] else None
-    # as agent-ps sees it: a grace period that has ended is the exit its KILL makes
-    seen = proctable.seen(dict(row) | {"parent_status": parent and parent["status"]}, now)
-    lines = why.reasons(conn, seen, now)
-    ready = not lines and why.ready(conn, row, now)
-    for line in lines or [why.pending(conn, row, now)]:
+    lines, ready = why.verdict(conn, registry.resolve(conn, agent), clock.now())
+    for line in lines:
         click.echo(line)
     return 0 if ready else 1
 

@@ -2,7 +2,7 @@
 reader sees it before the next writing program carries out what is due."""
 
 from agentctl import clock
-from agentctl.ops import endpoints, lease, lifecycle, signals
+from agentctl.ops import endpoints, lease, lifecycle, signals, turns
 from agentctl.store import endpoints as endpoint_rows, proctable, registry
 
 
@@ -100,13 +100,13 @@ def mark_providers(conn, items, now=None):
         return
     states = endpoints.states(conn, {i["endpoint"] for i in items if i["endpoint"]}, known,
                               now)
-    pending = []        # the agents with a prompt or an open turn, read once when asked
+    pending = []        # turns.inputs(): what a turn of each would take, read once if asked
 
     def has_input(item):
         if not pending:
-            pending.append(proctable.with_input(conn))
-        return item["mail"] or item["id"] in pending[0] \
-            or item["wake_at"] is not None and item["wake_at"] <= now
+            pending.append(turns.inputs(conn, now))
+        found = pending[0].get(item["id"])      # (every agent stored S or R)
+        return found is not None and turns.has_input(found)
 
     for item in items:
         wait = states.get(item["endpoint"])

@@ -13,9 +13,11 @@ agent held (ops/supervise.py).
 
 from agentctl import clock, env, money, voice
 from agentctl.errors import UNAVAILABLE, NotFound, Refused
+from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lease, lifecycle, mail, prices
 from agentctl.ops.lease import effective_status, holding, renew
 from agentctl.store import accounts, events, history, mailbox, registry, turnlog
+from agentctl.store.pending import rows as pending_rows
 
 BACKOFF_FIRST = 30.0
 BACKOFF_MAX = 3600.0
@@ -23,12 +25,29 @@ BACKOFF_MAX = 3600.0
 open_turn = turnlog.open_turn
 
 
+def pending(conn, agent_id, now=None):
+    """What a turn of the agent would take now: its row with store.pending's counts
+    (prompts, mail, due, resume), or None for no such agent. inputs() is the same
+    statement's bulk form: agent-why and agent-run ask this one, agent-ps and
+    agent-run --all that one."""
+    found = pending_rows(conn, now or clock.now(), agent_id)
+    return found[0] if found else None
+
+
+def inputs(conn, now=None):
+    """{id: its row with store.pending's counts} of every agent a turn may be started
+    for (its stored status S or R), oldest first: pending() for all of them at once."""
+    return {r["id"]: r for r in pending_rows(conn, now or clock.now())}
+
+
+def has_input(row):
+    """Whether a turn would have anything to take (`row`: pending()'s or inputs()'): a
+    prompt, unread mail, a due timer, or an open turn to resume."""
+    return bool(row["prompts"] or row["mail"] or row["due"] or row["resume"])
+
+
 def has_pending_input(conn, agent, now=None):
-    now = now or clock.now()
-    return (mailbox.has_unread(conn, agent["id"])
-            or history.has_pending_prompt(conn, agent["id"])
-            or (agent["wake_at"] is not None and agent["wake_at"] <= now)
-            or open_turn(conn, agent["id"]) is not None)
+    return has_input(pending(conn, agent["id"], now))
 
 
 def start(conn, agent, model_name, identity=None):
@@ -41,8 +60,8 @@ def start(conn, agent, model_name, identity=None):
     # Under the claim: a cascade may have ended the agent since it was claimed.
     if agent["budget_id"] is not None:
         with holding(conn, agent["id"]):    # committed before refusing: the notice stays
-            over = open_turn(conn, agent["id"]) is None and has_pending_input(conn, agent) \
-                and budget.refusal(conn, agent)
+            waiting = pending(conn, agent["id"])
+            over = not waiting["resume"] and has_input(waiting) and budget.refusal(conn, agent)
         if over:
             raise Refused(over)
     with holding(conn, agent["id"]):
@@ -52,11 +71,11 @@ def start(conn, agent, model_name, identity=None):
         if turn is not None:
             return turn
         now = clock.now()
-        prompts = history.pending_prompts(conn, agent["id"])
-        due = agent["wake_at"] is not None and agent["wake_at"] <= now
-        if not (prompts or due or mailbox.has_unread(conn, agent["id"])):
+        waiting = pending(conn, agent["id"], now)
+        if not has_input(waiting):
             registry.release(conn, agent["id"])
             raise NotFound(f"{registry.label(agent)}: no pending input")
+        prompts = history.pending_prompts(conn, agent["id"]) if waiting["prompts"] else []
         turn_id = turnlog.insert(conn, agent["id"], model_name, now)
         history.give_to_turn(conn, [p[0] for p in prompts], turn_id)
         first = history.latest(conn, agent) + 1
@@ -64,12 +83,12 @@ def start(conn, agent, model_name, identity=None):
         for prompt_id, content in prompts:
             if prompt_id < cleared:     # a HUP came before the turn took it: input all the same
                 history.append(conn, agent["id"], "user", content, turn_id=turn_id)
-        if due:
-            history.append(conn, agent["id"], "user", voice.timer(agent["wake_at"]),
-                           turn_id=turn_id)
+        if waiting["due"]:
+            woke = waiting["wake_at"]
+            history.append(conn, agent["id"], "user", voice.timer(woke), turn_id=turn_id)
             registry.update(conn, agent["id"], wake_at=None)
-            turnlog.update(conn, turn_id, woke_at=agent["wake_at"])
-            events.record(conn, agent["id"], "wake", turn=turn_id, at=agent["wake_at"])
+            turnlog.update(conn, turn_id, woke_at=woke)
+            events.record(conn, agent["id"], "wake", turn=turn_id, at=woke)
         mail.take_into_turn(conn, agent["id"], turn_id, voice.INBOX)
         turnlog.update(conn, turn_id, first_msg_id=first)
         return turnlog.get(conn, turn_id)
@@ -130,28 +149,28 @@ def back_off(conn, agent_id):
 
 
 def runnable(conn, now=None):
-    """Ids of the agents `agent-run --all` should run: sleeping (or holding a
-    dead lease), with pending input or a due timer, not backing off, not held."""
+    """Ids of the agents `agent-run --all` should run (would_run), oldest first."""
     now = now or clock.now()
     spent = accounts.exhausted_ids(conn)
-    return [r["id"] for r in registry.sleeping_or_running(conn) if would_run(conn, r, now, spent)]
+    return [i for i, r in inputs(conn, now).items() if would_run(r, now, spent)]
 
 
-def would_run(conn, r, now, spent=None):
-    """Whether `agent-run --all` should run the agent of row `r` (`spent`: the accounts
-    exhausted; None: the run will say whether its account is)."""
-    return (r["status"] in ("S", "R") and effective_status(r, now) != "R"
+def would_run(r, now, spent=None):
+    """Whether `agent-run --all` should run the agent now (not init): `r` is its row as
+    pending() or inputs() read it at `now` (`spent`: the accounts exhausted; None: the
+    run will say whether its account is)."""
+    return (r["id"] != INIT_ID and r["status"] in ("S", "R") and effective_status(r, now) != "R"
             and (r["retry_at"] is None or r["retry_at"] <= now) and r["held_at"] is None
-            and (spent is None or r["budget_id"] not in spent
-                 or open_turn(conn, r["id"]) is not None)
-            and has_pending_input(conn, r, now))
+            and (spent is None or r["budget_id"] not in spent or bool(r["resume"]))
+            and has_input(r))
 
 
 def gone(conn, agent_id):
     """Whether agent-run --all need not run the agent any more (another run has it or ran
     it, it was stopped, it backs off): read first, so that overlapping --all loops skip
     each other's agents without taking the write lock."""
-    return not would_run(conn, registry.get(conn, agent_id), clock.now())
+    now = clock.now()
+    return not would_run(pending(conn, agent_id, now), now)
 
 
 def hand_out(conn, agent_id, identity=None):
@@ -166,8 +185,7 @@ def hand_out(conn, agent_id, identity=None):
         wait = endpoints.room(conn, identity, now)
         if wait is not None:
             return wait
-    if not would_run(conn, registry.get(conn, agent_id), now) \
-            or not lease.dispatch(conn, agent_id):
+    if not would_run(pending(conn, agent_id, now), now) or not lease.dispatch(conn, agent_id):
         return "gone"
     if identity is not None:
         endpoints.name(conn, agent_id, identity)

@@ -2,13 +2,13 @@
 of (conn, agent row, now) that returns its line, or None when it does not hold; REASONS
 lists them in the order agent-why prints them. A new reason is one more function
 added to the list: nothing else changes. ready() says whether `agent-run --all` would
-start a turn of it now."""
+start a turn of it now (turns.would_run, the rule of --all's list)."""
 
 from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
-from agentctl.ops import budget, endpoints, lifecycle, turns
+from agentctl.ops import budget, endpoints, lifecycle, proctable, turns
 from agentctl.ops.lease import effective_status, held
-from agentctl.store import accounts, asks, history, mailbox, registry, turnlog
+from agentctl.store import accounts, asks, mailbox, registry, turnlog
 from agentctl.text import first_line
 
 
@@ -80,7 +80,7 @@ def provider(conn, agent, now):
     """Its endpoint can't be called now (agent-run(1), Providers), when its run waits for
     it or it has input a run would take."""
     seen = dict(agent, status=effective_status(agent, now))
-    if not endpoints.wants_call(seen, lambda: turns.has_pending_input(conn, agent, now)):
+    if not endpoints.wants_call(seen, lambda: turns.has_input(_pending(conn, agent, now))):
         return None
     wait = endpoints.waiting(conn, agent, now)
     if wait is None:
@@ -89,7 +89,7 @@ def provider(conn, agent, now):
 
 
 def nothing_pending(conn, agent, now):
-    if not registry.is_live(agent) or turns.has_pending_input(conn, agent, now):
+    if not _idle(conn, agent, now):
         return None
     return "nothing pending: no prompt, no unread mail, no due timer"
 
@@ -107,6 +107,17 @@ def timer(conn, agent, now):
     return f"timer: sleeping until {iso(agent['wake_at'])} ({until(agent['wake_at'], now)})"
 
 
+def _pending(conn, agent, now):
+    """What a turn of it would take now (turns.pending: the counts agent-ps and --all
+    read in bulk)."""
+    return turns.pending(conn, agent["id"], now)
+
+
+def _idle(conn, agent, now):
+    """Alive with nothing a turn would take (so not a due timer)."""
+    return registry.is_live(agent) and not turns.has_input(_pending(conn, agent, now))
+
+
 REASONS = [kernel, exited, claimed, stopped, paused, budget_spent, held_after_failure,
            backing_off, provider, nothing_pending, deferred_mail, timer]
 
@@ -118,21 +129,31 @@ def reasons(conn, agent, now):
 
 def ready(conn, agent, now):
     """Whether `agent-run --all` would start (or resume) a turn of it now."""
-    return turns.would_run(conn, agent, now, accounts.exhausted_ids(conn))
+    return turns.would_run(_pending(conn, agent, now), now, accounts.exhausted_ids(conn))
+
+
+def verdict(conn, row, now):
+    """What agent-why says of the agent of `row` (as stored): (its lines, whether
+    agent-run --all would start or resume a turn of it now: its exit status 0). The
+    lines are every reason it runs no turn, as agent-ps sees it (a grace period that has
+    ended is the exit its KILL makes), or what its next turn would take."""
+    parent = registry.get(conn, row["parent_id"]) if row["parent_id"] else None
+    seen = proctable.seen(dict(row) | {"parent_status": parent and parent["status"]}, now)
+    lines = reasons(conn, seen, now)
+    would = not lines and ready(conn, row, now)
+    return lines or [pending(conn, row, now)], would
 
 
 def pending(conn, agent, now):
     """What a turn would take now, as a line: 'pending: 1 prompt, 2 unread mail ...'."""
-    parts = []
-    prompts = len(history.pending_prompts(conn, agent["id"]))
-    if prompts:
-        parts.append(f"{prompts} prompt{'s' if prompts > 1 else ''}")
-    mail = mailbox.count_unread(conn, agent["id"])
-    if mail:
-        parts.append(f"{mail} unread mail")
-    if agent["wake_at"] is not None and agent["wake_at"] <= now:
+    found = _pending(conn, agent, now)
+    prompts = found["prompts"]
+    parts = [f"{prompts} prompt{'s' if prompts > 1 else ''}"] if prompts else []
+    if found["mail"]:
+        parts.append(f"{found['mail']} unread mail")
+    if found["due"]:
         parts.append("a due timer")
-    if turnlog.open_turn(conn, agent["id"]) is not None:
+    if found["resume"]:
         parts.append("an open turn to resume")
     return "pending: " + (", ".join(parts) or "nothing")
 

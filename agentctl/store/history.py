@@ -162,16 +162,16 @@ def count(conn, agent_id):
                         (agent_id,)).fetchone()[0]
 
 
+def unanswered(alias="messages"):
+    """The one condition of a prompt no turn has taken yet: a user message of no turn,
+    not voided (store.pending counts them, pending_prompts takes them)."""
+    return f"{alias}.kind = 'user' AND {alias}.turn_id IS NULL AND {alias}.void = 0"
+
+
 def pending_prompts(conn, agent_id):
     """(id, content) of the prompts no turn has taken yet, oldest first."""
-    return conn.execute("SELECT id, content FROM messages WHERE agent_id = ? AND kind = 'user' "
-                        "AND turn_id IS NULL AND void = 0 ORDER BY id", (agent_id,)).fetchall()
-
-
-def has_pending_prompt(conn, agent_id):
-    return conn.execute("SELECT 1 FROM messages WHERE agent_id = ? AND kind = 'user' "
-                        "AND turn_id IS NULL AND void = 0 LIMIT 1", (agent_id,)).fetchone() \
-        is not None
+    return conn.execute(f"SELECT id, content FROM messages WHERE agent_id = ? AND "
+                        f"{unanswered()} ORDER BY id", (agent_id,)).fetchall()
 
 
 def give_to_turn(conn, message_ids, turn_id):

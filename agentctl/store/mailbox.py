@@ -87,11 +87,6 @@ def count_unread(conn, recipient_id, *, sender=False, sender_id=None):
     return conn.execute(sql, params).fetchone()[0]
 
 
-def has_unread(conn, recipient_id):
-    return conn.execute(f"SELECT 1 FROM mail WHERE recipient_id = ? AND {unread(conn)} LIMIT 1",
-                        (recipient_id,)).fetchone() is not None
-
-
 def next_deferred(conn, recipient_id):
     """When the recipient's earliest deferred mail comes due, or None."""
     return conn.execute(f"SELECT min(deliver_at) FROM mail WHERE recipient_id = ? AND "

@@ -61,11 +61,3 @@ def costs(conn):
     return {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
         "SELECT id, parent_id, cost, unpriced FROM agents")}
 
-
-def with_input(conn):
-    """The ids of the agents with a prompt no turn has taken or a turn still open (the
-    input pending that mail and timers do not show), in two scans of partial indexes."""
-    prompts = conn.execute("SELECT DISTINCT agent_id FROM messages WHERE kind = 'user' "
-                           "AND turn_id IS NULL AND void = 0").fetchall()
-    running = conn.execute("SELECT agent_id FROM turns WHERE status = 'running'").fetchall()
-    return {r[0] for r in prompts} | {r[0] for r in running}

@@ -299,9 +299,3 @@ def failed_once_more(conn, agent_id, delay):
     """Count a failure in a row and set the time before which --all leaves it alone."""
     conn.execute("UPDATE agents SET failures = failures + 1, retry_at = ? WHERE id = ?",
                  (clock.now() + delay, agent_id))
-
-
-def sleeping_or_running(conn):
-    """Agents --all may consider (not init), oldest first."""
-    return conn.execute(f"SELECT {AGENT_COLUMNS} FROM agents WHERE status IN ('S', 'R') "
-                        "AND role != 'kernel' ORDER BY created_at").fetchall()

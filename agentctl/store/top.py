@@ -5,6 +5,7 @@ changed. What a row means is ops/top.py's."""
 
 from agentctl.store import registry
 from agentctl.store.mailbox import unread
+from agentctl.store.turnlog import is_open
 
 # the agent's columns but its texts that may be long (what replay and wait read)
 _COLUMNS = ", ".join("a." + c.strip() for c in registry.AGENT_COLUMNS.split(",")
@@ -39,7 +40,7 @@ def agents(conn, *, ids=None, dead_since=None):
                  ORDER BY c.id LIMIT 1) END AS tool
         FROM agents a LEFT JOIN agents p ON p.id = a.parent_id
         LEFT JOIN turns t ON t.id = (SELECT max(o.id) FROM turns o WHERE o.agent_id = a.id
-                                      AND o.status = 'running')
+                                      AND {is_open('o')})
         WHERE {' AND '.join(where)}
         ORDER BY a.created_at, a.id""", params).fetchall()
     if not rows:

@@ -14,9 +14,14 @@ def get(conn, turn_id):
     return conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
 
 
+def is_open(alias="turns"):
+    """The one condition of a turn still running (in progress, or cut short)."""
+    return f"{alias}.status = 'running'"
+
+
 def open_turn(conn, agent_id):
     """The agent's turn still running (in progress, or cut short), or None."""
-    return conn.execute("SELECT * FROM turns WHERE agent_id = ? AND status = 'running' "
+    return conn.execute(f"SELECT * FROM turns WHERE agent_id = ? AND {is_open()} "
                         "ORDER BY id DESC LIMIT 1", (agent_id,)).fetchone()
 
 
