@@ -156,10 +156,15 @@ def runnable(conn, now=None):
 
 
 def would_run(r, now, spent=None):
-    """Whether `agent-run --all` should run the agent now (not init): `r` is its row as
-    pending() or inputs() read it at `now` (`spent`: the accounts exhausted; None: the
-    run will say whether its account is)."""
-    return (r["id"] != INIT_ID and r["status"] in ("S", "R") and effective_status(r, now) != "R"
+    """Whether `agent-run --all` should start (or resume) a turn of the agent now: the
+    one rule of --all's list (runnable) and of agent-why's exit status. `r` is its row
+    as pending() or inputs() read it at `now`: not init, sleeping (or holding a dead
+    lease, with no STOP waiting), no grace period ended (the next writer kills it), not
+    backing off, not held, with input pending; its account not exhausted (`spent`: the
+    accounts that are; None: the run will say), but for an open turn, resumed to end
+    over budget."""
+    return (r["id"] != INIT_ID and effective_status(r, now) == "S"
+            and lifecycle.overdue(r, now) is None
             and (r["retry_at"] is None or r["retry_at"] <= now) and r["held_at"] is None
             and (spent is None or r["budget_id"] not in spent or bool(r["resume"]))
             and has_input(r))

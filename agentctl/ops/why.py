@@ -2,7 +2,8 @@
 of (conn, agent row, now) that returns its line, or None when it does not hold; REASONS
 lists them in the order agent-why prints them. A new reason is one more function
 added to the list: nothing else changes. ready() says whether `agent-run --all` would
-start a turn of it now (turns.would_run, the rule of --all's list)."""
+start a turn of it now (turns.would_run, the rule of --all's list): an agent is ready
+exactly when no reason holds, which tests/test_pending.py holds over random databases."""
 
 from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
@@ -55,8 +56,8 @@ def paused(conn, agent, now):
 
 def budget_spent(conn, agent, now):
     acc = budget.account(conn, agent)
-    if not budget.is_exhausted(acc):
-        return None
+    if not budget.is_exhausted(acc) or _pending(conn, agent, now)["resume"]:
+        return None     # (an open turn is resumed all the same, to end over budget)
     owner = "" if acc["id"] == agent["id"] else f" (account of {registry.label(acc)})"
     return f"budget spent{owner}: {budget.words(acc)} (agent-set budget=N raises it)"
 
@@ -95,14 +96,16 @@ def nothing_pending(conn, agent, now):
 
 
 def deferred_mail(conn, agent, now):
+    """What it waits for, when nothing is pending: mail coming due."""
     due = mailbox.next_deferred(conn, agent["id"])
-    if due is None or not registry.is_live(agent):
+    if due is None or not _idle(conn, agent, now):
         return None
     return f"deferred mail due at {iso(due)} ({until(due, now)})"
 
 
 def timer(conn, agent, now):
-    if agent["wake_at"] is None or agent["wake_at"] <= now or not registry.is_live(agent):
+    """What it waits for, when nothing is pending: its timer."""
+    if agent["wake_at"] is None or not _idle(conn, agent, now):
         return None
     return f"timer: sleeping until {iso(agent['wake_at'])} ({until(agent['wake_at'], now)})"
 
