@@ -66,8 +66,9 @@ def held_after_failure(conn, agent, now):
     if agent["held_at"] is None:
         return None
     return (f"held after a failure {age(now - agent['held_at'])} ago: "
-            f"{_line(agent['last_failure'])} (agent-run {registry.label(agent)}, or a "
-            "change by agent-set, tries again)")
+            f"{_line(agent['last_failure'])} (agent-run {registry.label(agent)} tries "
+            f"again; agent-kill -s CONT {registry.label(agent)}, or a change by agent-set, "
+            "lets --all)")
 
 
 def backing_off(conn, agent, now):
