@@ -6,7 +6,7 @@ transaction, so a copy that fails leaves it as it was."""
 
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.store.db import snapshot, transaction
+from agentctl.store.db import marks, snapshot, transaction
 
 # Every table, as agent-db copy names them (a new one is added at the end).
 TABLES = ("agents", "messages", "turns", "mail", "documents", "events", "tool_runs",
@@ -49,7 +49,7 @@ def copy(source, target, shown_target):
                 if columns is None:
                     columns = list(batch[0].keys())
                     insert = (f"INSERT INTO {table} ({', '.join(columns)}) "
-                              f"VALUES ({', '.join('?' * len(columns))})")
+                              f"VALUES {marks(columns)}")
                 target.executemany(insert, [tuple(r) for r in batch])
                 counts[table] += len(batch)
         if target.dialect == "postgresql":

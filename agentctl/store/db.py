@@ -1,11 +1,8 @@
 """The one database every program shares: where it lives, how it is opened.
 
-A SQLite file by default; a postgresql:// URL names a PostgreSQL database
-(store/pg.py, imported only then). Opening an up-to-date SQLite database costs
-one PRAGMA: the schema version lives in `PRAGMA user_version`, and the
-migrations (which need sqlite_utils) are imported only when the database is
-behind.
-"""
+A SQLite file by default; a postgresql:// URL names a PostgreSQL database (store/pg.py,
+imported only then). Opening an up-to-date SQLite database costs one PRAGMA: the schema
+version is `PRAGMA user_version`; the migrations (sqlite_utils) load only when behind."""
 
 import os
 import re
@@ -34,6 +31,11 @@ def shown(path):
         return path
     path = re.sub(r"^(\w+://[^/@:]*):[^/@]*@", r"\1@", path)
     return re.sub(r"(?i)\b(password=)[^&\s]*", r"\1...", path)
+
+
+def marks(values):
+    """A parameter for each of `values`, as SQL lists them: "(?, ?, ?)"."""
+    return f"({', '.join('?' * len(values))})"
 
 
 def resolve_path(path=None):
@@ -340,11 +342,9 @@ def commits(conn, deadline=None, *, next_due=None, most=0.5, pause=None):
     each time another connection has committed, until `deadline` (time.monotonic();
     None: never) passes or `pause` says to stop. `next_due()`, asked after each yield,
     names a Unix time (deferred mail coming due) when it yields though nothing was
-    committed. Between two looks it burns no CPU: PRAGMA data_version changes only when
-    another connection commits, so nothing else is read until then, and SQLite's looks
-    back off to `most` seconds apart. On PostgreSQL the wait blocks on LISTEN until a
-    commit's NOTIFY (or a time due). `pause(seconds)`, when given, waits instead on
-    either backend (for a key, for a reader that may go away); True stops the loop."""
+    committed. SQLite's looks read only PRAGMA data_version, backing off to `most`
+    seconds apart; PostgreSQL blocks on LISTEN until a NOTIFY (or a time due).
+    `pause(seconds)` waits instead on either backend; True stops the loop."""
     delay = 0.01
     version = due = None
     while True:

@@ -4,6 +4,8 @@ said of its budgets), and the runs that call it or wait for it, as the agents' r
 hold them (agents.endpoint, calling, waiting). What the rows mean (a slot held or
 free, a throttle, the pace) is ops/endpoints.py's."""
 
+from agentctl.store.db import marks
+
 COLUMNS = ("id, provider, url, not_before, reason, refused_at, spacing, next_at, "
            "requests_left, tokens_left, seen_at")
 # Columns update() may write: the rest are set once, when the endpoint is first named.
@@ -53,6 +55,6 @@ def runs_of(conn, ids):
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
         for row in conn.execute(f"SELECT endpoint, {RUN_COLUMNS} FROM agents WHERE status = 'R' "
-                                f"AND endpoint IN ({', '.join('?' * len(chunk))})", chunk):
+                                f"AND endpoint IN {marks(chunk)}", chunk):
             found[row["endpoint"]].append(row)
     return found

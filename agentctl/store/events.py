@@ -9,7 +9,7 @@ import math
 import re
 from agentctl import clock, jsonin
 from agentctl.eventkinds import KINDS
-from agentctl.store.db import noted
+from agentctl.store.db import marks, noted
 
 # The detail text of the kinds released before the event log (agentctl(5)), made of
 # their fields: the first template whose fields an event has. (Those events have no
@@ -126,10 +126,10 @@ def latest(conn, agent_id, kind):
 def _where(agents, kinds, since, after):
     clauses, params = [], []
     if agents is not None:
-        clauses.append(f"e.agent_id IN ({', '.join('?' * len(agents))})")
+        clauses.append(f"e.agent_id IN {marks(agents)}")
         params += list(agents)
     if kinds:
-        clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})")
+        clauses.append(f"e.kind IN {marks(kinds)}")
         params += list(kinds)
     if since is not None:
         clauses.append("e.created_at >= ?")
@@ -161,7 +161,7 @@ def numbered(conn, seqs):
     cursor = conn.cursor()
     cursor.row_factory = None
     return cursor.execute(f"SELECT {COLUMNS} FROM events e JOIN agents a ON a.id = e.agent_id "
-                          f"WHERE e.id IN ({', '.join('?' * len(seqs))}) ORDER BY e.id",
+                          f"WHERE e.id IN {marks(seqs)} ORDER BY e.id",
                           list(seqs)).fetchall()
 
 

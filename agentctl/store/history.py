@@ -10,7 +10,7 @@ on the way up, and the line read in id order is the order it was written in.
 """
 
 from agentctl import clock
-from agentctl.store.db import INTEGER_MAX, noted
+from agentctl.store.db import INTEGER_MAX, marks, noted
 
 # A 'clear' ends the context before it (and is not part of it); a 'compaction'
 # starts the context with its summary.
@@ -42,7 +42,7 @@ def numbered(conn, ids):
     if not ids:
         return []
     return conn.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages "
-                        f"WHERE id IN ({', '.join('?' * len(ids))}) ORDER BY id",
+                        f"WHERE id IN {marks(ids)} ORDER BY id",
                         list(ids)).fetchall()
 
 

@@ -3,7 +3,7 @@ and the statements that insert, select and mark it. What may be sent, and
 how a turn takes its mail, are ops/mail.py's."""
 
 from agentctl import clock
-from agentctl.store.db import INTEGER_MAX
+from agentctl.store.db import INTEGER_MAX, marks
 
 COLUMNS = ("m.id, m.sender_id, s.name AS sender_name, m.recipient_id, "
            "r.name AS recipient_name, m.kind, m.body, m.created_at, m.read_at, m.read_turn, "
@@ -65,7 +65,7 @@ def select(conn, recipient_id=None, *, ids=None, sender=False, sender_id=None,
         where.append("m.recipient_id = ?")
         params.append(recipient_id)
     if ids:
-        where.append(f"m.id IN ({','.join('?' * len(ids))})")
+        where.append(f"m.id IN {marks(ids)}")
         params += [i if i <= INTEGER_MAX else -1 for i in ids]     # beyond SQLite: none
     if sender:
         where.append("m.sender_id IS ?")

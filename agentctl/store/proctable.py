@@ -3,6 +3,7 @@ each what a reader sees)."""
 
 from agentctl import clock, settings
 from agentctl.store.mailbox import deferred, unread
+from agentctl.store.db import marks
 
 
 # The settings, each agent's own but its budget: that is its account's (b), as is the unit.
@@ -15,7 +16,7 @@ def rows(conn, *, statuses=None, parent=None, role=None):
     `parent`, of `role`, oldest first; each with its age and when it wakes."""
     where, params = [], []
     if statuses is not None:
-        where.append(f"a.status IN ({','.join('?' * len(statuses))})")
+        where.append(f"a.status IN {marks(statuses)}")
         params += sorted(statuses)
     if parent is not None:
         where.append("a.parent_id = ?")

@@ -17,6 +17,7 @@ from agentctl import clock, settings
 from agentctl.errors import NotFound, Refused, UsageError
 from agentctl.ids import INIT_ID, MIN_PREFIX, SHORT, short
 from agentctl.text import valid
+from agentctl.store.db import marks
 
 LIVE = ("R", "S", "T", "P")     # alive: running, sleeping, stopped, paused (asking)
 EXITED = ("Z", "X")             # a zombie, or dead
@@ -169,7 +170,7 @@ def names(conn, ids):
     if not ids:
         return {}
     return {r[0]: r[1] for r in conn.execute(
-        f"SELECT id, name FROM agents WHERE id IN ({','.join('?' * len(ids))})", ids)}
+        f"SELECT id, name FROM agents WHERE id IN {marks(ids)}", ids)}
 
 
 def not_dead(conn):
@@ -247,7 +248,7 @@ def insert(conn, **fields):
     fields = dict(fields, status="S", created_at=clock.now())
     try:
         conn.execute(f"INSERT INTO agents ({', '.join(fields)}) "
-                     f"VALUES ({', '.join('?' * len(fields))})", tuple(fields.values()))
+                     f"VALUES {marks(fields)}", tuple(fields.values()))
     except sqlite3.IntegrityError:
         raise Refused(f"name already taken: {fields['name']}")
 

@@ -6,6 +6,7 @@ changed. What a row means is ops/top.py's."""
 from agentctl.store import registry
 from agentctl.store.mailbox import unread
 from agentctl.store.turnlog import is_open
+from agentctl.store.db import marks
 
 # the agent's columns but its texts that may be long (what replay and wait read)
 _COLUMNS = ", ".join("a." + c.strip() for c in registry.AGENT_COLUMNS.split(",")
@@ -23,7 +24,7 @@ def agents(conn, *, ids=None, dead_since=None):
              + (" OR a.exited_at >= ?)" if dead_since is not None else ")")]
     params = [dead_since] if dead_since is not None else []
     if ids is not None:
-        where.append(f"a.id IN ({', '.join('?' * len(ids))})")
+        where.append(f"a.id IN {marks(ids)}")
         params += list(ids)
     rows = conn.execute(f"""
         SELECT {_COLUMNS}, p.status AS parent_status,

@@ -3,6 +3,7 @@ How a turn starts, ends and is voided is ops/turns.py's."""
 
 from agentctl import clock, money
 from agentctl.store import events
+from agentctl.store.db import marks
 from agentctl.text import cut
 
 COUNTS = frozenset(("steps", "input_tokens", "output_tokens", "mail_read", "cache_read_tokens",
@@ -86,7 +87,7 @@ def successful_calls(conn, turn_id, names):
         "SELECT r.tool_name, c.content FROM messages r JOIN messages c ON c.turn_id = r.turn_id "
         "AND c.kind = 'tool_call' AND c.tool_call_id = r.tool_call_id "
         f"WHERE r.turn_id = ? AND r.kind = 'tool_result' AND r.tool_name IN "
-        f"({','.join('?' * len(names))}) AND r.content NOT {conn.sql.ilike} 'error:%' "
+        f"{marks(names)} AND r.content NOT {conn.sql.ilike} 'error:%' "
         "ORDER BY r.id",
         (turn_id, *names)).fetchall()
 
