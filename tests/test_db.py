@@ -11,7 +11,7 @@ import pytest
 
 from agentctl import clock
 from agentctl.ids import INIT_ID
-from agentctl.store import db, mailbox, migrations
+from agentctl.store import db, mailbox, migrations, waits
 from agentctl.errors import DatabaseFault
 
 from .conftest import ROOT, agent, mode, write_locked
@@ -272,7 +272,7 @@ def test_a_database_path_that_is_no_file_name_is_a_usage_error():
 
 
 def test_one_loop_waits_for_another_connections_commit(home, conn):
-    """store.db.commits, the loop under agent-mail -w, agent-wait, agent-log -f, agent-top
+    """store.waits.commits, the loop under agent-mail -w, agent-wait, agent-log -f, agent-top
     and a model call's gate: once at once, then at each commit of another connection
     (not its own), until its deadline, or a pause that says to stop; again at a time
     next_due() names though nothing was committed."""
@@ -287,16 +287,16 @@ def test_one_loop_waits_for_another_connections_commit(home, conn):
                     mailbox.insert(other, None, INIT_ID, "from another connection")
             return len(paused) == stop[0]
 
-        looks = db.commits(conn, pause=pause, most=0.01)
+        looks = waits.commits(conn, pause=pause, most=0.01)
         assert next(looks) is None and paused == []
         with db.transaction(conn):
             mailbox.insert(conn, None, INIT_ID, "its own")
         assert next(looks) is None and len(paused) >= 3     # the other's, not its own
         stop[0] = len(paused) + 3       # (PostgreSQL's NOTIFY may come a look later)
         assert next(looks, "stopped") == "stopped" and len(paused) == stop[0]
-        assert list(db.commits(conn, time.monotonic() + 0.05)) == [None]    # the deadline
-        due = db.commits(conn, time.monotonic() + 600, next_due=lambda: clock.now() + 0.05)
+        assert list(waits.commits(conn, time.monotonic() + 0.05)) == [None]    # the deadline
+        due = waits.commits(conn, time.monotonic() + 600, next_due=lambda: clock.now() + 0.05)
         assert [next(due), next(due)] == [None, None]       # nothing committed: a time due
-        assert db.wait_for_commit(conn, time.monotonic() + 0.05, lambda: False) is False
+        assert waits.wait_for_commit(conn, time.monotonic() + 0.05, lambda: False) is False
     finally:
         other.close()

@@ -504,12 +504,12 @@ def test_the_spawn_check_catches_a_child_made_elsewhere():
                                                for line in SPAWNED_ELSEWHERE]
 
 
-# Waiting for another connection's commit is one loop, store.db.commits (agent-mail -w,
+# Waiting for another connection's commit is one loop, store.waits.commits (agent-mail -w,
 # agent-wait, agent-log -f, agent-top, a model call's gate): nothing else reads the
 # number a commit changes.
 def commit_looks_outside_the_loop(modules):
     return [f"{module}: {line.strip()}" for module, src in sorted(modules.items())
-            if module != "agentctl.store.db"
+            if module != "agentctl.store.waits"
             for line in src.splitlines() if re.search(r"\bdata_version\(|\.changes\(\)", line)]
 
 

@@ -14,7 +14,8 @@ from agentctl.cli.stdio import PipeClosed, for_terminal, reader_gone
 from agentctl.errors import UsageError
 from agentctl.eventkinds import KINDS
 from agentctl.store import events, registry
-from agentctl.store.db import commits, snapshot, transaction
+from agentctl.store.db import snapshot, transaction
+from agentctl.store.waits import commits
 
 FORMATS = ("text", "tsv", "json", "jsonl")
 FOLLOW_LAST = 10        # what -f shows first, as tail -f does

@@ -14,7 +14,8 @@ from agentctl.cli.stdio import for_terminal
 from agentctl.errors import NotFound, UsageError
 from agentctl.ops import authority, mail
 from agentctl.store import mailbox, registry
-from agentctl.store.db import INTEGER_MAX, transaction, wait_for_commit
+from agentctl.store.db import INTEGER_MAX, transaction
+from agentctl.store.waits import wait_for_commit
 from agentctl.text import cut, first_line
 
 

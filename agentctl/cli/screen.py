@@ -12,10 +12,10 @@ from agentctl import clock
 from agentctl.cli.stdio import CARET
 from agentctl.errors import AgentctlError, UsageError
 from agentctl.ops import proctable
-from agentctl.store import db
+from agentctl.store import db, waits
 
 LOOK = 100              # ms a key is waited for at a time (a signal is seen between two)
-GAP = 0.25              # seconds at most between two looks for a commit (db.commits)
+GAP = 0.25              # seconds at most between two looks for a commit (store.waits.commits)
 REDRAW = 1.0            # seconds between redraws when nothing changes (ages, times)
 SIGNALS = {"T": "TERM", "K": "KILL", "S": "STOP", "C": "CONT"}
 ESC = 27
@@ -107,7 +107,7 @@ class Screen:
     def loop(self):
         self.window.timeout(LOOK)
         self.drawn, self.changed = 0.0, True
-        for _ in db.commits(self.top.conn, pause=self.between, most=GAP):
+        for _ in waits.commits(self.top.conn, pause=self.between, most=GAP):
             self.changed = self.view.update() or self.changed
 
     def between(self, seconds):

@@ -10,7 +10,8 @@ from agentctl.errors import TempFail
 from agentctl.ops import lease
 from agentctl.ops.endpoints import REFUSALS, blocked, cap, learn, name, wait_limit
 from agentctl.store import endpoints as rows, events, registry
-from agentctl.store.db import commits, connect
+from agentctl.store.db import connect
+from agentctl.store.waits import commits
 
 
 class Gate:

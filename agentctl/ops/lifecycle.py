@@ -8,7 +8,8 @@ from agentctl.errors import Refused, UsageError
 from agentctl.ids import NAME_RE, ROLES, new_id
 from agentctl.ops import asks, budget, confinement, mail
 from agentctl.store import events, history, registry
-from agentctl.store.db import transaction, wait_for_commit
+from agentctl.store.db import transaction
+from agentctl.store.waits import wait_for_commit
 
 
 def check_name(conn, name):

@@ -6,7 +6,7 @@ is read as the events committed since the last look (every change of state recor
 one, in its transaction), and only the agents they name are read again. A change no
 event names (a lease renewed, a message counted) is picked up by reading the whole
 view again, at most every FULL_EVERY seconds and only while the database changes: a
-database that does not change costs nothing but the look (store.db.data_version)."""
+database that does not change costs nothing but the look (store.waits.data_version)."""
 
 import time
 
