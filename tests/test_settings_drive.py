@@ -13,6 +13,7 @@ from agentctl import settings
 from agentctl.cli import fork as fork_program
 from agentctl.cli import ps
 from agentctl.cli.options import setting_options
+from agentctl.errors import UsageError
 from agentctl.store import proctable, registry
 from agentctl.turn import builtin
 
@@ -74,6 +75,15 @@ def test_the_fork_tool_offers_the_settings_that_say_so():
     ({}, None)])
 def test_the_fork_tools_budget(args, given):
     assert settings.get("budget").offered(args) == given
+
+
+@pytest.mark.parametrize("args, error", [
+    ({"budget": 1, "budget_usd": 1.0}, "give budget (tokens) or budget_usd (dollars), not both"),
+    ({"budget_usd": 0.0000004}, "budget_usd out of range"),      # 0 micros once rounded
+    ({"budget_usd": 2e9}, "budget_usd out of range")])
+def test_the_fork_tools_budget_refused(args, error):
+    with pytest.raises(UsageError, match=error.replace("(", r"\(").replace(")", r"\)")):
+        settings.get("budget").offered(args)
 
 
 def test_the_storage_reads_and_writes_every_setting(conn):

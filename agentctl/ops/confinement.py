@@ -72,8 +72,8 @@ def stored(setting, value, old=None, option=True):
 
 def checked(setting, value, option):
     """A stored value checked as a working value: a directory that is one and may be a
-    working directory, paths that exist, a count at least its least. (Whether its
-    giver holds it is gives().)"""
+    working directory, paths that exist (a count's least is its parser's: Count,
+    Setting.parse, the tool's schema). Whether its giver holds it is gives()."""
     if setting.kind == "dir" and value is not None:
         if not os.path.isdir(value):
             raise UsageError(f"{spelled(setting, value, option)}: not a directory")
@@ -86,9 +86,6 @@ def checked(setting, value, option):
             if not os.path.exists(path):
                 raise UsageError(f"{spelled(setting, path, option)}: no such file or "
                                  "directory")
-    if setting.kind == "count" and value is not None and value < setting.least:
-        raise UsageError(f"bad {setting.name}: {value} (want a whole number >= "
-                         f"{setting.least})")
     return value
 
 
