@@ -76,6 +76,23 @@ def test_an_empty_database_is_made_agentctl_s_by_the_first_programs(empty, monke
     assert conn.execute("SELECT version FROM agentctl_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def test_a_schema_committed_between_the_two_looks_is_not_foreign(empty, monkeypatch):
+    """A first program that sees no schema, then another's tables (it committed between
+    the two looks), takes the database as agentctl's: it is (seen once under load)."""
+    from agentctl.store import pg
+    real, first = pg.tables, []
+
+    def tables(conn):
+        if not first:
+            first.append(True)
+            connect(empty).close()          # another first program makes the schema now
+        return real(conn)
+    monkeypatch.setattr(pg, "tables", tables)
+    conn = connect(empty)
+    assert first and conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
+    conn.close()
+
+
 def test_a_database_of_another_program_is_refused_and_left_alone(empty):
     postgresql_server().sql("CREATE TABLE theirs (x int); CREATE TABLE more (y int)",
                             database=empty.rsplit("/", 1)[1])

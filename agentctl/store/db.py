@@ -179,7 +179,10 @@ def _connect_postgresql(url):
     try:
         version = pg.version(conn)
         if version == 0:
-            _refuse_foreign(shown(url), pg.tables(conn))
+            tables = pg.tables(conn)
+            version = pg.version(conn)  # another first program may have committed between
+            if version == 0:
+                _refuse_foreign(shown(url), tables)
         if version < SCHEMA_VERSION:
             pg.migrate(conn, SCHEMA_VERSION)
         elif version > SCHEMA_VERSION:
