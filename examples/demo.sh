@@ -8,47 +8,28 @@
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 model="scripted:$here/models/fanout.jsonl"
-say() { printf '\n$ %s\n' "$*"; }
+# Each step is printed as it is run, the very line, then run (its comment after #).
+run() { printf '\n$ %s\n' "$1"; eval "$1"; }
 
 # Agents left by an interrupted earlier demo.
 agent-kill --cascade demo-lead >/dev/null 2>&1 || true
 agent-wait demo-lead >/dev/null 2>&1 || true
 
-say "agent-fork -n demo-lead -r lead --budget 20000 -m $model -s 'You coordinate research.' 'Plan a survey of SQLite WAL internals'"
-agent-fork -n demo-lead -r lead --budget 20000 -m "$model" -s "You coordinate research." "Plan a survey of SQLite WAL internals"
-say 'agent-run demo-lead                 # one turn: the lead forks two workers'
-agent-run demo-lead
-say 'agent-ps -f                         # the tree; each worker has its prompt pending'
-agent-ps -f
-say 'agent-run --all -j 2                # one turn for every agent with pending input'
-agent-run --all -j 2
-say 'agent-ps -f                         # the workers (tasks) exited: zombies; the lead has mail'
-agent-ps -f
-say 'agent-run demo-lead                 # the lead reads both exit notices in ONE model call'
-agent-run demo-lead
-say 'agent-ps -f -o name,stat,budget      # tokens spent of the budget'
-agent-ps -f -o name,stat,budget | grep -e NAME -e demo-lead
-say 'agent-doc ls surveys/; agent-doc get surveys/sqlite-wal   # what the lead filed'
-agent-doc ls surveys/
-agent-doc get surveys/sqlite-wal
-say 'agent-replay --ranges w-checkpoints  # walk backwards, play forwards'
-agent-replay --ranges w-checkpoints
+run 'agent-fork -n demo-lead -r lead --budget 20000 -m "$model" -s "You coordinate research." "Plan a survey of SQLite WAL internals"'
+run 'agent-run demo-lead                 # one turn: the lead forks two workers'
+run 'agent-ps -f                         # the tree; each worker has its prompt pending'
+run 'agent-run --all -j 2                # one turn for every agent with pending input'
+run 'agent-ps -f                         # the workers (tasks) exited: zombies; the lead has mail'
+run 'agent-run demo-lead                 # the lead reads both exit notices in ONE model call'
+run 'agent-ps -f -o name,stat,budget | grep -e NAME -e demo-lead   # tokens spent of the budget'
+run 'agent-doc ls surveys/; agent-doc get surveys/sqlite-wal        # what the lead filed'
+run 'agent-replay --ranges w-checkpoints  # walk backwards, play forwards'
 
-say 'agent-kill -s HUP demo-lead         # a clear: later turns see nothing before it'
-agent-kill -s HUP demo-lead
-say 'agent-send demo-lead "Plan the next chapter"; agent-replay demo-lead'
-agent-send demo-lead "Plan the next chapter" >/dev/null
-agent-replay demo-lead
-say 'agent-send --in 1h demo-lead "Check on the survey"; agent-ps -o name,wake'
-agent-send --in 1h demo-lead "Check on the survey" >/dev/null
-agent-ps -o name,wake | grep -e NAME -e demo-lead
-say 'agent-mail -a demo-lead             # the deferred mail is not there yet'
-agent-mail -a demo-lead
+run 'agent-kill -s HUP demo-lead         # a clear: later turns see nothing before it'
+run 'agent-send demo-lead "Plan the next chapter"; agent-replay demo-lead'
+run 'agent-send --in 1h demo-lead "Check on the survey"; agent-ps -o name,wake | grep -e NAME -e demo-lead'
+run 'agent-mail -a demo-lead             # the deferred mail is not there yet'
 
-say 'agent-fork -p demo-lead -n demo-idle; agent-kill --cascade demo-lead'
-agent-fork -p demo-lead -n demo-idle >/dev/null
-agent-kill --cascade demo-lead
-say 'agent-ps -a -f -o id,name,parent,stat,exit_code | grep -e demo- -e w-'
-agent-ps -a -f -o id,name,parent,stat,exit_code | grep -e demo- -e w-
-say 'agent-wait demo-lead                # collect it (exit 3: it was killed)'
-agent-wait demo-lead || echo "(agent-wait exited $?)"
+run 'agent-fork -p demo-lead -n demo-idle; agent-kill --cascade demo-lead'
+run 'agent-ps -a -f -o id,name,parent,stat,exit_code | grep -e demo- -e w-'
+run 'agent-wait demo-lead || echo "(agent-wait exited $?)"   # collect it (exit 3: it was killed)'

@@ -42,11 +42,23 @@ def test_crontab_lines_run():
     assert "hi" in shell("agent-replay a").out
 
 
+def demo_steps():
+    """The demo's steps, each the very line it prints and runs; no command runs unseen
+    but the clean-up of an earlier demo."""
+    lines = [line.rstrip("\n") for line in open(os.path.join(EXAMPLES, "demo.sh"))]
+    body = lines[lines.index("agent-wait demo-lead >/dev/null 2>&1 || true") + 1:]
+    steps = [line for line in body if line.strip()]
+    assert steps and all(re.fullmatch(r"run '[^']+'", line) for line in steps), steps
+    return [line[5:-1] for line in steps]
+
+
 def test_the_demo_runs_twice_on_one_database():
     for _ in range(2):      # a second run cleans up after the first, as make demo does
         result = shell(f"sh {EXAMPLES}/demo.sh")
         assert result.code == 0, result.err
         out = result.out
+        for step in demo_steps():       # it prints what it runs, as it runs it
+            assert f"\n$ {step}\n" in out, step
         assert "Summary: WAL readers" in out
         assert re.search(r"demo-lead\s+S\s+\d+/20000", out), "the budget shows spent/budget"
         assert "# SQLite WAL internals" in out       # the document the lead filed
