@@ -12,8 +12,8 @@ import os
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-from .. import modelspec
-from ..errors import UsageError
+from agentctl import modelspec
+from agentctl.errors import UsageError
 
 VISIBLE_ASCII = re.compile(r"[!-~]*")
 FINGERPRINT = 12        # hex digits of the SHA-256 of the credentials
@@ -70,3 +70,36 @@ class Identity:
 
 def fingerprint(secret):
     return hashlib.sha256(secret.encode()).hexdigest()[:FINGERPRINT]
+
+
+def identity_of(spec):
+    """The endpoint a call of the model `spec` goes to, as this process's environment
+    names it (an Identity), read as a call reads it, without importing the provider;
+    None for a model that calls no API or one a run would refuse (no key, a bad URL)."""
+    row = modelspec.BY_NAME.get(modelspec.provider(spec))
+    if row is None or row.key is None:
+        return None
+    try:
+        url = base_url(row.url_variable, row.url)
+        return Identity(row.name, url, api_key(row.key, url, spec))
+    except UsageError:
+        return None
+
+
+def setup(spec):
+    """A fingerprint of what this process's environment gives the model `spec`: its name,
+    its base URL and key (a fingerprint of them, never the key), a scripted model's file
+    as it is now. A hold remembers it (ops/supervise.py): when it differs, what made the
+    turn fail may be gone."""
+    row = modelspec.BY_NAME.get(modelspec.provider(spec))
+    parts = [spec or ""]
+    if row is not None and row.key is not None:
+        parts += [os.environ.get(row.url_variable, "").strip() or row.url,
+                  os.environ.get(row.key, "").strip()]
+    elif row is not None and row.name == "scripted":
+        try:
+            found = os.stat(spec.partition(":")[2])
+            parts.append(f"{found.st_ino}:{found.st_size}:{found.st_mtime_ns}")
+        except OSError as e:
+            parts.append(e.__class__.__name__)
+    return fingerprint("\n".join(parts))

@@ -111,9 +111,22 @@ def _restart(d, actor, names):
 
 
 def _release(d, actor, names):
+    if d.get("by") == "setup":
+        return "released: what its model is given changed (a key, a URL, a model), tried again"
     why = {"set": " (its settings changed)", "CONT": " (CONT)"}.get(d.get("by"),
                                                                 f" ({d.get('by')})")
     return f"released by {_by(actor, names)}{why}"
+
+
+# A fault's exit status (agentctl(7), EXIT STATUS), as a fail event's line names it.
+_FAULTS = {2: "its model can't be used", 69: "refused for good", 70: "a bug",
+           75: "for now"}
+
+
+def _fail(d, actor, names):
+    code = d.get("code")
+    text = f"failed ({code}, {_FAULTS.get(code, 'exit status')}){_turn(d)}: {d.get('error')}"
+    return text + (f"; --all tries again after {iso(d['retry'])}" if d.get("retry") else "")
 
 
 def _ask(d, actor, names):
@@ -155,6 +168,9 @@ KINDS = {
     "wake": Kind("turn at", lambda d, actor, names: f"woken by its timer{_turn(d)}"),
     "budget": Kind("spent budget unit?", _budget),     # the account's; unit usd: micros
     "restart": Kind("count limit delay error", _restart),
+    # a run that ended on a fault (agent-run(1), Failures): its exit status, its error,
+    # and for a fault for now when --all tries again
+    "fail": Kind("turn? code error retry?", _fail),
     "held": Kind("turn? error", lambda d, actor, names:
                  f"held after a failed turn{_turn(d)}: {d.get('error')}"),
     "release": Kind("by", _release),

@@ -95,7 +95,7 @@ def locality(url):
     """Where the API at `url` is served: "loopback" (this machine: localhost, *.localhost,
     127.0.0.0/8, ::1), "private" (a private network: *.local, a private or link-local
     address), or None (anywhere else). A loopback server may need no key
-    (models/endpoint.py); a loopback or private one has no public price (ops/prices.py)."""
+    (agentctl/endpoint.py); a loopback or private one has no public price (ops/prices.py)."""
     import ipaddress  # (start-up: 0.9 ms, only to call or price a model)
     from urllib.parse import urlsplit  # (start-up: 0.8 ms, only to call or price a model)
     host = (urlsplit(url).hostname or "").rstrip(".")

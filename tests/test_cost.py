@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from agentctl import modelspec
+from agentctl import endpoint, modelspec
 from agentctl.errors import UsageError
-from agentctl.models import Cache, endpoint
+from agentctl.models import Cache
 from agentctl.models.anthropic import request_body as anthropic_body
 from agentctl.models.api import Endpoint
 from agentctl.models.openai import OpenAIModel
@@ -112,7 +112,7 @@ def test_the_price_database_prices_a_public_api_and_not_a_local_one():
 ])
 def test_one_rule_says_where_a_server_is_for_its_key_and_its_price(url, where, monkeypatch):
     """modelspec.locality() is asked by both: a loopback server needs no key
-    (models/endpoint.py), a loopback or private one has no public price (ops/prices.py)."""
+    (agentctl/endpoint.py), a loopback or private one has no public price (ops/prices.py)."""
     assert modelspec.locality(url) == where
     monkeypatch.delenv("AGENTCTL_PRICES", raising=False)
     if where == "loopback":

@@ -16,7 +16,7 @@ import pytest
 
 from agentctl.store import registry
 
-from .conftest import BIN, PATIENCE, ROOT, agent, fork, needs, script, shell, wait_until
+from .conftest import BIN, PATIENCE, ROOT, agent, fork, needs, row, script, shell, wait_until
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
 
 SCHEMA = {"type": "object", "required": ["answer"], "additionalProperties": False,
@@ -102,7 +102,8 @@ def crontab_line():
 
 def test_the_documented_crontab_line_runs_in_a_fresh_home(tmp_path):
     """Run as cron runs it (sh -c, a HOME with nothing in it, cron's PATH and no XDG
-    variables): it must run, log its errors, and say nothing when nothing happened."""
+    variables): it must run, log its replies, and print (what cron mails) only what
+    needs the operator, once."""
     command = crontab_line()
     for page in ("README.md", "man/agent-run.1"):
         text = open(os.path.join(ROOT, page)).read().replace("\\-", "-").replace("\\e", "\\")
@@ -124,9 +125,10 @@ def test_the_documented_crontab_line_runs_in_a_fresh_home(tmp_path):
     subprocess.run(["agent-fork", "-n", "b", "-m", "openai:gpt-x", "hi"], env=env,
                    check=True, capture_output=True)
     ran = cron()
-    assert ran.stdout == "a: good morning\n"
+    assert ran.stdout == ""
+    assert ran.stderr.startswith("agent-run: b: OPENAI_API_KEY is not set"), ran.stderr
     log = (home / ".local" / "state" / "agentctl.log").read_text()
-    assert "agent-run: b: OPENAI_API_KEY is not set" in log
+    assert log == "a: good morning\n"
     again = cron()                      # b is held: nothing happened
     assert (again.returncode, again.stdout, again.stderr) == (1, "", "")
 
@@ -173,6 +175,37 @@ def test_the_fan_in_line_of_agent_run_1_returns_when_the_lead_forked_nothing(con
     fork("-n", "other", "-m", "echo")           # the operator's other child, alive
     result = shell(line.replace("\\-", "-"), timeout=PATIENCE)
     assert result.code in (0, 1), result.err
+
+
+def page_text(name):
+    """A man page's source as a reader sees its words: roff's escapes of - and \\ undone,
+    its font macros' names dropped."""
+    text = open(os.path.join(ROOT, "man", name)).read().replace("\\-", "-").replace("\\e", "\\")
+    return re.sub(r"^\.(?:B|I|BR|RB|IR|RI|BI|IB) ", "", text, flags=re.M)
+
+
+def test_agent_run_1_says_where_a_key_goes_and_the_key_goes_there(conn, fakeapi):
+    """agent-run(1) once said a key is not sent to a server on a loopback address; it
+    was sent (rightly: a local proxy may need one). The page says what is done."""
+    text = " ".join(page_text("agent-run.1").split())
+    assert "not sent, when the server is on a loopback address" not in text
+    assert "when set, it is sent to whatever OPENAI_BASE_URL names, loopback or not" in text
+    fork("-n", "k", "-m", "openai:gpt-test", "hi")
+    fakeapi.reply("hello")
+    assert agent("run", "k").code == 0
+    assert fakeapi.last["headers"]["authorization"].startswith("Bearer sk-test-openai-")
+
+
+def test_agent_run_1_raises_a_budget_as_it_says(conn):
+    """agent-run(1) once said no command raises a budget and gave an SQL UPDATE."""
+    text = page_text("agent-run.1")
+    assert "UPDATE agents" not in text and "no command that raises" not in text
+    example = re.search(r"^agent-set kid budget=(\d+)$", text, re.M)
+    assert example, "agent-run(1) shows how agent-set raises a budget"
+    fork("-n", "kid", "--budget", "100")
+    assert agent(*example.group(0).split()[0].split("-", 1)[1:], "kid",
+                 f"budget={example.group(1)}").code == 0
+    assert row(conn, "kid")["budget"] == int(example.group(1))
 
 
 def test_agentctl_7_lists_every_program():

@@ -279,7 +279,7 @@ def test_agent_ps_shows_grants_and_marks_the_unconfined(tmp_path, monkeypatch):
         {"name": "shell", "allow": ["run"], "ask": [], "unconfined": True}]
     table = agent("ps").lines
     assert [line.split()[3] for line in table[2:]] == ["S", "S!"]     # STAT: ! unconfined
-    assert agent("ps", "-o", "name,stat", "--format", "tsv").lines[3] == "shell\tS"
+    assert agent("ps", "-o", "name,stat", "--format", "tsv").lines[3] == "shell\tS!"
 
 
 @pytest.fixture

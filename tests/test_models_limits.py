@@ -6,7 +6,7 @@ fingerprint of its credentials, never the key."""
 import pytest
 
 from agentctl.models import limits
-from agentctl.models.endpoint import Identity
+from agentctl.endpoint import Identity
 
 
 class Headers(dict):

@@ -146,7 +146,7 @@ COLUMNS = [
     Column("id", "ID", human=lambda r: short(r["id"])),
     Column("name", "NAME", human=_label),
     Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", machine=lambda r: r["status"], human=proctable.stat_text),
+    Column("stat", "STAT", machine=proctable.stat_text, human=proctable.stat_text),
     _setting("role"),
     Column("msgs", "MSGS"),
     Column("mail", "MAIL"),

@@ -11,10 +11,10 @@ import time
 from agentctl import clock, modelspec, spawn
 from agentctl.cli.program import connect
 from agentctl.cli.stdio import for_terminal, warn
-from agentctl.errors import AgentctlError, NotFound
-from agentctl.models import get_model
-from agentctl.ops import deadlines, endpoints, lease, turns
-from agentctl.store import registry
+from agentctl.errors import TEMPFAIL, NotFound
+from agentctl.endpoint import identity_of
+from agentctl.ops import deadlines, endpoints, lease, supervise, turns
+from agentctl.store import endpoints as endpoint_rows, registry
 from agentctl.store.db import transaction
 
 
@@ -26,12 +26,19 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     only when something happened (why an agent did not run: agent-why). Each agent
     is claimed for its run before the run starts (turns.hand_out), so that no other
     --all starts one for it; an agent whose endpoint has no room waits here while
-    the runners serve the others."""
+    the runners serve the others. A hold whose cause looks gone in this environment
+    (a key now set: supervise.cause_gone) is let go first, so that no human has to.
+
+    Cron mails what a run prints, so a fault is said once: when an agent becomes held,
+    or starts failing for now; a run of an agent that failed for now before says
+    nothing more (its fail events, agent-why and agent-ps keep it)."""
     try:
         conn = connect(db_path, create=False)
     except NotFound:
         return 1            # no database yet: nothing to do, and nothing to say
     deadlines.carry_out(conn)
+    with transaction(conn):
+        supervise.retry_held(conn)
     ids = turns.runnable(conn)
     labels = {i: registry.label(registry.get(conn, i)) for i in ids}
     if not ids:
@@ -50,7 +57,8 @@ def run_all(db_path, jobs, model, max_steps, fmt):
         codes[agent_id] = proc.returncode
         with transaction(conn):         # a run that never took its agent over
             lease.undispatch(conn, agent_id)
-        if proc.stderr:     # each line names its agent, as the run of one would
+        if proc.stderr and not _said_before(conn, agent_id, proc.returncode):
+            # each line names its agent, as the run of one would
             sys.stderr.write(_named(proc.stderr, labels[agent_id]))
         if proc.returncode < 0:     # killed: it could say nothing; its turn stays open
             codes[agent_id] = 128 - proc.returncode
@@ -69,13 +77,31 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     # 3: stopped, exited, killed or out of budget since the list was made: skipped, not failed
     counts = {c: sum(1 for code in codes.values() if code == c) for c in (0, 1, 3, 75)}
     failed = len(codes) - sum(counts.values())
-    if counts[0] != len(codes):     # all ran: their replies say so; else say what did not
+    if counts[0] != len(codes) and _watched():  # a count for a person, not for cron's mail
         warn("agent-run", f"{len(codes)} agents: {counts[0]} ran, {counts[1]} had nothing "
                           f"to do, {counts[3]} skipped, {counts[75]} busy or temporarily failing"
                           + (f" ({len(left)} waiting for their provider)" if left else "")
                           + f", {failed} failed")
     bad = [codes[i] for i in ids if codes.get(i) not in (0, 1, 3)]
     return bad[0] if bad else 0
+
+
+def _watched():
+    """Whether a person reads standard error (a terminal): the summary is for them; cron's
+    mail and a script get each agent's lines and the exit status."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _said_before(conn, agent_id, code):
+    """Whether what a run that exited `code` printed was said before: a fault for now
+    (75) of an agent that has failed so in a row already."""
+    if code != TEMPFAIL:
+        return False
+    agent = registry.get(conn, agent_id)
+    return agent is not None and agent["failures"] > 1 and agent["retry_at"] is not None
 
 
 def _replies(records, label):
@@ -97,12 +123,13 @@ def dispatch(conn, ids, jobs, model, one, ended):
     turns.hand_out() has claimed its agent; ended(agent, what one returned) when it
     ends. An agent whose endpoint has no room is held back, and the next one whose
     endpoint has room goes first; one whose endpoint is throttled beyond
-    $AGENTCTL_PROVIDER_WAIT is left (warned, once for its endpoint). Returns the ids
+    $AGENTCTL_PROVIDER_WAIT is left (warned, once for its endpoint and only when its
+    throttle is news: _news()). Returns the ids
     left; those gone meanwhile (run by another, stopped) end as exit 1."""
     from concurrent.futures import (  # (start-up: 3 ms, only for --all)
         FIRST_COMPLETED, ThreadPoolExecutor, wait)
     identities = {i: _identity(conn, i, model) for i in ids}
-    limit, start = endpoints.wait_limit(), time.monotonic()
+    limit, start, began = endpoints.wait_limit(), time.monotonic(), clock.now()
     queue, running, left = list(ids), {}, []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         while queue or running:
@@ -131,9 +158,10 @@ def dispatch(conn, ids, jobs, model, one, ended):
                     past = time.monotonic() - start
                     if verdict.until is not None and verdict.until - clock.now() > limit - past:
                         held = [i for i in queue if identities[i] and identities[i].name == key]
-                        warn("agent-run", f"{len(held)} agent{'s' if len(held) > 1 else ''} "
-                                          f"left waiting for their provider: "
-                                          f"{identity.url}: {verdict.text}")
+                        if _news(conn, key, began):
+                            warn("agent-run", f"{len(held)} agent{'s' if len(held) > 1 else ''} "
+                                              f"left waiting for their provider: "
+                                              f"{identity.url}: {verdict.text}")
                         left += held
                         queue = [i for i in queue if i not in held]
             if not running:
@@ -146,6 +174,14 @@ def dispatch(conn, ids, jobs, model, one, ended):
     return left
 
 
+def _news(conn, endpoint, began):
+    """Whether an endpoint's throttle is news to a run of --all that `began` then: its
+    refusals began since (an earlier --all said so when they began), or it is no refusal
+    (a budget the provider says is spent)."""
+    row = endpoint_rows.get(conn, endpoint)
+    return row is None or row["refused_at"] is None or row["refused_at"] >= began
+
+
 class _Gone:
     """What a run that was never started (its agent had gone: run by another, stopped)
     ended with: nothing to do."""
@@ -153,15 +189,11 @@ class _Gone:
 
 
 def _identity(conn, agent_id, model):
-    """The endpoint the run of the agent would call (models.endpoint.Identity), or None:
+    """The endpoint the run of the agent would call (agentctl.endpoint.Identity), or None:
     a model that calls no API, or one the run will refuse (it says why)."""
     if not endpoints.shared():
         return None
-    try:
-        client = get_model(modelspec.chosen(registry.get(conn, agent_id), model))
-        return client.identity() if hasattr(client, "identity") else None
-    except AgentctlError:
-        return None
+    return identity_of(modelspec.chosen(registry.get(conn, agent_id), model))
 
 
 def _named(text, label):

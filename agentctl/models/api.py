@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..modelspec import BY_NAME
-from . import endpoint as where
+from .. import endpoint as where
 from .base import Model
 
 # What the APIs (OpenAI, Anthropic, vLLM, llama.cpp's server) say of a conversation too long for
@@ -89,7 +89,7 @@ class HTTPModel(Model):
         return Endpoint(url, where.api_key(self.row.key, url, self.name), self.options(url))
 
     def identity(self):
-        """The endpoint its calls go to, as the database names it (models.endpoint.Identity),
+        """The endpoint its calls go to, as the database names it (agentctl.endpoint.Identity),
         read from the environment as a call reads it; UsageError as check() raises."""
         url = where.base_url(self.row.url_variable, self.row.url)
         return where.Identity(self.provider, url, where.api_key(self.row.key, url, self.name))

@@ -19,7 +19,7 @@ from ..errors import TempFail
 from ..keys import redact
 from . import limits
 from .base import ModelError, Transient, Unusable, load_json, said
-from .endpoint import where
+from ..endpoint import where
 
 # The official SDKs retry 408 and 409 too; 529 is Anthropic's "overloaded". Any other non-2xx status
 # is taken as the API's final word.

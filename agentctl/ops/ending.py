@@ -103,7 +103,7 @@ def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
         signal = registry.get(conn, agent_id)["pending_signal"]
         turnlog.finish(conn, turn_id, status)
         history.clear_if_pending(conn, agent_id)
-        registry.update(conn, agent_id, failures=0, retry_at=None, held_at=None,
+        registry.update(conn, agent_id, failures=0, retry_at=None, held_at=None, held_for=None,
                         pending_signal=None)
         registry.release(conn, agent_id, "T" if signal == "STOP" else "S")
         agent = registry.get(conn, agent_id)

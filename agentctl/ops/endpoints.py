@@ -132,8 +132,8 @@ def waiting(conn, agent, now=None):
     """Is this agent's endpoint throttled, paced or full, and until when: a Wait, or None.
     For agent-ps (its PROVIDER column) and agent-why ("waiting for its provider").
 
-    The endpoint is endpoint_of() the agent; its cap is $AGENTCTL_CONCURRENCY as the
-    asker's environment has it. Whether the agent would call it now (its run waits:
+    The endpoint is endpoint_of() the agent; its cap is the one its runs last had
+    (endpoints.cap: name()), not the asker's environment's. Whether the agent would call it now (its run waits:
     agents.waiting; or it sleeps with input pending) is for the caller to say: this
     answers for its endpoint."""
     known = rows.every(conn)
@@ -142,20 +142,28 @@ def waiting(conn, agent, now=None):
         return None
     now = now or clock.now()
     row = known.get(endpoint)
-    count = row and cap(row["provider"], row["url"])
+    count = row and row["cap"]
     return blocked(row, rows.runs(conn, endpoint) if count else (), count, now,
                    but=agent["id"])
 
 
 def endpoint_of(agent, known):
     """The endpoint the agent's runs call: the one its latest run named (agents.endpoint),
-    else, for an agent that never ran, the one endpoint of its model's provider that
-    `known` (the endpoints' rows by id) holds, if there is exactly one; else None."""
+    else, for an agent that never ran, the one of its model's provider that `known` (the
+    endpoints' rows by id) holds when there is exactly one, else the one its run would
+    call as this environment names it (as agent-run --all does); else None."""
     if agent["endpoint"]:
         return agent["endpoint"]
-    provider = modelspec.provider(modelspec.chosen(agent))
+    spec = modelspec.chosen(agent)
+    provider = modelspec.provider(spec)
     ids = [i for i, row in known.items() if row["provider"] == provider]
-    return ids[0] if len(ids) == 1 else None
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        return None
+    from agentctl.endpoint import identity_of  # (start-up: 1 ms, only then)
+    identity = identity_of(spec)
+    return identity.name if identity is not None and identity.name in known else None
 
 
 def wants_call(agent, has_input):
@@ -171,13 +179,13 @@ def states(conn, ids, found, now=None):
     """{endpoint: a Wait, or None} for the endpoints named by `ids` (agent-ps): whether
     calls to each can't start now, and why (`found`: the endpoints' rows by id)."""
     now = now or clock.now()
-    counts = {i: cap(r["provider"], r["url"]) for i, r in found.items()}
+    counts = {i: r["cap"] for i, r in found.items()}
     runs = rows.runs_of(conn, [i for i, count in counts.items() if count])
     return {i: blocked(found.get(i), runs.get(i, ()), counts.get(i), now) for i in ids}
 
 
 def room(conn, identity, now=None):
-    """agent-run --all: why no run of an agent of the endpoint (models.endpoint.Identity)
+    """agent-run --all: why no run of an agent of the endpoint (agentctl.endpoint.Identity)
     may start now (a Wait), or None. None while it is throttled for more than
     HOLD_BACK seconds (a shorter wait is over by the time a run has started). With a
     cap, as many runs may be calling it as it has slots, and READY times as many more
@@ -202,8 +210,12 @@ def room(conn, identity, now=None):
 
 def name(conn, agent_id, identity):
     """The agent's run calls the endpoint `identity` (in the caller's transaction): its
-    row made when it is first named, and the agent's agents.endpoint."""
-    rows.ensure(conn, identity.name, identity.provider, identity.url)
+    row made when it is first named, its cap as this run has it ($AGENTCTL_CONCURRENCY,
+    which the readers take from the row), and the agent's agents.endpoint."""
+    row = rows.ensure(conn, identity.name, identity.provider, identity.url)
+    count = cap(identity.provider, identity.url)
+    if row["cap"] != count:
+        rows.update(conn, identity.name, cap=count)
     if registry.get(conn, agent_id)["endpoint"] != identity.name:
         registry.update(conn, agent_id, endpoint=identity.name)
 

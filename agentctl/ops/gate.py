@@ -16,7 +16,7 @@ from agentctl.store.waits import commits
 
 class Gate:
     """What a turn hands its model (models.base.Gate) for the calls of one run to the
-    endpoint `identity` (models.endpoint.Identity): a slot taken before each try and given
+    endpoint `identity` (agentctl.endpoint.Identity): a slot taken before each try and given
     back after it when the endpoint is capped, the endpoint's not-before and pace waited
     for, what each response says shared. The calls run in a thread of their own
     (turn.runner.Interruptible): the gate has its own connection, and its writes are the

@@ -12,7 +12,7 @@ import time
 
 from agentctl import clock, money
 from agentctl.clock import age
-from agentctl.ops import proctable, why
+from agentctl.ops import endpoints, proctable, why
 from agentctl.store import events, registry, top as stored
 
 RECENT = 3600.0         # seconds: how far back the exits shown with -a (or x) go
@@ -156,7 +156,7 @@ class View:
         """What the agent is doing now, as a line (doing())."""
         now = clock.now() if now is None else now
         if in_turn(row):
-            return doing(self.conn, row, now)      # (no query: from the row)
+            return doing(self.conn, row, now)      # (from the row: a query only while it waits)
         cached = self._doing.get(row["id"])
         if cached is None or cached[1] <= time.monotonic():
             cached = self._doing[row["id"]] = (doing(self.conn, row, now),
@@ -176,8 +176,9 @@ def in_turn(row):
 
 
 def in_call(row):
-    """Whether the agent waits for its model's reply now."""
-    return in_turn(row) and row["tool"] is None
+    """Whether the agent waits for its model's reply now (not for its provider: a slot,
+    a throttle's end)."""
+    return in_turn(row) and row["tool"] is None and row["waiting"] is None
 
 
 def doing(conn, row, now):
@@ -190,6 +191,10 @@ def doing(conn, row, now):
         since = age(now - (row["step_at"] or row["turn_at"]))
         if row["tool"]:
             return f"tool {row['tool']} ({since})"
+        if row["waiting"] is not None:      # for a slot, a throttle's end or the pace
+            wait = endpoints.waiting(conn, row, now)
+            return (f"waiting for its provider ({age(now - row['waiting'])})"
+                    + (f": {wait.text}" if wait is not None else ""))
         return f"model call ({since})"
     lines = why.reasons(conn, row, now)
     return lines[0] if lines else why.pending(conn, row, now)

@@ -56,7 +56,7 @@ def start(conn, agent, model_name, identity=None):
     Returns the turn row; NotFound when there is nothing to do, Refused when
     a new turn would start with the agent's account exhausted. A step of the
     run: its own transactions (lease.holding). `identity`: the endpoint its model
-    calls (models.endpoint.Identity), which the agent's row names from now on."""
+    calls (agentctl.endpoint.Identity), which the agent's row names from now on."""
     # Under the claim: a cascade may have ended the agent since it was claimed.
     if agent["budget_id"] is not None:
         with holding(conn, agent["id"]):    # committed before refusing: the notice stays
@@ -155,17 +155,18 @@ def runnable(conn, now=None):
     return [i for i, r in inputs(conn, now).items() if would_run(r, now, spent)]
 
 
-def would_run(r, now, spent=None):
+def would_run(r, now, spent=None, unheld=False):
     """Whether `agent-run --all` should start (or resume) a turn of the agent now: the
     one rule of --all's list (runnable) and of agent-why's exit status. `r` is its row
     as pending() or inputs() read it at `now`: not init, sleeping (or holding a dead
     lease, with no STOP waiting), no grace period ended (the next writer kills it), not
-    backing off, not held, with input pending; its account not exhausted (`spent`: the
-    accounts that are; None: the run will say), but for an open turn, resumed to end
-    over budget."""
+    backing off, not held (or `unheld`: its hold's cause looks gone, which --all lets
+    go first: supervise.cause_gone), with input pending; its account not exhausted
+    (`spent`: the accounts that are; None: the run will say), but for an open turn,
+    resumed to end over budget."""
     return (r["id"] != INIT_ID and effective_status(r, now) == "S"
             and lifecycle.overdue(r, now) is None
-            and (r["retry_at"] is None or r["retry_at"] <= now) and r["held_at"] is None
+            and (r["retry_at"] is None or r["retry_at"] <= now) and (r["held_at"] is None or unheld)
             and (spent is None or r["budget_id"] not in spent or bool(r["resume"]))
             and has_input(r))
 

@@ -7,7 +7,7 @@ exactly when no reason holds, which tests/test_pending.py holds over random data
 
 from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
-from agentctl.ops import budget, endpoints, lifecycle, proctable, turns
+from agentctl.ops import budget, endpoints, lifecycle, proctable, supervise, turns
 from agentctl.ops.lease import effective_status, held
 from agentctl.store import accounts, asks, mailbox, registry, turnlog
 from agentctl.text import first_line
@@ -63,12 +63,12 @@ def budget_spent(conn, agent, now):
 
 
 def held_after_failure(conn, agent, now):
-    if agent["held_at"] is None:
+    if agent["held_at"] is None or supervise.cause_gone(agent):
         return None
     return (f"held after a failure {age(now - agent['held_at'])} ago: "
             f"{_line(agent['last_failure'])} (agent-run {registry.label(agent)} tries "
-            f"again; agent-kill -s CONT {registry.label(agent)}, or a change by agent-set, "
-            "lets --all)")
+            f"again; agent-kill -s CONT {registry.label(agent)}, a change by agent-set, or "
+            "a change of what its model is given (a key, a URL) lets --all)")
 
 
 def backing_off(conn, agent, now):
@@ -132,8 +132,10 @@ def reasons(conn, agent, now):
 
 
 def ready(conn, agent, now):
-    """Whether `agent-run --all` would start (or resume) a turn of it now."""
-    return turns.would_run(_pending(conn, agent, now), now, accounts.exhausted_ids(conn))
+    """Whether `agent-run --all` would start (or resume) a turn of it now (run in this
+    environment: a hold whose cause looks gone here is let go first)."""
+    return turns.would_run(_pending(conn, agent, now), now, accounts.exhausted_ids(conn),
+                           supervise.cause_gone(agent))
 
 
 def verdict(conn, row, now):
@@ -145,7 +147,15 @@ def verdict(conn, row, now):
     seen = proctable.seen(dict(row) | {"parent_status": parent and parent["status"]}, now)
     lines = reasons(conn, seen, now)
     would = not lines and ready(conn, row, now)
-    return lines or [pending(conn, row, now)], would
+    if lines:
+        return lines, would
+    if would and row["held_at"] is not None:
+        return [pending(conn, row, now),
+                f"held after a failure {age(now - row['held_at'])} ago: "
+                f"{_line(row['last_failure'])}; what its model is given has changed since "
+                "(a key, a URL, a model), so the next agent-run --all run so tries it again"], \
+            would
+    return [pending(conn, row, now)], would
 
 
 def pending(conn, agent, now):

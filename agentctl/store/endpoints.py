@@ -7,10 +7,10 @@ free, a throttle, the pace) is ops/endpoints.py's."""
 from agentctl.store.db import marks
 
 COLUMNS = ("id, provider, url, not_before, reason, refused_at, spacing, next_at, "
-           "requests_left, tokens_left, seen_at")
+           "requests_left, tokens_left, seen_at, cap")
 # Columns update() may write: the rest are set once, when the endpoint is first named.
 WRITABLE = frozenset(("not_before", "reason", "refused_at", "spacing", "next_at",
-                      "requests_left", "tokens_left", "seen_at"))
+                      "requests_left", "tokens_left", "seen_at", "cap"))
 RUN_COLUMNS = "id, name, lease_owner, lease_until, calling, waiting"
 
 

@@ -366,6 +366,19 @@ def confine(db):
     """)
 
 
+@MIGRATIONS(name="0017_held_for")
+def held_for(db):
+    # What a hold was for (agent-run(1), Failures): a fingerprint of what the environment
+    # gave the agent's model when its turn failed for good (the model, its base URL, its
+    # key's fingerprint), so that the next agent-run --all tries it again once that
+    # changed; and an endpoint's cap on calls in flight as its runs last had it, so that
+    # a reader sees a run waiting for a slot whatever its own environment says.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN held_for TEXT;
+    ALTER TABLE endpoints ADD COLUMN cap INTEGER
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

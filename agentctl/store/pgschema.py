@@ -217,6 +217,8 @@ MIGRATIONS = [
           "CREATE INDEX agents_endpoint ON agents(endpoint) WHERE status = 'R'"]),  # 0015_endpoints
     (16, [f"ALTER TABLE agents ADD COLUMN rw {_TEXT}",
           f"ALTER TABLE agents ADD COLUMN env {_TEXT}"]),        # 0016_confine
+    (17, [f"ALTER TABLE agents ADD COLUMN held_for {_TEXT}",
+          "ALTER TABLE endpoints ADD COLUMN cap BIGINT"]),        # 0017_held_for
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -29,14 +29,14 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, status, created
                  "exited_at, exit_code, exit_signal, result, pending_signal, lease_owner, "
                  "lease_until, wake_at, retry_at, failures, tokens_in, tokens_out, "
                  "hup_pending, budget_id, spent, restarts, window_start, window_restarts, "
-                 "depth, kill_at, last_failure, held_at, tokens_cached, tokens_written, cost, "
+                 "depth, kill_at, last_failure, held_at, held_for, tokens_cached, tokens_written, cost, "
                  "unpriced, trace, endpoint, calling, waiting, " + ", ".join(settings.COLUMNS))
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
                       "failures", "hup_pending", "budget", "parent_id", "restarts",
                       "window_start", "window_restarts", "kill_at", "last_failure",
-                      "held_at", "trace", "endpoint", "calling", "waiting"))
+                      "held_at", "held_for", "trace", "endpoint", "calling", "waiting"))
 
 
 
@@ -105,6 +105,14 @@ def idle_since(conn, now):
     return conn.execute(
         f"SELECT {AGENT_COLUMNS} FROM agents a WHERE idle_exit IS NOT NULL AND status = 'S' "
         f"AND wake_at IS NULL AND {last} + idle_exit <= ?", (now,)).fetchall()
+
+
+def held(conn):
+    """Live agents held after a failure whose hold remembers what it was for (held_for),
+    oldest first: those agent-run --all may try again."""
+    return conn.execute(
+        f"SELECT {AGENT_COLUMNS} FROM agents WHERE held_at IS NOT NULL AND held_for IS NOT NULL "
+        f"AND status IN {statuses(LIVE)} ORDER BY created_at, id").fetchall()
 
 
 # -- finding agents ----------------------------------------------------------------------

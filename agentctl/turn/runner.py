@@ -10,8 +10,9 @@ interrupted turn resumes. The state changes are ops/'s: lease, turns, ending.
 import threading
 
 from agentctl import keys, modelspec, settings, shape, voice
-from agentctl.errors import UsageError
+from agentctl.errors import SOFTWARE, USAGE, UsageError
 from agentctl.models import ModelError, get_model
+from agentctl.endpoint import setup
 from agentctl.ops import budget, endpoints, ending, lease, mail, prices, supervise, turns
 from agentctl.ops.gate import Gate
 from agentctl.store import history, registry, turnlog
@@ -78,12 +79,12 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
         except UsageError as e:
             if model is None:   # the agent's own model can't be used: a failed turn
                 with lease.holding(conn, agent_id):
-                    supervise.failed(conn, agent_id, str(e))
+                    supervise.fault(conn, agent_id, str(e), USAGE, _setup(agent))
             raise
         compaction.window(agent)        # a bad $AGENTCTL_CONTEXT_WINDOW: exit 2 before any intake
         prices.check()                  # and a bad $AGENTCTL_PRICES
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
-        resumed = turns.open_turn(conn, agent_id) is not None
+        resumed = turns.open_turn(conn, agent_id)
         client.gate = gate(conn, agent_id, client)  # and a bad $AGENTCTL_CONCURRENCY
         turn = turns.start(conn, agent, spec, client.gate and client.gate.identity)
     except lease.LostClaim:
@@ -93,7 +94,7 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
-            watch.begin(conn, registry.get(conn, agent_id), turn, resumed)
+            watch.begin(conn, registry.get(conn, agent_id), turn, resumed is not None)
             toolset = Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
                 return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset,
@@ -107,17 +108,29 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
     except Exception as e:
         # A refusal for good is a failed turn: the restart policy decides. A temporary
         # fault or a bug (exit 70) leaves the turn open, to be resumed after a backoff,
-        # so that cron does not hit it every minute.
+        # so that cron does not hit it every minute. A model given for this run alone
+        # (-m) that is refused is this run's mistake: nothing is held (exit 2).
+        once = model is not None and isinstance(e, ModelError)
         with lease.holding(conn, agent_id):
-            if isinstance(e, ModelError):
-                supervise.failed(conn, agent_id, str(e))
+            if once:
+                supervise.refused_once(conn, agent_id, str(e), None if resumed else turn)
             else:
-                turns.back_off(conn, agent_id)
+                supervise.fault(conn, agent_id, str(e), getattr(e, "code", SOFTWARE),
+                                _setup(agent))
         ending.release(conn, agent_id)
+        if once:
+            raise UsageError(f"-m {model}: {e} (nothing is held: the agent's input is "
+                             "pending as it was)") from None
         raise
     except BaseException:
         ending.release(conn, agent_id)   # the turn stays open: the next run resumes it
         raise
+
+
+def _setup(agent):
+    """What the environment gives the agent's own model (agentctl.endpoint.setup): a hold
+    keeps it, and --all tries the agent again once it differs."""
+    return setup(modelspec.chosen(agent))
 
 
 def _call_ids(conn, turn_id, calls):
