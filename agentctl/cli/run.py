@@ -191,9 +191,10 @@ def _list_tools(conn, ref, fmt):
     (MCP servers its grants reach are started, to list theirs, and stopped.)"""
     toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
     try:
-        rows = [{"id": n, "name": n, "source": source, "confined": confined,
-                 "description": description, "parameters": schema}
-                for n, source, confined, description, schema in toolset.listing()]
+        rows = [{"id": n, "name": n,
+                 "source": source if where is None else f"{source} {where}",
+                 "confined": confined, "description": description, "parameters": schema}
+                for n, source, where, confined, description, schema in toolset.listing()]
         unsafe = toolset.sandbox_problem()
         if unsafe:
             warn("agent-run", f"warning: no sandbox: {unsafe}: each call of its external "

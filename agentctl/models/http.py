@@ -167,6 +167,7 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
         budget.tries += 1
         asked = None        # the wait a Retry-After asked for
         words = ""          # what the server said of a retryable status, for the last one
+        status = None       # the HTTP status that asked for another try
         own = budget.backoff()
         said_limits, shared = None, False
         if gate is not None:
@@ -187,7 +188,7 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
                     if code in RETRY_STATUSES:
                         # 0 or a date gone by: our own backoff (a server can't make us spin)
                         fault, asked = f"HTTP {code}", said_limits.retry_after or None
-                        kind, words = status_kind(code), api_error(response)[0]
+                        status, kind, words = code, status_kind(code), api_error(response)[0]
                     elif not 200 <= code < 300:
                         message, text = api_error(response)
                         raise ModelError(f"model API error: {provider}: HTTP {code}: "
@@ -210,6 +211,8 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
             note = f" ({budget.note})" if budget.note else ""
             raise TempFail(f"model API unavailable: {provider}: {redact(fault)} after "
                            f"{plural(budget.tries)}{note}{words}", kind=kind)
+        if gate is not None:
+            gate.retrying(budget.tries, settings.tries, status, redact(fault + words), wait)
         if not shared:
             time.sleep(wait)
 
