@@ -10,15 +10,24 @@ DATABASE = 74    # I/O: the database can't be used (not a database, read-only, n
 TEMPFAIL = 75    # try again later: claimed, locked, the model's API unreachable
 
 
+# What went wrong, a word finer than the exit status, by the status (agent-run(1),
+# The stream: an error line's kind). A raise that knows more gives its own kind:
+# auth, claimed, throttled, unavailable, unreachable, timeout.
+KINDS = {NOTHING: "nothing", USAGE: "usage", REFUSED: "refused", UNAVAILABLE: "rejected",
+         SOFTWARE: "bug", DATABASE: "database", TEMPFAIL: "temporary"}
+
+
 class AgentctlError(Exception):
-    """An error with a one-line message and an exit status."""
+    """An error with a one-line message, an exit status and a kind (KINDS)."""
 
     code = SOFTWARE
+    kind = None         # a class's own kind; None: its status's
 
-    def __init__(self, message, code=None):
+    def __init__(self, message, code=None, kind=None):
         super().__init__(message)
         if code is not None:
             self.code = code
+        self.kind = kind or self.kind or KINDS.get(self.code, "bug")
 
 
 class NotFound(AgentctlError):

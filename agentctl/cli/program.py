@@ -115,30 +115,36 @@ def run(command, argv=None):
         warn(name, _hint(command, e, argv) or
              f"{e.format_message().rstrip('.')} (see {where} --help)")
         return USAGE
-    except AgentctlError as e:
-        warn(name, str(e))
-        if isinstance(e, OutputFault):
-            discard_output()
-        return e.code
-    except db.Error as e:
-        error = db.fault(e, _opened[-1] if _opened else None)
-        warn(name, str(error))
-        return error.code
     except (BrokenPipeError, PipeClosed):
         # The reader went away (agent-ps | head): not an error of ours.
         discard_output()
         return 141
-    except (KeyboardInterrupt, Interrupted, click.Abort):
-        warn(name, "interrupted")
-        return 130
-    except Exception as e:
-        if os.environ.get("AGENTCTL_DEBUG") == "1":
+    except (KeyboardInterrupt, Exception) as e:
+        if os.environ.get("AGENTCTL_DEBUG") == "1" and not isinstance(e, KNOWN):
             raise
-        damaged = db.damage(e, _opened[-1]) if _opened else None
-        if damaged:
-            warn(name, str(damaged))
-            return damaged.code
-        warn(name, f"internal error: {e.__class__.__name__}: {e} "
-                   "(AGENTCTL_DEBUG=1 shows the details)")
-        return SOFTWARE
+        code, message, _ = failure(e)
+        warn(name, message)
+        if isinstance(e, OutputFault):
+            discard_output()
+        return code
+
+
+KNOWN = (AgentctlError, db.Error, KeyboardInterrupt, Interrupted, click.Abort)  # not bugs
+
+
+def failure(e):
+    """What an error that ends a program makes of it: (its exit status, its one-line
+    message, its kind: errors.KINDS, interrupted, bug). agent-run's stream tells the
+    same (agent-run(1), The stream)."""
+    if isinstance(e, db.Error):
+        e = db.fault(e, _opened[-1] if _opened else None)
+    if isinstance(e, AgentctlError):
+        return e.code, str(e), e.kind
+    if isinstance(e, (KeyboardInterrupt, Interrupted, click.Abort)):
+        return 130, "interrupted", "interrupted"
+    damaged = db.damage(e, _opened[-1]) if _opened else None
+    if damaged:
+        return damaged.code, str(damaged), damaged.kind
+    return SOFTWARE, (f"internal error: {e.__class__.__name__}: {e} "
+                      "(AGENTCTL_DEBUG=1 shows the details)"), "bug"
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from agentctl import keys
-from agentctl.cli import runall, streamjson
+from agentctl.cli import runall
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
@@ -104,7 +104,11 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         _answer_waiting(conn, agent, prompt)
         if interrupted:
             raise Interrupted()
-    watchers = [streamjson.Stream(conn) if fmt == "stream-json" else None,
+    lines = None
+    if fmt == "stream-json":
+        from agentctl.cli import streamjson  # (start-up: 2 ms, only for --format stream-json)
+        lines = streamjson.Stream(conn)
+    watchers = [lines,
                 tracing.start(lambda line: warn("agent-run", line))]
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
@@ -191,9 +195,10 @@ def _list_tools(conn, ref, fmt):
     (MCP servers its grants reach are started, to list theirs, and stopped.)"""
     toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
     try:
-        rows = [{"id": n, "name": n, "source": source, "confined": confined,
-                 "description": description, "parameters": schema}
-                for n, source, confined, description, schema in toolset.listing()]
+        rows = [{"id": n, "name": n,
+                 "source": source if where is None else f"{source} {where}",
+                 "confined": confined, "description": description, "parameters": schema}
+                for n, source, where, confined, description, schema in toolset.listing()]
         unsafe = toolset.sandbox_problem()
         if unsafe:
             warn("agent-run", f"warning: no sandbox: {unsafe}: each call of its external "

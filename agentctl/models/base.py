@@ -69,21 +69,29 @@ class Cache:
 
 class Gate:
     """What a model's calls to an endpoint ask before each try and tell after it, so that
-    every run that shares a database shares what it knows of the endpoint (a turn hands
-    one to its model: ops.gate.Gate). Models know nothing of the database; this is
-    the whole of what they see of it. The calls of one model are made one at a time.
+    every run that shares a database shares what it knows of the endpoint, and those who
+    watch the turn learn of each retry (a turn hands one to its model: turn.watch.Told,
+    around ops.gate.Gate). Models know nothing of the database; this is the whole of what
+    they see of it. The calls of one model are made one at a time.
 
     acquire() returns when a try may be sent (a slot of the endpoint is free and it is
     not throttled or paced), raising TempFail (75) when that would take too long.
     release(limits, backoff) is told what the try's response said (models.limits.Limits,
     None when none came) and the wait this run would take before its next try; it
-    returns True when it took that wait over (the next acquire() waits for it)."""
+    returns True when it took that wait over (the next acquire() waits for it).
+    retrying(attempt, tries, status, reason, delay) is told, after release(), that try
+    number `attempt` (of `tries` at most) failed and another follows in `delay` seconds:
+    `status` the HTTP status that asked for it (None: a fault of the connection or of
+    the response), `reason` one line without keys."""
 
     def acquire(self):
         pass
 
     def release(self, limits, backoff):
         return False
+
+    def retrying(self, attempt, tries, status, reason, delay):
+        pass
 
 
 class Model:

@@ -79,19 +79,34 @@ def root_cause(exc):
 
 
 def describe(exc, url, settings):
+    """(kind, line) of a fault worth another try: its kind as an error's (errors.KINDS:
+    unavailable, a reply the server could not finish; timeout; unreachable), and what
+    happened in one line."""
     if isinstance(exc, Transient):
-        return str(exc)
+        return "unavailable", str(exc)
     cause = root_cause(exc)
     host = where(url)
     if isinstance(exc, requests.ConnectTimeout) or isinstance(cause, ConnectTimeoutError):
-        return f"cannot connect to {host}"
+        return "unreachable", f"cannot connect to {host}"
     if isinstance(exc, requests.ReadTimeout) or isinstance(cause, ReadTimeoutError):
-        return f"no answer from {host} within AGENTCTL_HTTP_TIMEOUT={settings.timeout:g} s"
+        return "timeout", (f"no answer from {host} within AGENTCTL_HTTP_TIMEOUT="
+                           f"{settings.timeout:g} s")
     if isinstance(exc, requests.exceptions.ChunkedEncodingError):
-        return f"response from {host} cut off"
+        return "unreachable", f"response from {host} cut off"
     if isinstance(cause, ProtocolError):
-        return f"connection to {host} dropped"
-    return f"cannot reach {host} ({type(cause).__name__})"
+        return "unreachable", f"connection to {host} dropped"
+    return "unreachable", f"cannot reach {host} ({type(cause).__name__})"
+
+
+def status_kind(status):
+    """The kind (errors.KINDS) of a status worth another try, or of a refusal for good."""
+    if status == 429:
+        return "throttled"
+    if status == 408:
+        return "timeout"
+    if status in (401, 403):
+        return "auth"
+    return "unavailable" if status in RETRY_STATUSES else "rejected"
 
 
 def api_error(response):
@@ -152,6 +167,7 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
         budget.tries += 1
         asked = None        # the wait a Retry-After asked for
         words = ""          # what the server said of a retryable status, for the last one
+        status = None       # the HTTP status that asked for another try
         own = budget.backoff()
         said_limits, shared = None, False
         if gate is not None:
@@ -164,25 +180,25 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
                 raise ModelError(f"model API error: {provider}: TLS failure with "
                                  f"{where(url)}") from exc
             except requests.RequestException as exc:
-                fault = describe(exc, url, settings)
+                kind, fault = describe(exc, url, settings)
             else:
                 with response:
-                    status = response.status_code
-                    said_limits = limits.read(status, response.headers)
-                    if status in RETRY_STATUSES:
+                    code = response.status_code
+                    said_limits = limits.read(code, response.headers)
+                    if code in RETRY_STATUSES:
                         # 0 or a date gone by: our own backoff (a server can't make us spin)
-                        fault, asked = f"HTTP {status}", said_limits.retry_after or None
-                        words = api_error(response)[0]
-                    elif not 200 <= status < 300:
+                        fault, asked = f"HTTP {code}", said_limits.retry_after or None
+                        status, kind, words = code, status_kind(code), api_error(response)[0]
+                    elif not 200 <= code < 300:
                         message, text = api_error(response)
-                        raise ModelError(f"model API error: {provider}: HTTP {status}: "
+                        raise ModelError(f"model API error: {provider}: HTTP {code}: "
                                          f"{message or 'no explanation given'}"
-                                         f"{hint(status, text)}")
+                                         f"{hint(code, text)}", kind=status_kind(code))
                     else:
                         try:
                             return read(response)
                         except (Transient, requests.RequestException) as exc:
-                            fault = describe(exc, url, settings)
+                            kind, fault = describe(exc, url, settings)
                         except Unusable as exc:     # too deep, too large, an error event
                             raise ModelError(f"model API error: {provider}: "
                                              f"{redact(str(exc))}") from None
@@ -190,11 +206,13 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
             if gate is not None:
                 shared = gate.release(said_limits, own)
         wait = own if asked is None else asked
+        words = f": {words}" if words else ""
         if not budget.allows(wait, asked=asked is not None):
             note = f" ({budget.note})" if budget.note else ""
-            words = f": {words}" if words else ""
             raise TempFail(f"model API unavailable: {provider}: {redact(fault)} after "
-                           f"{plural(budget.tries)}{note}{words}")
+                           f"{plural(budget.tries)}{note}{words}", kind=kind)
+        if gate is not None:
+            gate.retrying(budget.tries, settings.tries, status, redact(fault + words), wait)
         if not shared:
             time.sleep(wait)
 

@@ -58,7 +58,7 @@ class ScriptedModel(Model):
         failure = spec.get("fail")
         if failure == "tempfail":
             raise TempFail(f"model API unavailable: scripted: {text or 'simulated failure'} "
-                           f"({self.path}:{rule.line})")
+                           f"({self.path}:{rule.line})", kind="unavailable")
         if failure == "error":
             raise ModelError(f"model API error: scripted: {text or 'simulated error'} "
                              f"({self.path}:{rule.line})")

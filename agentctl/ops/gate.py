@@ -72,7 +72,7 @@ class Gate:
             if wait.until is not None and wait.until - clock.now() > left or left <= 0:
                 raise TempFail(f"model API unavailable: {self.identity.provider}: "
                                f"{self.identity.url} {wait.text} (AGENTCTL_PROVIDER_WAIT="
-                               f"{self.limit:g} s)")
+                               f"{self.limit:g} s)", kind="throttled")
             self._sleep(conn, min(left, wait.until - clock.now() + 0.001 if wait.until
                                   else left))
 

@@ -94,7 +94,7 @@ def claim(conn, ref, handed=None):
         if agent["status"] == "R" and held(agent) and not (
                 handed and agent["lease_owner"] == handed):
             raise TempFail(f"{registry.label(agent)}: claimed by another agent-run "
-                           f"({agent['lease_owner']})")
+                           f"({agent['lease_owner']})", kind="claimed")
         if agent["status"] == "T":
             raise Refused(f"{registry.label(agent)}: stopped (agent-kill -s CONT to resume)")
         if agent["status"] == "P":
@@ -129,12 +129,14 @@ def undispatch(conn, agent_id):
 class LostClaim(TempFail):
     """Another agent-run has claimed the agent since this run did (this run's
     lease ran out, its process stalled): this run must write nothing more."""
+    kind = "claimed"
 
 
 class KilledMidTurn(LostClaim):
     """The agent was ended while this run ran (a cascade from an ancestor kills
     its running descendants at once): the turn is voided, write nothing more."""
     code = Refused.code
+    kind = "refused"
 
 
 @contextmanager

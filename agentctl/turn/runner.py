@@ -85,8 +85,9 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
         prices.check()                  # and a bad $AGENTCTL_PRICES
         turns.backoff(0)                # and a bad $AGENTCTL_BACKOFF
         resumed = turns.open_turn(conn, agent_id)
-        client.gate = gate(conn, agent_id, client)  # and a bad $AGENTCTL_CONCURRENCY
-        turn = turns.start(conn, agent, spec, client.gate and client.gate.identity)
+        shared = gate(conn, agent_id, client)      # and a bad $AGENTCTL_CONCURRENCY
+        client.gate = watch.gate(shared)
+        turn = turns.start(conn, agent, spec, shared and shared.identity)
     except lease.LostClaim:
         raise                   # ended by a cascade since the claim: touch nothing
     except BaseException:
@@ -97,12 +98,13 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
             watch.begin(conn, registry.get(conn, agent_id), turn, resumed is not None)
             toolset = Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
+                watch.offered(spec, toolset)
                 return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset,
                              watch)
             finally:
                 toolset.close()     # its MCP servers stop with the turn
-                if client.gate is not None:
-                    client.gate.close()
+                if shared is not None:
+                    shared.close()
     except lease.LostClaim:
         raise                   # the agent is another run's now: touch nothing
     except Exception as e:

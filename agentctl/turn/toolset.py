@@ -46,6 +46,7 @@ class Toolset:
         self.builtin = {s["function"]["name"]: s for s in tools.specs()
                         if not (agent["role"] == "task" and s["function"]["name"] == "fork")}
         self.programs, self.mcp_tools, self.servers = {}, {}, None
+        self.mcp_states = {}        # server name -> (transport, state, error): mcp_servers()
         self.proxy = self._sandbox = self._environment = None
         if agent["allow"]:          # no grant, no search of the tool path
             usable = Catalog(self.warnings).usable(conn, agent["id"], self.builtin)
@@ -86,12 +87,15 @@ class Toolset:
         self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox)
         for server, entry in usable.servers.items():
             offered = mcp.cached(entry, self.environment())
+            self.mcp_states[server] = (entry.transport, "cached", None)
             if offered is None:
                 try:
                     offered = self.servers.tools(entry)
                 except mcpsession.Failed as e:
                     self.warnings.append(str(e))
+                    self.mcp_states[server] = (entry.transport, "failed", str(e))
                     continue
+                self.mcp_states[server] = (entry.transport, "started", None)
             for tool, description, schema in offered:
                 name = usable.mcp_name(server, tool)
                 if name is not None:
@@ -109,17 +113,26 @@ class Toolset:
         return offered
 
     def listing(self):
-        """(name, source, confined, description, schema) of every tool offered: an
-        external tool is confined when its calls run in the sandbox (unless the agent
-        is --unconfined)."""
+        """(name, source, where, confined, description, schema) of every tool offered,
+        in the order specs() offers them: its source built-in (where None), program
+        (where its path) or mcp (where its server's name); an external tool is confined
+        when its calls run in the sandbox (unless the agent is --unconfined)."""
         confined = not self.agent["unconfined"]
-        rows = [(n, "built-in", True, s["function"]["description"],
+        rows = [(n, "built-in", None, True, s["function"]["description"],
                  s["function"]["parameters"]) for n, s in self.builtin.items()]
-        rows += [(n, f"program {p.path}", confined, p.description, p.parameters)
+        rows += [(n, "program", str(p.path), confined, p.description, p.parameters)
                  for n, p in self.programs.items()]
-        rows += [(n, f"mcp {entry.name}", confined, d, s)
+        rows += [(n, "mcp", entry.name, confined, d, s)
                  for n, (entry, _, d, s) in self.mcp_tools.items()]
         return rows
+
+    def mcp_servers(self):
+        """(name, transport, state, error) of each MCP server the agent's grants reach,
+        as this turn's start left it: cached (its tools as last listed; not started, it
+        starts at its first call), started (listed now: no list was kept, or its entry
+        or program changed; running), failed (it could not be started or listed:
+        `error` says why; it offers nothing this turn)."""
+        return [(name, *state) for name, state in self.mcp_states.items()]
 
     def sandbox_problem(self):
         """Why its external tools' sandbox can't be made here (the fix named), or None:

@@ -1,14 +1,16 @@
 """Those who watch a turn as it happens: agent-run --format stream-json and the
-OpenTelemetry traces (agent-run(1), STREAM-JSON and TRACING).
+OpenTelemetry traces (agent-run(1), The stream and TRACING).
 
 A watcher is told of the turn at the points where the turn records it: each row of
 the event log and of the messages that the run commits (store.db.noted: a row is
 seen once its transaction commits, never if it rolls back), and the moments no row
-records: the turn beginning in this run and ending, a model call starting and
-returning, its text as it streams, a tool call starting and returning. There is no
-second event model: the rows are the event log's and the history's.
+records: the turn beginning in this run, its model and tools known, a model call
+starting, retried and returning, its text as it streams, a tool call starting and
+returning, the run ending. There is no second event model: the rows are the event
+log's and the history's.
 """
 
+from agentctl.models.base import Gate
 from agentctl.store import events, history
 
 
@@ -23,6 +25,10 @@ class Watcher:
     def begin(self, conn, agent, turn, resumed):
         """The turn (its row) starts in this run: new, or `resumed`."""
 
+    def offered(self, model, toolset):
+        """The turn's model (its name) and what it offers (a turn.toolset.Toolset) are
+        known: its steps come next."""
+
     def committed(self, rows):
         """Rows the run committed, in the order it wrote them: ("events", a tuple of
         events.COLUMNS) or ("messages", a message row)."""
@@ -35,6 +41,10 @@ class Watcher:
 
     def called(self, reply=None, error=None):
         """The model call returned `reply`, or raised `error`."""
+
+    def retrying(self, attempt, tries, status, reason, delay):
+        """A try of the model call failed and another follows (models.base.Gate); told
+        in the call's thread."""
 
     def tool(self, call):
         """A tool call (its tool_call message row) starts to run."""
@@ -101,6 +111,10 @@ class Watch:
         for w in self.watchers:
             w.begin(conn, agent, turn, resumed)
 
+    def offered(self, model, toolset):
+        for w in self.watchers:
+            w.offered(model, toolset)
+
     def streamed(self, chunk):
         for w in self.watchers:
             if w.text:
@@ -114,6 +128,16 @@ class Watch:
         for w in self.watchers:
             w.called(reply, error)
 
+    def retrying(self, attempt, tries, status, reason, delay):
+        for w in self.watchers:
+            w.retrying(attempt, tries, status, reason, delay)
+
+    def gate(self, shared):
+        """The gate the turn hands its model (models.base.Gate): `shared` (ops.gate.Gate,
+        None for a model that calls no API or with $AGENTCTL_ENDPOINT_STATE off), with
+        the watchers told of each retry."""
+        return Told(shared, self) if shared is not None or self.watchers else None
+
     def tool(self, call):
         for w in self.watchers:
             w.tool(call)
@@ -125,6 +149,23 @@ class Watch:
     def end(self, outcome=None, error=None):
         for w in self.watchers:
             w.end(outcome, error)
+
+
+class Told(Gate):
+    """The endpoint's gate, if any, and the watchers told of each retry."""
+
+    def __init__(self, shared, watch):
+        self.shared, self.watch = shared, watch
+
+    def acquire(self):
+        if self.shared is not None:
+            self.shared.acquire()
+
+    def release(self, limits, backoff):
+        return self.shared is not None and self.shared.release(limits, backoff)
+
+    def retrying(self, attempt, tries, status, reason, delay):
+        self.watch.retrying(attempt, tries, status, reason, delay)
 
 
 NOBODY = Watch(())
