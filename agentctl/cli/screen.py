@@ -234,16 +234,17 @@ class Screen:
         self.first = min(max(self.first, index - shown + 1), index, max(0, len(rows) - shown))
         self.first = max(0, self.first)
         page = rows[self.first:self.first + shown]
-        names = self.top.name_width(page)
+        cells = [self.top.cells(row, now) for row in page]
+        shape = self.top.layout(cells, width - 1)
         self.window.erase()
-        for y, text in enumerate(self.top.header(now, self.pattern)[:2]):
+        for y, text in enumerate(self.top.header(now, self.pattern, width - 1)[:2]):
             self._put(y, text, width, curses.A_BOLD)
-        self._put(2, self.top.titles(names), width, curses.A_REVERSE)
-        for y, row in enumerate(page, 3):
+        self._put(2, shape.titles(), width, curses.A_REVERSE)
+        for y, (row, line) in enumerate(zip(page, cells), 3):
             attr = self.colours.get(proctable.state(row), 0)
             if row["id"] == self.selected:
                 attr |= curses.A_REVERSE
-            self._put(y, self.top.row(row, now, names), width, attr, fill=row["id"] == self.selected)
+            self._put(y, shape.line(line), width, attr, fill=row["id"] == self.selected)
         status = self.message or (f"{len(rows)} shown, {index + 1 if rows else 0} selected;  "
                                   "q quit  ? help  / filter  T K S C signal  a answer  "
                                   "l log  r context  w why  x exits")

@@ -132,15 +132,15 @@ class View:
         return count
 
     def totals(self, now=None):
-        """The header's numbers: how many agents of each status, the model calls in
+        """The header's numbers: how many agents in each state, the model calls in
         flight, tokens and cost (micros; None: unpriced) of the last minute's calls, and
         the total of the agents shown (read again only when a row changed)."""
         now = clock.now() if now is None else now
         if self._totals is None:
             rows = self.rows.values()
             counts = {}
-            for row in rows:
-                counts[row["status"]] = counts.get(row["status"], 0) + 1
+            for row in rows:        # (a held agent is counted held, not sleeping)
+                counts[proctable.state(row)] = counts.get(proctable.state(row), 0) + 1
             costs = [r["cost"] for r in rows if r["cost"] is not None]
             self._totals = {"counts": counts, "in_flight": sum(map(in_call, rows)),
                             "tokens": sum(r["tokens_in"] + r["tokens_out"] for r in rows),

@@ -1,0 +1,80 @@
+"""agent-top on a small terminal (80x24 and narrower: DOING stays, the other columns
+give way) and a held agent (its colour, counted held)."""
+
+import re
+
+from agentctl.cli import top as cli_top
+
+from .conftest import agent, fork
+from .test_top import pane, sgr  # noqa: F401  (a fixture, and how a colour is seen)
+
+LONG = "x" * 150        # a failure's text that makes a reason longer than the screen
+
+
+def held(name, parent="init", failure="gone"):
+    """An agent held after a failed turn (its scripted model's file can't be read)."""
+    fork("-n", name, "-p", parent, "-m", f"scripted:relative/{failure}.jsonl", "hi")
+    assert agent("run", name).code != 0
+
+
+def cells(name, doing, depth=1):
+    return ("ABCDEFGH", "  " * (depth - 1) + "\\_ " + name, "S", "worker", "0", "4m",
+            "1.2k/20k", "$0.0030/$0.0190", doing)
+
+
+def test_the_other_columns_give_way_to_doing_in_the_documented_order():
+    rows = [cells("lead", "model call (3s)"), cells("worker-seven", "x" * 80, depth=2)]
+    titles = {}
+    for width in (150, 120, 90, 79, 70, 60, 50, 40, 30, 20):
+        shape = cli_top.layout(rows, width)
+        titles[width] = shape.titles().split()
+        assert titles[width][-1] == "DOING" and {"NAME", "STAT"} <= set(titles[width])
+        lines = [shape.line(c) for c in rows]
+        assert lines[0].endswith(" model call (3s)") or width < 30   # whole when it fits
+        assert all(len(line) <= max(width, 19) for line in lines), (width, lines)
+        doing = lines[1][len(shape.titles()) - len("DOING"):]
+        assert doing.endswith("...") and len(doing) >= min(cli_top.DOING_ROOM, width - 14)
+    assert titles[150] == [t for t, _, _ in cli_top.COLUMNS] + ["DOING"]
+    order = []                  # the columns left out, as the screen narrows
+    for width in sorted(titles, reverse=True):
+        order += sorted(set(titles[150]) - set(titles[width]) - set(order),
+                        key=cli_top.LEFT_OUT.index)
+    assert order == list(cli_top.LEFT_OUT) == ["COST", "TOKENS", "ID", "AGE", "ROLE", "MAIL"]
+    assert cli_top.layout(rows).doing is None          # a snapshot: nothing cut
+    assert cli_top.layout(rows).line(rows[1]).endswith("x" * 80)
+
+
+def test_at_80x24_doing_is_there_and_cut_only_when_it_must_be(pane, conn):
+    fork("-n", "lead")
+    fork("-n", "worker-one", "-p", "lead", "do it")
+    fork("-n", "w2", "-p", "lead")
+    agent("kill", "-s", "STOP", "w2")
+    held("fetcher", "lead", failure=LONG)
+    screen = pane(width=80, height=24).shows("fetcher", "in flight")
+    lines = screen.splitlines()
+    assert lines[2].split() == ["ID", "NAME", "STAT", "ROLE", "MAIL", "AGE", "DOING"]
+    assert "in flight: 0 model calls" in lines[0]   # (its zero counts left out to fit)
+    assert max(map(len, lines)) < 80
+    by = {line.split()[2]: line for line in lines[4:8]}
+    assert by["worker-one"].endswith(" pending: 1 prompt")           # whole
+    assert by["w2"].endswith(" stopped: by STOP...")                 # cut, with ...
+    assert re.search(r" held after a failure \d+s\.\.\.$", by["fetcher"])
+
+
+def test_a_held_agent_is_coloured_and_counted_held_not_sleeping(pane, conn):
+    fork("-n", "a")
+    held("h")
+    held("h2")
+    agent("kill", "-s", "STOP", "h2")          # stopped first: counted stopped
+    snapshot = agent("top").out.splitlines()
+    assert snapshot[0].startswith(
+        "agents: 4 live: 0 running, 0 paused, 2 sleeping, 1 held, 1 stopped, 0 zombie;")
+    screen = pane()
+    screen.shows(" h ", "1 held")
+    coloured = screen.screen(colours=True).splitlines()
+    line = next(i for i, text in enumerate(screen.screen().splitlines()) if " h " in text)
+    assert sgr(coloured[line], "35")                            # magenta, as in dot
+    plain = next(i for i, text in enumerate(screen.screen().splitlines()) if " a " in text)
+    assert not sgr(coloured[plain], "3[0-7]")
+
+
