@@ -1,5 +1,6 @@
 """agent-top on a small terminal (80x24 and narrower: DOING stays, the other columns
-give way) and a held agent (its colour, counted held)."""
+give way), its why view (a long reason wrapped, its fix seen) and a held agent (its
+colour, counted held)."""
 
 import re
 
@@ -59,6 +60,23 @@ def test_at_80x24_doing_is_there_and_cut_only_when_it_must_be(pane, conn):
     assert by["worker-one"].endswith(" pending: 1 prompt")           # whole
     assert by["w2"].endswith(" stopped: by STOP...")                 # cut, with ...
     assert re.search(r" held after a failure \d+s\.\.\.$", by["fetcher"])
+
+
+def test_the_why_view_wraps_a_long_reason_so_its_fix_is_seen(pane, conn):
+    held("fetcher", failure=LONG)
+    why = agent("why", "fetcher").out.strip()
+    assert len(why) > 200 and why.endswith("lets --all)")
+    screen = pane(width=80, height=24)
+    screen.shows("fetcher")
+    screen.keys("End", "w")
+    shown = screen.shows("why of fetcher", "lets --all)")
+    body = shown.split("q back)", 1)[1]
+
+    def text(lines):
+        return "".join(re.sub(r"\d+s ago", "", lines).split())
+    assert text(body) == text(why)                       # all of it, over lines
+    assert "agent-kill -s CONT fetcher" in " ".join(body.split())
+    assert max(map(len, shown.splitlines())) < 80
 
 
 def test_a_held_agent_is_coloured_and_counted_held_not_sleeping(pane, conn):

@@ -6,6 +6,7 @@ on every way out: q, ^C, an error, SIGTERM, SIGHUP."""
 import curses
 import os
 import signal
+import textwrap
 import time
 
 from agentctl import clock
@@ -315,18 +316,21 @@ class Screen:
             except curses.error:
                 pass
 
-    def pager(self, title, lines):
-        """Lines to read, scrolled with the keys; q or Esc goes back."""
-        first = 0
+    def pager(self, title, text):
+        """Lines to read, a long one wrapped at the screen's width (wrapped()), scrolled
+        with the keys; q or Esc goes back."""
+        first, wrapped_to = 0, None
         while True:
             height, width = self.window.getmaxyx()
+            if wrapped_to != width:
+                lines, wrapped_to = wrapped(text, width - 1), width
             shown = max(1, height - 2)
             first = min(max(first, 0), max(0, len(lines) - shown))
             self.window.erase()
             self._put(0, f"{title}  ({first + 1}-{min(first + shown, len(lines))} of "
                          f"{len(lines)}; q back)", width, curses.A_REVERSE, fill=True)
             for y, line in enumerate(lines[first:first + shown], 1):
-                self._put(y, line.expandtabs(), width)
+                self._put(y, line, width)
             self.window.refresh()
             key = self._key()
             if key in (ord("q"), ESC, curses.KEY_LEFT):
@@ -334,3 +338,15 @@ class Screen:
             first += {curses.KEY_UP: -1, ord("k"): -1, curses.KEY_DOWN: 1, ord("j"): 1,
                       curses.KEY_PPAGE: -shown, curses.KEY_NPAGE: shown, ord(" "): shown,
                       curses.KEY_HOME: -len(lines), curses.KEY_END: len(lines)}.get(key, 0)
+
+
+def wrapped(lines, width):
+    """Lines as a pager shows them `width` columns wide: a longer one wrapped at a space
+    (else where the room ends), what follows indented by two, so that its end (the fix
+    a reason names) is seen."""
+    found = []
+    for line in lines:
+        line = line.expandtabs().translate(CARET).rstrip()
+        found += textwrap.wrap(line, max(width, 8), subsequent_indent="  ",
+                               break_on_hyphens=False) or [""]
+    return found
