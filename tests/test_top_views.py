@@ -1,12 +1,17 @@
 """agent-top on a small terminal (80x24 and narrower: DOING stays, the other columns
-give way), its why view (a long reason wrapped, its fix seen) and a held agent (its
-colour, counted held)."""
+give way), its why view (a long reason wrapped, its fix seen), a held agent (its
+colour, counted held) and the time of a model call in a resumed turn."""
 
+import json
 import re
+import threading
 
 from agentctl.cli import top as cli_top
+from agentctl.ops import top
+from agentctl.store.db import transaction
 
-from .conftest import agent, fork
+from .conftest import agent, events, fork, row, started, wait_until
+from .fakeapi import fakeapi  # noqa: F401  (a fixture)
 from .test_top import pane, sgr  # noqa: F401  (a fixture, and how a colour is seen)
 
 LONG = "x" * 150        # a failure's text that makes a reason longer than the screen
@@ -94,5 +99,49 @@ def test_a_held_agent_is_coloured_and_counted_held_not_sleeping(pane, conn):
     assert sgr(coloured[line], "35")                            # magenta, as in dot
     plain = next(i for i, text in enumerate(screen.screen().splitlines()) if " a " in text)
     assert not sgr(coloured[plain], "3[0-7]")
+
+
+def test_a_resumed_turn_counts_its_model_call_from_the_call_not_the_turn(
+        conn, tmp_path, fakeapi, monkeypatch):
+    """A turn whose first call was an hour ago (then it failed, and was held) and whose
+    next call is now; and a new turn taking a prompt written an hour ago."""
+    monkeypatch.setenv("AGENTCTL_HTTP_TIMEOUT", "60")
+    monkeypatch.setattr(top, "FULL_EVERY", 1e9)     # what the view sees, it sees by events
+    steps = [{"tool_calls": [{"name": "ps", "arguments": {}}]}, {"fail": "error"}]
+    rules = tmp_path / "steps.jsonl"
+    rules.write_text(json.dumps({"steps": steps}) + "\n")
+    fork("-n", "old", "-m", f"scripted:{rules}", "go")
+    assert agent("run", "old").code == 69          # a step done, then held: its turn open
+    fork("-n", "fresh", "-m", "openai:gpt-test", "go")
+    turn = conn.execute("SELECT id FROM turns WHERE status = 'running'").fetchone()[0]
+    with transaction(conn):                        # all of it an hour ago
+        conn.execute("UPDATE turns SET started_at = started_at - 3600 WHERE id = ?", (turn,))
+        conn.execute("UPDATE messages SET created_at = created_at - 3600")
+        conn.execute("UPDATE events SET created_at = created_at - 3600")
+    assert agent("set", "old", "model=openai:gpt-test").code == 0      # lets it go
+    view = top.View(conn)
+    hold = threading.Event()
+    fakeapi.reply("done", hold=hold)
+    fakeapi.reply("done", hold=hold)
+    runs = [started("agent-run", name) for name in ("old", "fresh")]
+    try:
+        wait_until(lambda: len(fakeapi.requests) == 2, "both calls in flight")
+        snapshot = agent("top").out
+        for name in ("old", "fresh"):
+            line = next(text for text in snapshot.splitlines() if f" {name} " in text)
+            assert re.search(r" model call \(\d+s\)$", line), line      # not (1h)
+        wait_until(lambda: (view.update(), all(
+            view.rows[row(conn, n)["id"]]["status"] == "R" for n in ("old", "fresh")))[1],
+            "the view to see both running")
+        for name in ("old", "fresh"):
+            doing = view.doing(view.rows[row(conn, name)["id"]])
+            assert re.fullmatch(r"model call \(\d+s\)", doing), doing
+    finally:
+        hold.set()
+        for run in runs:
+            run.communicate(timeout=60)
+    assert [r.returncode for r in runs] == [0, 0]
+    assert [e["turn"] for e in events(conn, "old", "turn-resume")] == [turn]
+    assert events(conn, "fresh", "turn-resume") == []
 
 

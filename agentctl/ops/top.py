@@ -187,12 +187,22 @@ def doing(conn, row, now):
     spent, held after a failure, backing off until when ... and every reason added
     there, as a provider's rate limit), or what its next turn would take."""
     if in_turn(row):
-        since = age(now - (row["step_at"] or row["turn_at"]))
+        since = age(now - step_began(row))
         if row["tool"]:
             return f"tool {row['tool']} ({since})"
         return f"model call ({since})"
     lines = why.reasons(conn, row, now)
     return lines[0] if lines else why.pending(conn, row, now)
+
+
+def step_began(row):
+    """When the step a running agent is in began (its model call, or its tool call):
+    the latest of its turn's start, its turn's newest message (a step's end: the next
+    began; the prompts the turn took are older than it), a run taking up the turn again
+    (a resumed turn's first step) and the model call its run has in flight (calling:
+    where its endpoint has a cap)."""
+    return max(t for t in (row["turn_at"], row["step_at"], row["run_at"], row["calling"])
+               if t is not None)
 
 
 def matches(row, pattern):
