@@ -1,16 +1,20 @@
 """agent-top on a small terminal (80x24 and narrower: DOING stays, the other columns
 give way), its why view (a long reason wrapped, its fix seen), a held agent (its
-colour, counted held) and the time of a model call in a resumed turn."""
+colour, counted held), the time of a model call in a resumed turn, and the README's
+picture of it (made by docs/pictures.py)."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 
 from agentctl.cli import top as cli_top
 from agentctl.ops import top
 from agentctl.store.db import transaction
 
-from .conftest import agent, events, fork, row, started, wait_until
+from .conftest import ROOT, agent, events, fork, row, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401  (a fixture)
 from .test_top import pane, sgr  # noqa: F401  (a fixture, and how a colour is seen)
 
@@ -145,3 +149,35 @@ def test_a_resumed_turn_counts_its_model_call_from_the_call_not_the_turn(
     assert events(conn, "fresh", "turn-resume") == []
 
 
+def test_the_readmes_picture_of_agent_top_is_what_it_prints_today():
+    """README.md's block is made by docs/pictures.py (make pictures), not by hand: its
+    titles are the ones agent-top prints on the same tree, its header of the same form."""
+    made = subprocess.run([sys.executable, os.path.join(ROOT, "docs", "pictures.py"),
+                           "--print"], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read().split("## Watching a tree\n", 1)[1]
+    block = code_block(readme)
+    ours = code_block(made.stdout)
+
+    def form(line):
+        return re.sub(r"\$[\d.]+|\d+(\.\d+)?k?", "N", line.strip())
+    assert [form(line) for line in block[:2]] == [form(line) for line in ours[:2]]
+    assert block[3].strip() == ours[3].strip()            # the titles, to the space
+    assert [line.split()[1:3] for line in block[4:]] == [line.split()[1:3] for line in ours[4:]]
+    assert os.path.exists(os.path.join(ROOT, "docs", "tree.svg"))
+    assert "](docs/tree.svg)" in readme
+
+
+def code_block(text):
+    """The lines of the first indented block of a Markdown text, unindented."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    "))
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    while block and not block[-1]:
+        block.pop()
+    return block
