@@ -160,8 +160,8 @@ def big(tmp, count, seconds):
         view._doing.clear()             # each line's reason asked afresh (as every 10 s)
         cells = [shown.cells(row, now) for row in page]
         shape = shown.layout(cells, 150)
-        for line in cells:
-            shape.line(line)
+        for agent_cells in cells:
+            shape.line(agent_cells)
         times.append(time.perf_counter() - start)
     line(f"T5. {count:,} live agents: a screen drawn, its reasons asked (ms)",
          statistics.median(times) * 1000, lambda v: (v < 250, "< 250 ms"), unit=" ms")
