@@ -16,7 +16,7 @@ EXTRAS  ?=
 PROGRAMS = $(shell $(PYTHON) -c 'from agentctl.programs import NAMES; print(*("agent-" + n for n in NAMES))')
 STAMP    = $(VENV)/.stamp
 
-.PHONY: all venv demo test soak test-live bench programs install uninstall clean
+.PHONY: all venv demo pictures test soak test-live bench programs install uninstall clean
 
 all: venv
 
@@ -41,6 +41,11 @@ demo: $(STAMP)
 	rm -rf .demo && mkdir .demo
 	@echo "make demo: on the database $(CURDIR)/.demo/agents.db"
 	AGENTCTL_DB="$(CURDIR)/.demo/agents.db" PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
+
+# README.md's picture of agent-top and docs/tree.svg (agent-ps --format dot, drawn by
+# Graphviz's dot), made again by the real programs on a small tree (docs/pictures.py).
+pictures: $(STAMP)
+	$(VENV)/bin/python docs/pictures.py
 
 # Twice: on SQLite files, then the tests of storage semantics (every program end to
 # end: mail, the event log, runs and leases, requests, lifecycle, timers, budgets,

@@ -143,6 +143,9 @@ KINDS = {
     "fork": Kind("parent at role model?", _fork),
     "turn-start": Kind("turn model?", lambda d, actor, names: f"turn {d.get('turn')} started"
                        + (f", model {d['model']}" if d.get("model") else "")),
+    # a run took up an open turn again (after a crash, a failure, STOP, a request)
+    "turn-resume": Kind("turn model?", lambda d, actor, names: f"turn {d.get('turn')} resumed"
+                        + (f", model {d['model']}" if d.get("model") else "")),
     "turn-end": Kind("turn model? outcome steps input_tokens output_tokens mail_read seconds "
                      "error? cache_read_tokens? cache_write_tokens? cost? unpriced?", _turn_end),
     # one model call: its usage as the provider reported it (estimated: it did not), and

@@ -156,11 +156,12 @@ def big(tmp, count, seconds):
         now = clock.now()
         rows = view.ordered()
         page = rows[len(rows) // 2:len(rows) // 2 + 36]     # a screen in the middle
-        width = shown.name_width(page)
-        shown.header(now)
+        shown.header(now, width=150)
         view._doing.clear()             # each line's reason asked afresh (as every 10 s)
-        for row in page:
-            shown.row(row, now, width)
+        cells = [shown.cells(row, now) for row in page]
+        shape = shown.layout(cells, 150)
+        for agent_cells in cells:
+            shape.line(agent_cells)
         times.append(time.perf_counter() - start)
     line(f"T5. {count:,} live agents: a screen drawn, its reasons asked (ms)",
          statistics.median(times) * 1000, lambda v: (v < 250, "< 250 ms"), unit=" ms")

@@ -6,6 +6,7 @@ on every way out: q, ^C, an error, SIGTERM, SIGHUP."""
 import curses
 import os
 import signal
+import textwrap
 import time
 
 from agentctl import clock
@@ -234,16 +235,17 @@ class Screen:
         self.first = min(max(self.first, index - shown + 1), index, max(0, len(rows) - shown))
         self.first = max(0, self.first)
         page = rows[self.first:self.first + shown]
-        names = self.top.name_width(page)
+        cells = [self.top.cells(row, now) for row in page]
+        shape = self.top.layout(cells, width - 1)
         self.window.erase()
-        for y, text in enumerate(self.top.header(now, self.pattern)[:2]):
+        for y, text in enumerate(self.top.header(now, self.pattern, width - 1)[:2]):
             self._put(y, text, width, curses.A_BOLD)
-        self._put(2, self.top.titles(names), width, curses.A_REVERSE)
-        for y, row in enumerate(page, 3):
+        self._put(2, shape.titles(), width, curses.A_REVERSE)
+        for y, (row, line) in enumerate(zip(page, cells), 3):
             attr = self.colours.get(proctable.state(row), 0)
             if row["id"] == self.selected:
                 attr |= curses.A_REVERSE
-            self._put(y, self.top.row(row, now, names), width, attr, fill=row["id"] == self.selected)
+            self._put(y, shape.line(line), width, attr, fill=row["id"] == self.selected)
         status = self.message or (f"{len(rows)} shown, {index + 1 if rows else 0} selected;  "
                                   "q quit  ? help  / filter  T K S C signal  a answer  "
                                   "l log  r context  w why  x exits")
@@ -314,18 +316,21 @@ class Screen:
             except curses.error:
                 pass
 
-    def pager(self, title, lines):
-        """Lines to read, scrolled with the keys; q or Esc goes back."""
-        first = 0
+    def pager(self, title, text):
+        """Lines to read, a long one wrapped at the screen's width (wrapped()), scrolled
+        with the keys; q or Esc goes back."""
+        first, wrapped_to = 0, None
         while True:
             height, width = self.window.getmaxyx()
+            if wrapped_to != width:
+                lines, wrapped_to = wrapped(text, width - 1), width
             shown = max(1, height - 2)
             first = min(max(first, 0), max(0, len(lines) - shown))
             self.window.erase()
             self._put(0, f"{title}  ({first + 1}-{min(first + shown, len(lines))} of "
                          f"{len(lines)}; q back)", width, curses.A_REVERSE, fill=True)
             for y, line in enumerate(lines[first:first + shown], 1):
-                self._put(y, line.expandtabs(), width)
+                self._put(y, line, width)
             self.window.refresh()
             key = self._key()
             if key in (ord("q"), ESC, curses.KEY_LEFT):
@@ -333,3 +338,15 @@ class Screen:
             first += {curses.KEY_UP: -1, ord("k"): -1, curses.KEY_DOWN: 1, ord("j"): 1,
                       curses.KEY_PPAGE: -shown, curses.KEY_NPAGE: shown, ord(" "): shown,
                       curses.KEY_HOME: -len(lines), curses.KEY_END: len(lines)}.get(key, 0)
+
+
+def wrapped(lines, width):
+    """Lines as a pager shows them `width` columns wide: a longer one wrapped at a space
+    (else where the room ends), what follows indented by two, so that its end (the fix
+    a reason names) is seen."""
+    found = []
+    for line in lines:
+        line = line.expandtabs().translate(CARET).rstrip()
+        found += textwrap.wrap(line, max(width, 8), subsequent_indent="  ",
+                               break_on_hyphens=False) or [""]
+    return found

@@ -2,6 +2,7 @@
 (the screen is cli/screen.py); a snapshot of the same view when not on a terminal."""
 
 import sys
+from typing import NamedTuple
 
 import click
 
@@ -60,19 +61,22 @@ class Top:
 
     # -- text --------------------------------------------------------------------------
 
-    def header(self, now, pattern=None):
-        """The lines above the table: the agents by status, the calls in flight, the
-        tokens and cost of the last minute and in total."""
+    def header(self, now, pattern=None, width=None):
+        """The lines above the table: the agents by state (ops.proctable.state: a held
+        agent is counted held, not sleeping), the calls in flight, the tokens and cost
+        of the last minute and in total. On a screen `width` columns wide the counts
+        that are 0 are left out when the first line would not fit."""
         t = self.view.totals(now)
         counts = t["counts"]
-        live = sum(counts.get(s, 0) for s in registry.LIVE)
+        live = sum(counts.get(s, 0) for s in registry.LIVE + ("H",))
         parts = [f"{counts.get(s, 0)} {w}" for s, w in (
-            ("R", "running"), ("P", "paused"), ("S", "sleeping"), ("T", "stopped"),
-            ("Z", "zombie"))]
-        if counts.get("X"):
-            parts.append(f"{counts['X']} dead")
-        first = (f"agents: {live} live: {', '.join(parts)}; "
-                 f"in flight: {t['in_flight']} model call{'s' if t['in_flight'] != 1 else ''}")
+            ("R", "running"), ("P", "paused"), ("S", "sleeping"), ("H", "held"),
+            ("T", "stopped"), ("Z", "zombie"), ("X", "dead")) if counts.get(s) or s not in "HX"]
+        flight = f"in flight: {t['in_flight']} model call{'s' if t['in_flight'] != 1 else ''}"
+        first = f"agents: {live} live: {', '.join(parts)}; {flight}"
+        if width is not None and len(first) > width:
+            parts = [p for p in parts if not p.startswith("0 ")]
+            first = f"agents: {live} live: {', '.join(parts) or 'none'}; {flight}"
         second = (f"last minute: {tokens(t['minute_tokens'])} tokens, "
                   f"{cost_text(t['minute_cost'], t['minute_unpriced'])}; "
                   f"in total: {tokens(t['tokens'])} tokens, {cost_text(t['cost'], t['unpriced'])}")
@@ -80,12 +84,8 @@ class Top:
         extra += ["recent exits shown"] if self.view.exits else []
         return [first, second + ("; " + ", ".join(extra) if extra else "")]
 
-    def titles(self, name_width):
-        return _line("ID", "NAME", name_width, "STAT", "ROLE", "MAIL", "AGE",
-                     "TOKENS", "COST", "DOING")
-
-    def row(self, row, now, name_width):
-        """One agent's line (its last column, what it is doing, as long as it is)."""
+    def cells(self, row, now):
+        """One agent's cells, COLUMNS' and DOING last (its first line, as long as it is)."""
         name = row["name"] or short(row["id"])
         if row.get("depth"):
             name = "  " * (row["depth"] - 1) + "\\_ " + name
@@ -95,23 +95,20 @@ class Top:
         spent = (f"{cost_text(row['turn_cost'], row['turn_unpriced']) if turn else '-'}/"
                  f"{cost_text(row['cost'], row['unpriced'])}")
         doing = self.view.doing(row, now).split("\n", 1)[0].translate(CARET)
-        return _line(short(row["id"]), name, name_width, stat_text(row), row["role"],
-                     str(row["mail"]), age(now - row["created_at"]), used, spent, doing)
+        return (short(row["id"]), name, stat_text(row), row["role"], str(row["mail"]),
+                age(now - row["created_at"]), used, spent, doing)
 
     @staticmethod
-    def name_width(rows, most=40):
-        """The NAME column's width: its longest name (indented), from 8 to `most`."""
-        longest = max((len(r["name"] or "") + 2 * r.get("depth", 0) + 1 for r in rows),
-                      default=8)
-        return max(8, min(most or longest, longest))
+    def layout(cells, width=None):
+        return layout(cells, width)
 
     def snapshot(self):
         """The whole view as lines, for a pipe or a file: every agent, nothing cut."""
         now = clock.now()
-        rows = self.view.ordered()
-        width = self.name_width(rows, most=None)
-        return self.header(now) + ["", self.titles(width).rstrip()] + \
-            [self.row(r, now, width).rstrip() for r in rows]
+        cells = [self.cells(r, now) for r in self.view.ordered()]
+        shape = layout(cells)
+        return self.header(now) + ["", shape.titles().rstrip()] + \
+            [shape.line(c).rstrip() for c in cells]
 
     # -- actions: the programs' own operations, each in a transaction of its own --------
 
@@ -164,9 +161,64 @@ class Top:
         return lines or [why.pending(self.conn, row, now)]
 
 
-def _line(ident, name, name_width, stat, role, mail, when, used, spent, doing):
-    return (f"{ident:<8} {cut(name, name_width):<{name_width}} {stat:<4} {cut(role, 7):<7} "
-            f"{mail:>4} {when:>4} {used:>11} {spent:>17} {doing}")
+# The columns before DOING, in order: (title, width, right-aligned); NAME's width is its
+# widest cell's, from 8 up to NAME_MOST on a screen. DOING, the last, has the rest.
+COLUMNS = (("ID", 8, False), ("NAME", None, False), ("STAT", 4, False), ("ROLE", 7, False),
+           ("MAIL", 4, True), ("AGE", 4, True), ("TOKENS", 11, True), ("COST", 17, True))
+NAME_LEAST, NAME_MOST = 8, 40
+CUT = ("NAME", "ROLE")  # the texts cut to their column's width (a number never is)
+# On a screen too narrow for them all, the others give way to DOING until it has
+# DOING_ROOM columns (or its longest text's, if shorter): TOKENS and COST narrow to
+# their widest cell, then these are left out one by one, then NAME narrows.
+DOING_ROOM = 30
+LEFT_OUT = ("COST", "TOKENS", "ID", "AGE", "ROLE", "MAIL")
+
+
+class Layout(NamedTuple):
+    """The columns a table shows ({title: width}, in order) and DOING's width (None: as
+    long as each text is)."""
+    widths: dict
+    doing: int | None
+
+    def titles(self):
+        return self.line(TITLES)
+
+    def line(self, cells):
+        """An agent's line of its cells (Top.cells), or the titles'."""
+        by = dict(zip(TITLES, cells))
+        texts = {t: cut(by[t], w) if t in CUT else by[t] for t, w in self.widths.items()}
+        parts = [f"{texts[t]:>{w}}" if RIGHT[t] else f"{texts[t]:<{w}}"
+                 for t, w in self.widths.items()]
+        return " ".join(parts + [by["DOING"] if self.doing is None
+                                 else cut(by["DOING"], self.doing)])
+
+
+TITLES = [c[0] for c in COLUMNS] + ["DOING"]
+RIGHT = {title: right for title, _, right in COLUMNS}
+
+
+def layout(cells, width=None):
+    """The Layout of the agents' `cells` on a screen `width` columns wide (None: a
+    snapshot, nothing left out or cut)."""
+    names = max((len(c[1]) for c in cells), default=NAME_LEAST)
+    widths = {t: w or max(NAME_LEAST, min(names, NAME_MOST if width else names))
+              for t, w, _ in COLUMNS}
+    if width is None:
+        return Layout(widths, None)
+    want = min(DOING_ROOM, max((len(c[-1]) for c in cells), default=0))
+
+    def lacking():      # how many columns DOING lacks
+        return want - (width - sum(w + 1 for w in widths.values()))
+    for title in ("TOKENS", "COST"):
+        if lacking() > 0:
+            column = TITLES.index(title)
+            widths[title] = max([len(title)] + [len(c[column]) for c in cells])
+    for title in LEFT_OUT:
+        if lacking() > 0:
+            del widths[title]
+    if lacking() > 0:
+        widths["NAME"] = max(NAME_LEAST, widths["NAME"] - lacking())
+    return Layout(widths, max(len("DOING"), width - sum(w + 1 for w in widths.values())))
 
 
 def tokens(n):

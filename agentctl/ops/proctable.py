@@ -52,10 +52,10 @@ STATES = {"R": "running", "S": "sleeping", "P": "paused", "T": "stopped",
 
 
 def state(r):
-    """The state a view colours a row by: its status, H for a live agent held after a
-    failure (agent-why says why)."""
-    held = r["held_at"] is not None and r["status"] in registry.LIVE
-    return "H" if held else r["status"]
+    """The state a view colours and counts a row by: its status, H for a sleeping agent
+    held after a failure (agent-why says why; a held agent that a run resumes, or that
+    is stopped or paused, is that first)."""
+    return "H" if r["held_at"] is not None and r["status"] == "S" else r["status"]
 
 
 def stat_text(r):

@@ -132,15 +132,15 @@ class View:
         return count
 
     def totals(self, now=None):
-        """The header's numbers: how many agents of each status, the model calls in
+        """The header's numbers: how many agents in each state, the model calls in
         flight, tokens and cost (micros; None: unpriced) of the last minute's calls, and
         the total of the agents shown (read again only when a row changed)."""
         now = clock.now() if now is None else now
         if self._totals is None:
             rows = self.rows.values()
             counts = {}
-            for row in rows:
-                counts[row["status"]] = counts.get(row["status"], 0) + 1
+            for row in rows:        # (a held agent is counted held, not sleeping)
+                counts[proctable.state(row)] = counts.get(proctable.state(row), 0) + 1
             costs = [r["cost"] for r in rows if r["cost"] is not None]
             self._totals = {"counts": counts, "in_flight": sum(map(in_call, rows)),
                             "tokens": sum(r["tokens_in"] + r["tokens_out"] for r in rows),
@@ -188,7 +188,7 @@ def doing(conn, row, now):
     spent, held after a failure, backing off until when ... and every reason added
     there, as a provider's rate limit), or what its next turn would take."""
     if in_turn(row):
-        since = age(now - (row["step_at"] or row["turn_at"]))
+        since = age(now - step_began(row))
         if row["tool"]:
             return f"tool {row['tool']} ({since})"
         if row["waiting"] is not None:      # for a slot, a throttle's end or the pace
@@ -198,6 +198,16 @@ def doing(conn, row, now):
         return f"model call ({since})"
     lines = why.reasons(conn, row, now)
     return lines[0] if lines else why.pending(conn, row, now)
+
+
+def step_began(row):
+    """When the step a running agent is in began (its model call, or its tool call):
+    the latest of its turn's start, its turn's newest message (a step's end: the next
+    began; the prompts the turn took are older than it), a run taking up the turn again
+    (a resumed turn's first step) and the model call its run has in flight (calling:
+    where its endpoint has a cap)."""
+    return max(t for t in (row["turn_at"], row["step_at"], row["run_at"], row["calling"])
+               if t is not None)
 
 
 def matches(row, pattern):

@@ -68,7 +68,8 @@ def start(conn, agent, model_name, identity=None):
         if identity is not None:
             endpoints.name(conn, agent["id"], identity)
         turn = open_turn(conn, agent["id"])
-        if turn is not None:
+        if turn is not None:        # (when: agent-top's DOING counts a call from it)
+            events.record(conn, agent["id"], "turn-resume", turn=turn["id"], model=model_name)
             return turn
         now = clock.now()
         waiting = pending(conn, agent["id"], now)

@@ -18,8 +18,9 @@ def agents(conn, *, ids=None, dead_since=None):
     (None: none of them); only those of `ids` when given. Each row, a dict, has the
     agent's columns (registry.AGENT_COLUMNS, but system_prompt and result) and parent_status, mail (unread), turn (the id
     of its open turn, or None), turn_tokens, turn_cost, turn_unpriced, step_at (when
-    the open turn's newest message came) and tool (its first tool call still without
-    a result, for a running agent)."""
+    the open turn's newest message came), tool (its first tool call still without a
+    result) and run_at (when a run last started or resumed a turn of it: its newest
+    turn-start or turn-resume event), these two for a running agent."""
     where = [f"(a.status IN {registry.statuses(registry.NOT_DEAD)}"
              + (" OR a.exited_at >= ?)" if dead_since is not None else ")")]
     params = [dead_since] if dead_since is not None else []
@@ -38,7 +39,10 @@ def agents(conn, *, ids=None, dead_since=None):
                  WHERE c.turn_id = t.id AND c.kind = 'tool_call' AND c.void = 0
                  AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.turn_id = c.turn_id
                    AND r.kind = 'tool_result' AND r.tool_call_id = c.tool_call_id)
-                 ORDER BY c.id LIMIT 1) END AS tool
+                 ORDER BY c.id LIMIT 1) END AS tool,
+               CASE WHEN a.status = 'R' THEN (SELECT e.created_at FROM events e
+                 WHERE e.agent_id = a.id AND e.kind IN ('turn-start', 'turn-resume')
+                 ORDER BY e.id DESC LIMIT 1) END AS run_at
         FROM agents a LEFT JOIN agents p ON p.id = a.parent_id
         LEFT JOIN turns t ON t.id = (SELECT max(o.id) FROM turns o WHERE o.agent_id = a.id
                                       AND {is_open('o')})
