@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from .conftest import PROGRAMS, ROOT, script
+from .conftest import PROGRAMS, ROOT, make, script
 
 
 def files_under(top):
@@ -14,8 +14,8 @@ def files_under(top):
 
 def test_install_and_uninstall(tmp_path):
     dest = tmp_path / "dest"
-    make = ["make", "-C", ROOT, f"DESTDIR={dest}", "PREFIX=/usr/local", f"PYTHON={sys.executable}"]
-    result = subprocess.run(make + ["install"], capture_output=True, text=True, timeout=600)
+    where = (f"DESTDIR={dest}", "PREFIX=/usr/local")
+    result = make(*where, "install")
     assert result.returncode == 0, result.stderr
     installed = files_under(dest)
     for p in PROGRAMS:
@@ -64,7 +64,7 @@ def test_install_and_uninstall(tmp_path):
                           env=dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="80"),
                           capture_output=True, text=True)
     assert "agent-ps" in page.stdout and "SYNOPSIS" in page.stdout
-    result = subprocess.run(make + ["uninstall"], capture_output=True, text=True)
+    result = make(*where, "uninstall")
     assert result.returncode == 0, result.stderr
     assert files_under(dest) == []
 
