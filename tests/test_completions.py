@@ -120,11 +120,12 @@ def test_installed_completions_complete_in_an_interactive_bash(installed, loader
                   if "bash-completion/completions/agent-*" in line) + "\n"
     (home / ".bashrc").write_text(rc + "PS1='ready$ '\n")
     ids = [fork("-n", "scout"), fork("-n", "scribe")]
+    # a fresh HOME's: where bash-completion looks is ~/.local/share and the defaults
     env = {k: v for k, v in os.environ.items() if k not in
            ("XDG_DATA_HOME", "XDG_DATA_DIRS", "BASH_COMPLETION_USER_DIR", "TMUX")}
     env.update(HOME=str(home), TERM="xterm",
                PATH=os.pathsep.join([str(home / ".local" / "bin"), str(home / "python"),
-                                     "/usr/bin", "/bin"]))
+                                     os.environ["PATH"]]))
     bash = Bash(tmux, home, env)
     try:
         bash.shows("ready$")
