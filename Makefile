@@ -108,7 +108,7 @@ programs:
 	@test -n "$(PROGRAMS)" || { echo "make: $(PYTHON) can't read the programs (agentctl/programs.py)" >&2; exit 1; }
 
 install: programs
-	rm -rf build	# (setuptools would take a stale copy of a package from it)
+	rm -rf build agentctl.egg-info	# (setuptools would take a stale copy of a package, or of its file list, from them)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--target "$(DESTDIR)$(LIBDIR)" ".$(if $(EXTRAS),[$(EXTRAS)])"
 	mkdir -p "$(DESTDIR)$(BINDIR)"
@@ -131,6 +131,16 @@ install: programs
 		install -m 644 completions/zsh/* "$(DESTDIR)$(DATADIR)/zsh/site-functions/"; \
 		install -m 644 completions/fish/* "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/"; \
 	fi
+	@# what each shell needs to load them (agentctl(7), FILES; README, Install)
+	@printf '%s\n' \
+		"make: completions: for bash, the bash-completion package sourced by ~/.bashrc loads them" \
+		"  when $(DATADIR) is ~/.local/share or in \$$XDG_DATA_DIRS (/usr/local/share:/usr/share" \
+		"  by default); else, or without the package, add to ~/.bashrc:" \
+		"    for f in $(DATADIR)/bash-completion/completions/agent-*; do . \"\$$f\"; done" \
+		"  for zsh, unless \$$fpath holds $(DATADIR)/zsh/site-functions, add to ~/.zshrc before compinit:" \
+		"    fpath=($(DATADIR)/zsh/site-functions \$$fpath)" \
+		"  for fish, unless \$$XDG_DATA_DIRS holds $(DATADIR), add to ~/.config/fish/config.fish:" \
+		"    set -p fish_complete_path $(DATADIR)/fish/vendor_completions.d"
 
 uninstall: programs
 	for p in $(PROGRAMS); do \

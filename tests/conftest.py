@@ -108,10 +108,11 @@ def reference_servers():
 
 
 def needs(program, package):
-    """The path of a system program the test needs; without it the test is skipped,
-    and the summary says so loudly."""
+    """The path of a system program the test needs (or of a file, given by its absolute
+    path); without it the test is skipped, and the summary says so loudly."""
     import shutil
-    found = shutil.which(program)
+    found = program if os.path.isabs(program) and os.path.isfile(program) \
+        else shutil.which(program)
     if found is None:
         MISSING_PROGRAMS[program] = package
         pytest.skip(f"{program} is not installed (Debian's {package})")
@@ -216,6 +217,17 @@ def started(program, *args, **kwargs):
     kwargs.setdefault("preexec_fn", lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return subprocess.Popen([sys.executable, os.path.join(BIN, program), *args],
                             env=dict(os.environ), **kwargs)
+
+
+def make(*args):
+    """make in the checkout with this Python, one at a time among the tests (make install
+    builds in the checkout's tree, and two builds at once break each other): a lock on
+    the Makefile."""
+    import fcntl
+    with open(os.path.join(ROOT, "Makefile")) as makefile:
+        fcntl.flock(makefile, fcntl.LOCK_EX)
+        return subprocess.run(["make", "-C", ROOT, f"PYTHON={sys.executable}", *args],
+                              capture_output=True, text=True, timeout=600)
 
 
 def shell(script, env=None, timeout=120, stdin=subprocess.DEVNULL):

@@ -1,12 +1,13 @@
-"""Shell completion: the checked-in scripts are fresh, and bash really
-offers agent names, signals and roles."""
+"""Shell completion: the checked-in scripts are fresh, bash really offers agent names,
+signals and roles, and make install's scripts complete in an interactive bash."""
 
 import os
 import subprocess
+import sys
 
 import pytest
 
-from .conftest import PROGRAMS, ROOT, fork, shell
+from .conftest import PROGRAMS, ROOT, fork, make, needs, shell, wait_until
 
 
 def test_checked_in_completions_are_fresh(tmp_path):
@@ -49,3 +50,88 @@ def test_bash_offers_signals_and_roles():
     assert complete("agent-fork", "-r", "ta") == ["task"]
     fork("-n", "lead")
     assert complete("agent-fork", "-p", "le") == ["lead"]
+
+
+# -- installed: what a user gets from make install, in an interactive bash ------------------------
+
+BASH_COMPLETION = "/usr/share/bash-completion/bash_completion"     # (Debian's bash-completion)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """make install PREFIX=~/.local for a fresh HOME (no DESTDIR: the launchers run where
+    they are); the home, and what make install printed."""
+    home = tmp_path_factory.mktemp("home")
+    result = make(f"PREFIX={home}/.local", "install")
+    assert result.returncode == 0, result.stderr
+    # python3 for the launchers' #!: the one that installed, with no site-packages (the
+    # venv's editable install would supply what the install left out)
+    python = home / "python" / "python3"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    return home, result.stdout
+
+
+class Bash:
+    """An interactive bash (bash -i, its ~/.bashrc read) on a tmux pane of a tmux server
+    of its own."""
+
+    def __init__(self, tmux, home, env):
+        self.tmux, self.socket = tmux, str(home / "tmux")
+        subprocess.run([tmux, "-S", self.socket, "-f", "/dev/null", "new-session", "-d",
+                        "-x", "200", "-y", "30", "bash", "-i"], env=env, cwd=home, check=True)
+
+    def _tmux(self, *args):
+        return subprocess.run([self.tmux, "-S", self.socket, *args], capture_output=True,
+                              text=True, check=True).stdout
+
+    def shows(self, *texts):
+        """Wait until the screen holds every text; the screen."""
+        seen = [""]
+
+        def showing():
+            seen[0] = self._tmux("capture-pane", "-p")
+            return all(t in seen[0] for t in texts) and seen[0]
+        try:
+            return wait_until(showing, f"the screen to show {texts}")
+        except BaseException:
+            print(f"the screen:\n{seen[0]}")
+            raise
+
+    def keys(self, *keys):
+        self._tmux("send-keys", *keys)
+
+    def close(self):
+        subprocess.run([self.tmux, "-S", self.socket, "kill-server"], capture_output=True)
+
+
+@pytest.mark.parametrize("loader", ["bash-completion", "the line make install prints"])
+def test_installed_completions_complete_in_an_interactive_bash(installed, loader):
+    """make install's completions, in bash -i with a fresh HOME: loaded by the
+    bash-completion package from where it looks for PREFIX=~/.local, or, without it, by
+    the line make install says to add to ~/.bashrc; agent-run TAB TAB lists the agents."""
+    tmux = needs("tmux", "tmux")
+    home, printed = installed
+    if loader == "bash-completion":
+        rc = f". {needs(BASH_COMPLETION, 'bash-completion')}\n"
+    else:
+        rc = next(line.strip() for line in printed.splitlines()
+                  if "bash-completion/completions/agent-*" in line) + "\n"
+    (home / ".bashrc").write_text(rc + "PS1='ready$ '\n")
+    ids = [fork("-n", "scout"), fork("-n", "scribe")]
+    # a fresh HOME's: where bash-completion looks is ~/.local/share and the defaults
+    env = {k: v for k, v in os.environ.items() if k not in
+           ("XDG_DATA_HOME", "XDG_DATA_DIRS", "BASH_COMPLETION_USER_DIR", "TMUX")}
+    env.update(HOME=str(home), TERM="xterm",
+               PATH=os.pathsep.join([str(home / ".local" / "bin"), str(home / "python"),
+                                     os.environ["PATH"]]))
+    bash = Bash(tmux, home, env)
+    try:
+        bash.shows("ready$")
+        bash.keys("agent-run ", "Tab", "Tab")
+        bash.shows("init", "scout", "scribe", *ids)
+        bash.keys("C-u", "agent-run --ma", "Tab")
+        bash.shows("ready$ agent-run --max-steps")
+    finally:
+        bash.close()

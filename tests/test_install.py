@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from .conftest import PROGRAMS, ROOT, script
+from .conftest import PROGRAMS, ROOT, make, script
 
 
 def files_under(top):
@@ -14,8 +14,8 @@ def files_under(top):
 
 def test_install_and_uninstall(tmp_path):
     dest = tmp_path / "dest"
-    make = ["make", "-C", ROOT, f"DESTDIR={dest}", "PREFIX=/usr/local", f"PYTHON={sys.executable}"]
-    result = subprocess.run(make + ["install"], capture_output=True, text=True, timeout=600)
+    where = (f"DESTDIR={dest}", "PREFIX=/usr/local")
+    result = make(*where, "install")
     assert result.returncode == 0, result.stderr
     installed = files_under(dest)
     for p in PROGRAMS:
@@ -27,12 +27,15 @@ def test_install_and_uninstall(tmp_path):
     assert "usr/local/share/man/man5/agentctl.5" in installed
     assert "usr/local/share/man/man7/agentctl.7" in installed
     # The installed program runs from its library directory (relocated by hand here,
-    # as DESTDIR is not where it will live).
+    # as DESTDIR is not where it will live), on a Python that has no agentctl of its own:
+    # -S leaves out the site-packages of the venv, whose editable install would supply a
+    # package the install left out.
     launcher = (dest / "usr/local/bin/agent-ps").read_text()
     assert '"/usr/local/lib/agentctl"' in launcher
     env = dict(os.environ, AGENTCTL_DB=str(tmp_path / "x.db"),
                PYTHONPATH=str(dest / "usr/local/lib/agentctl"))
-    out = subprocess.run([sys.executable, str(dest / "usr/local/bin/agent-ps"), "--version"],
+    python = [sys.executable, "-S"]
+    out = subprocess.run([*python, str(dest / "usr/local/bin/agent-ps"), "--version"],
                          env=env, capture_output=True, text=True, cwd=str(tmp_path))
     assert out.stdout == "agent-ps (agentctl) 0.1.0\n", out.stderr
     # ... and runs a turn whose tool call (a shipped tool, in its sandbox) needs every
@@ -44,15 +47,15 @@ def test_install_and_uninstall(tmp_path):
         {"content": "", "tool_calls": [{"name": "list_dir", "arguments": {}}]},
         {"content": "listed"}]})
     installed_bin = dest / "usr/local/bin"
-    forked = subprocess.run([sys.executable, str(installed_bin / "agent-fork"), "-n", "w",
+    forked = subprocess.run([*python, str(installed_bin / "agent-fork"), "-n", "w",
                              "--allow", "list_dir", "--cwd", str(work), "-m",
                              model, "go"], env=env, capture_output=True,
                             text=True)
     assert forked.returncode == 0, forked.stderr
-    ran = subprocess.run([sys.executable, str(installed_bin / "agent-run"), "w"], env=env,
+    ran = subprocess.run([*python, str(installed_bin / "agent-run"), "w"], env=env,
                          capture_output=True, text=True)
     assert (ran.returncode, ran.stdout) == (0, "listed\n"), ran.stderr
-    replay = subprocess.run([sys.executable, str(installed_bin / "agent-replay"), "w"],
+    replay = subprocess.run([*python, str(installed_bin / "agent-replay"), "w"],
                             env=env, capture_output=True, text=True)
     assert "here.txt\t1" in replay.stdout, replay.stdout
     import shutil
@@ -61,7 +64,7 @@ def test_install_and_uninstall(tmp_path):
                           env=dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="80"),
                           capture_output=True, text=True)
     assert "agent-ps" in page.stdout and "SYNOPSIS" in page.stdout
-    result = subprocess.run(make + ["uninstall"], capture_output=True, text=True)
+    result = make(*where, "uninstall")
     assert result.returncode == 0, result.stderr
     assert files_under(dest) == []
 

@@ -739,7 +739,8 @@ SQLITE_PLACES = {
     "agentctl.store.dialect": ("SQLite",),
     "agentctl.store.migrations": ("",),
     "agentctl.store.check": ("",),
-    "agentctl.store.db": ("connect", "_migrate", "_use_wal", "quick_check", "path_of"),
+    "agentctl.store.db": ("connect", "_version", "tables", "_migrate", "_use_wal", "quick_check",
+                          "path_of"),
     "agentctl.store.waits": ("data_version",),
 }
 

@@ -148,13 +148,9 @@ def connect(path=None, create=True):
         # WAL without an fsync per commit: a crash of the process loses
         # nothing; a power cut may lose the latest commits, never integrity.
         conn.execute("PRAGMA synchronous=NORMAL")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            # A file that is neither empty nor agentctl's is not taken over: nothing
-            # is written to it (not even its journal mode) before this check.
-            _refuse_foreign(path, [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' "
-                "AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4")])
+        # A file that is neither empty nor agentctl's is not taken over: nothing is
+        # written to it (not even its journal mode) before this check.
+        version = _not_foreign(path, lambda: _version(conn), lambda: tables(conn))
         if version < SCHEMA_VERSION:
             _migrate(conn)
         elif version > SCHEMA_VERSION:
@@ -177,12 +173,7 @@ def _connect_postgresql(url):
                             "(or pip install '.[postgres]')") from None
     conn = pg.connect(url, shown(url), busy_seconds())
     try:
-        version = pg.version(conn)
-        if version == 0:
-            tables = pg.tables(conn)
-            version = pg.version(conn)  # another first program may have committed between
-            if version == 0:
-                _refuse_foreign(shown(url), tables)
+        version = _not_foreign(shown(url), lambda: pg.version(conn), lambda: pg.tables(conn))
         if version < SCHEMA_VERSION:
             pg.migrate(conn, SCHEMA_VERSION)
         elif version > SCHEMA_VERSION:
@@ -193,13 +184,32 @@ def _connect_postgresql(url):
     return conn
 
 
-def _refuse_foreign(where, tables):
-    """A database that holds tables (the first few of `tables`) and is not agentctl's
-    is not taken over."""
-    if tables:
-        listed = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
-        raise DatabaseFault(f"{where}: not an agentctl database (it has tables of its own: "
-                            f"{listed}); give another --db")
+def _not_foreign(where, read_version, list_tables):
+    """The database's schema version (`read_version()`, 0 for none), once it is known not
+    to be another program's: one with no version and tables (`list_tables()`, the first
+    few) is not taken over. The version is read again after the tables are listed: another
+    first program may have committed its schema between the two looks (seen under load,
+    on either backend), and only a database still without one is refused."""
+    found = read_version()
+    if found == 0:
+        listed = list_tables()
+        found = read_version()
+        if found == 0 and listed:
+            named = ", ".join(listed[:3]) + (", ..." if len(listed) > 3 else "")
+            raise DatabaseFault(f"{where}: not an agentctl database (it has tables of its "
+                                f"own: {named}); give another --db")
+    return found
+
+
+def _version(conn):
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def tables(conn):
+    """The first few tables of a SQLite database's schema, by name (pg.tables's)."""
+    return [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' "
+        "AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4")]
 
 
 def _newer(where, version):
@@ -211,7 +221,7 @@ def _migrate(conn):
     _use_wal(conn)
     # One migrator at a time: the others wait here, then find nothing to do.
     with transaction(conn):
-        if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        if _version(conn) >= SCHEMA_VERSION:
             return
         from agentctl.store.migrations import apply  # (start-up: 40 ms, only to migrate)
         apply(conn)
