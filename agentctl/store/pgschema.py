@@ -217,6 +217,8 @@ MIGRATIONS = [
           "CREATE INDEX agents_endpoint ON agents(endpoint) WHERE status = 'R'"]),  # 0015_endpoints
     (16, [f"ALTER TABLE agents ADD COLUMN rw {_TEXT}",
           f"ALTER TABLE agents ADD COLUMN env {_TEXT}"]),        # 0016_confine
+    (17, [f"ALTER TABLE agents ADD COLUMN mail_loop {_TEXT}",
+          "ALTER TABLE agents ADD COLUMN looped_at DOUBLE PRECISION"]),     # 0017_mail_loop
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the
