@@ -9,7 +9,7 @@ it names other agents by what `names` (an agent id -> its label) makes of them."
 
 from typing import Callable, NamedTuple
 
-from agentctl import money, voice
+from agentctl import mailloop, money, voice
 from agentctl.clock import iso
 from agentctl.settings import Budget
 
@@ -110,6 +110,13 @@ def _restart(d, actor, names):
     return text + (f": {d['error']}" if d.get("error") else "")
 
 
+def _loop(d, actor, names):
+    found = (f"the same words {d['same']} times each way" if d.get("same")
+             else f"{d.get('count')} mails within {mailloop.span(d.get('seconds', 0))}")
+    return (f"held in a mail loop with {names(d.get('peer'))}: {found}, no other input "
+            f"(mail {d.get('mail')})")
+
+
 def _release(d, actor, names):
     if d.get("by") == "setup":
         return "released: what its model is given changed (a key, a URL, a model), tried again"
@@ -176,6 +183,9 @@ KINDS = {
     "fail": Kind("turn? code error retry?", _fail),
     "held": Kind("turn? error", lambda d, actor, names:
                  f"held after a failed turn{_turn(d)}: {d.get('error')}"),
+    # held in a mail loop with `peer` (agentctl.mailloop): the mails of the run within
+    # the window of `seconds`, `same` when the same words found it; `mail` tripped it
+    "loop": Kind("peer count seconds same? mail", _loop),
     "release": Kind("by", _release),
     "set": Kind("setting old? new?", lambda d, actor, names:
                 f"{d.get('setting')}: {d.get('old', '-')} -> {d.get('new', '-')} "

@@ -41,7 +41,7 @@ def is_error(text):
 INBOX = "INBOX"                   # at the start of a turn
 MID_TURN = "MID-TURN UPDATE"      # mail that came while the turn ran
 KINDS = {"exit": "exit notification", "budget": "budget notice", "request": "request",
-         "failure": "failure notice"}
+         "failure": "failure notice", "loop": "mail loop notice"}
 
 
 def inbox(heading, mails, taken_at):
@@ -96,6 +96,18 @@ def restarting(delay, count, limit, window):
 def restarts_used_up(limit, window, why):
     """The result of an agent that exited with its restarts used up."""
     return f"restarts used up: more than {limit} within {window:g} s; the last failure: {why}"
+
+
+def loop_notice(label, agent_id, peer, peer_id, count, window, same):
+    """Two agents held in a mail loop (agentctl(7), Lifecycle): `count` mails between
+    them within `window` (as mailloop.span writes it), or the same words `same` times
+    each way."""
+    found = (f"the same words {same} times in a row each way" if same
+             else f"{count} mails between them within {window}")
+    return (f"{label} ({agent_id}) and {peer} ({peer_id}) are held in a mail loop: {found}, "
+            "with no other input. Neither runs a turn until it is sent CONT (the kill "
+            "tool) or its settings change, and then their count starts again; mail them "
+            "first if they should do something else.")
 
 
 def idle_exit(seconds):

@@ -349,7 +349,8 @@ SAMPLES = {"parent": INIT_ID, "at": 1_790_000_000, "role": "agent", "model": "ec
            "summarised": 10, "keep_from": 11, "spent": 120, "budget": 100, "unit": "usd",
            "limit": 3, "delay": 2.0, "setting": "budget", "request": 5,
            "decision": "approved", "endpoint": "openai:https://api.openai.com/v1",
-           "until": 1_790_000_060, "reason": "HTTP 429", "retry": 1_790_000_030}
+           "until": 1_790_000_060, "reason": "HTTP 429", "retry": 1_790_000_030,
+           "peer": INIT_ID, "same": 3}
 
 
 def field_names(shape):

@@ -58,8 +58,10 @@ def world(conn, rnd, now):
             fields["wake_at"] = some_time(rnd, now)
         if rnd.random() < 0.25:
             fields.update(retry_at=some_time(rnd, now), failures=rnd.randint(1, 4))
-        if rnd.random() < 0.15:
-            fields.update(held_at=now - rnd.uniform(1, 500), last_failure="the API said no")
+        if rnd.random() < 0.15:     # after a failure, or in a mail loop (looped_at)
+            held = now - rnd.uniform(1, 500)
+            fields.update(held_at=held, last_failure="the API said no",
+                          looped_at=rnd.choice([None, held, held - 1000]))
         registry.update(conn, agent_id, **fields)
         for _ in range(rnd.choice([0, 0, 1, 2])):
             turn = turnlog.insert(conn, agent_id, "echo", now - rnd.uniform(1, 500))

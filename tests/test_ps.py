@@ -107,7 +107,7 @@ def test_dot_draws_a_held_agent_as_held_in_agent_tops_colour(conn):
         conn.execute("UPDATE agents SET held_at = 1 WHERE id = ?", (kid,))
     text = agent("ps", "--format", "dot").out
     assert f'"{kid}" [label="kid\\nSH agent", fillcolor="plum"];' in text, text
-    assert '"legend H" [label="H held after a failure", fillcolor="plum"' in text
+    assert '"legend H" [label="H held (a failure, a mail loop)", fillcolor="plum"' in text
     assert proctable.COLOURS["H"] == "magenta" and graph.FILLS["magenta"] == "plum"
     assert set(proctable.COLOURS) <= set(proctable.STATES)
     assert set(proctable.COLOURS.values()) <= set(graph.FILLS)

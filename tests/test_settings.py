@@ -25,7 +25,8 @@ TOP = os.path.realpath(ROOT)    # a working directory that exists (a fork checks
 # have a value of their own.
 UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_window": PARENT,
          "budget": None, "restart": "never", "max_restarts": None, "restart_window": None,
-         "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "allow": None,
+         "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "mail_loop": PARENT,
+         "allow": None,
          "ask": None, "cwd": PARENT, "ro": PARENT, "rw": PARENT, "env": PARENT, "net": PARENT,
          "limits": PARENT,
          "unconfined": None, "options": PARENT, "schema": None}
@@ -34,14 +35,16 @@ BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
 PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
            "context_window": 9000, "budget": 5000, "restart": "on-failure",
            "max_restarts": 2, "restart_window": 60.0, "reap_after": 120.0, "idle_exit": 30.0,
-           "max_children": 7, "allow": ["read_*"], "ask": ["run:1h"], "cwd": TOP,
+           "max_children": 7, "mail_loop": "10/1h", "allow": ["read_*"], "ask": ["run:1h"],
+           "cwd": TOP,
            "ro": ["/usr"], "rw": [".git", ".envrc"], "env": ["GITHUB_TOKEN", "TOKEN2"],
            "net": True, "limits": {"cpu": 100}, "unconfined": True,
            "options": ["temperature=0.5"], "schema": '{"type":"object"}'}
 CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
             "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
             "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
-            "max_children": 0, "allow": ["read_file", "list_dir"], "ask": ["*"],
+            "max_children": 0, "mail_loop": "5/2h", "allow": ["read_file", "list_dir"],
+            "ask": ["*"],
             "cwd": os.path.join(TOP, "tests"), "ro": ["/usr/share"], "rw": [".git"],
             "env": ["TOKEN2"], "net": False,
             "limits": {"cpu": 50, "procs": 8}, "unconfined": True,
@@ -155,13 +158,13 @@ def test_agent_ps_shows_the_declared_columns():
     assert result.code == 0, result.err
     assert result.lines[0].split() == [s.header for s in declared]
     row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
-    assert row == {"role": "lead", "model": "echo", "budget": 100,
+    assert row == {"role": "lead", "model": "echo", "budget": 100, "mail_loop": "20/1h",
                    "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd(),
                    "ro": [], "rw": [], "env": [], "net": False, "limits": limits.DEFAULTS,
                    "unconfined": False,
                    "options": {"max_tokens": 9}, "schema": {"type": "object"}}
     assert result.lines[2].split()[:2] == ["lead", "echo"]
-    assert result.lines[2].split()[3:] == ["read_file,list_dir", "run", os.getcwd(),
+    assert result.lines[2].split()[3:] == ["20/1h", "read_file,list_dir", "run", os.getcwd(),
                                           "-", "-", "-", "-", "-", "-", "max_tokens=9",
                                           '{"type":"object"}']
 
@@ -192,6 +195,9 @@ def test_lookup_by_name():
     ("max_children", "4", 4), ("allow", "read_*, list_dir", ["read_*", "list_dir"]),
     ("ask", "run:1h", ["run:1h"]), ("ask", "", []), ("cwd", "/tmp", "/tmp"),
     ("cwd", "sub", os.path.join(os.getcwd(), "sub")),
+    ("mail_loop", "20/10m", "20/10m"), ("mail_loop", "30/5400", "30/90m"),
+    ("mail_loop", " 2/1D ", "2/1d"), ("mail_loop", "9/0.5", "9/0.5s"),
+    ("mail_loop", "off", "off"), ("mail_loop", "0", "off"),
 ])
 def test_parse(name, text, value):
     assert settings.get(name).parse(text) == value
@@ -208,6 +214,9 @@ def test_parse(name, text, value):
     ("restart", "sometimes", "unknown restart: sometimes (one of never, on-failure, always)"),
     ("idle_exit", "soon", "bad duration: 'soon'"), ("reap_after", "9" * 400, "bad reap_after"),
     ("cwd", "", "bad cwd"),
+    ("mail_loop", "20", "bad mail_loop: '20' (want N/DURATION"), ("mail_loop", "1/1h", "bad"),
+    ("mail_loop", "20/0", "bad"), ("mail_loop", "20/soon", "bad"), ("mail_loop", "x/1h", "bad"),
+    ("mail_loop", "9" * 20 + "/1h", "bad"), ("mail_loop", "20/" + "9" * 400, "bad"),
 ])
 def test_parse_refuses(name, text, error):
     with pytest.raises(UsageError) as e:
@@ -218,7 +227,7 @@ def test_parse_refuses(name, text, error):
 def test_a_parsed_value_is_what_fork_takes(conn):
     texts = {"role": "worker", "model": "echo", "system_prompt": "Hi.", "context_window": "100",
              "budget": "50", "restart": "always", "max_restarts": "3", "restart_window": "1h",
-             "reap_after": "2h", "idle_exit": "5m", "max_children": "2",
+             "reap_after": "2h", "idle_exit": "5m", "max_children": "2", "mail_loop": "30/90m",
              "allow": "read_file,list_dir", "ask": "run:1h", "cwd": TOP, "ro": "/usr,/etc",
              "rw": ".git,.vscode", "env": "GITHUB_TOKEN", "net": "yes", "limits": "cpu=1m,mem=1G", "unconfined": "no",
              "options": "max_tokens=5", "schema": '{"type": "object", "required": ["a"]}'}
@@ -249,6 +258,10 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     ("limits", "cpu=60", {"cpu": 30}, True), ("limits", "cpu=60", {"cpu": 90}, False),
     ("limits", None, {"mem": 1 << 40}, False), ("limits", "procs=8", None, False),
     ("unconfined", 1, False, True), ("unconfined", None, True, False),
+    ("mail_loop", None, "10/1h", True), ("mail_loop", "20/1h", "20/2h", True),
+    ("mail_loop", "20/1h", "30/1h", False), ("mail_loop", "20/1h", "20/30m", False),
+    ("mail_loop", "off", "50/1m", True), ("mail_loop", None, "off", False),
+    ("mail_loop", "10/1h", None, False), ("mail_loop", "20/1h", None, True),
 ])
 def test_narrows(name, old, new, narrower):
     assert settings.narrows(settings.get(name), old, new) is narrower

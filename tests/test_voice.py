@@ -27,7 +27,7 @@ WITHIN = (" new]", "exit notification", "failure notice", "budget notice", "is o
           "[output cut", "still running", "forked from", "delivered as an inbox message",
           "not one of your descendants", "has no zone", "denied by ", "your supervisor",
           "Summarise the conversation", "written by you", "any more: your next turn",
-          "returned besides text", "[resource ")
+          "returned besides text", "[resource ", "are held in a mail loop")
 
 
 def form(text):
@@ -121,6 +121,7 @@ SAMPLES = {
     "failure_notice": ("b", "AAAA", voice.NOT_RESTARTED, "model API error: 400"),
     "misfit": ("$.answer is missing",),
     "restarting": (30.0, 1, 5, 3600.0),
+    "loop_notice": ("a", "AAAA", "b", "BBBB", 20, "1h", 0),
     "restarts_used_up": (5, 3600.0, "model API error: 400"),
     "idle_exit": (600.0,),
     "spent": (1_200_000, 1_000_000, "usd"),

@@ -34,8 +34,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     Columns: id name parent stat role msgs mail age (default; -f adds wake
     budget, and spent in machine formats; in the table provider when an agent
     waits for its provider); -o picks any of those below. In the table, an H
-    after STAT marks an agent held after a failure (agent-why says why), a ! one
-    whose tools run unconfined.
+    after STAT marks an agent held after a failure or in a mail loop (agent-why
+    says why), a ! one whose tools run unconfined.
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")

@@ -38,7 +38,7 @@ def cli(db_path, options, agent, changes):
     A change that narrows what the agent may do is always allowed (to itself too);
     any other only to the operator or an ancestor, and widening a grant or a
     budget only to one that holds what it gives. An agent held after a failure
-    is tried again by the next agent-run --all.
+    or in a mail loop is tried again by the next agent-run --all.
     """
     if not changes and not options:
         raise UsageError("nothing to set: give KEY=VALUE or -o KEY=VALUE")

@@ -13,9 +13,9 @@ from agentctl.store import registry
 @click.argument("agent", shell_complete=complete_agents)
 def cli(db_path, agent):
     """Print every reason AGENT is not running a turn now, one a line (claimed by
-    a run, stopped, paused on a request, budget spent, held after a failure,
-    backing off, nothing pending, deferred mail, a timer ...); or, when the
-    next agent-run --all would start one, what it would take.
+    a run, stopped, paused on a request, budget spent, held after a failure or
+    in a mail loop, backing off, nothing pending, deferred mail, a timer ...); or,
+    when the next agent-run --all would start one, what it would take.
 
     Exit 0 when agent-run --all would start (or resume) a turn of AGENT now,
     1 when not. It only reads: it changes nothing.

@@ -8,8 +8,8 @@ may be made by the operator, by the agent itself or by an ancestor (lifecycle
 parent, up to init); any other change only by the operator or by an ancestor, and
 one that widens a grant or a budget only by an ancestor that holds what it gives
 (its own grants permit the tools; the tokens come out of its own account). Every
-change is an event (set), and an agent held after a failure, or backing off, is
-let go: the next `agent-run --all` tries it again."""
+change is an event (set), and an agent held (after a failure, in a mail loop) or
+backing off is let go: the next `agent-run --all` tries it again."""
 
 from agentctl import settings
 from agentctl.errors import Refused, UsageError

@@ -7,10 +7,10 @@ its tools may write) inside its parent's, its read-only paths inside what its
 parent's tools may read (its parent's --ro and --cwd), the network only if its
 parent has it, the names of the read-only set it may write (--rw) and the variables
 it gets (--env) among its parent's, its limits and its --max-children at most its
-parent's, its grants within what its parent may use (ops.grants). --unconfined, the
-operator's power for its tools, is given by the operator alone, and no child
-inherits it. A budget is carved out of an account instead (ops.budget); --ask
-patterns only add approvals.
+parent's, its grants within what its parent may use (ops.grants), its mail loop
+check no looser than its parent's. --unconfined, the operator's power for its
+tools, is given by the operator alone, and no child inherits it. A budget is
+carved out of an account instead (ops.budget); --ask patterns only add approvals.
 
 Paths are compared resolved (settings.resolved: a link is followed once, when the
 path is given, and the sandbox refuses one that resolves otherwise later). A path an
@@ -126,6 +126,9 @@ def gives(conn, setting, holder, value, *, option, by_operator, tool_names=None)
         raise Refused(f"{spelled(setting, key, option)}: above {label}'s "
                       f"({limits.shown(held) if held else 'the default'}), so it can't "
                       "give it")
+    if setting.narrows == settings.SOONER:
+        raise Refused(f"{spelled(setting, setting.text(value), option)}: looser than "
+                      f"{label}'s ({setting.text(held)}), so it can't give it")
     if setting.narrows == settings.MIN:
         raise Refused(f"{spelled(setting, setting.text(value), option)}: above "
                       f"{label}'s ({held}), so it can't give it")

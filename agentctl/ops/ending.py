@@ -4,7 +4,7 @@ ending is a step of the run: a transaction of its own (lease.holding)."""
 
 from dataclasses import dataclass
 
-from agentctl import money, shape
+from agentctl import mailloop, money, shape
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
 from agentctl.store import asks, events, history, registry, turnlog
@@ -100,10 +100,15 @@ def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
     if registry.get(conn, agent_id)["pending_signal"] == "KILL":
         return killed(conn, agent_id, turn_id, spec)
     with holding(conn, agent_id):
-        signal = registry.get(conn, agent_id)["pending_signal"]
+        before = registry.get(conn, agent_id)
+        signal = before["pending_signal"]
         turnlog.finish(conn, turn_id, status)
         history.clear_if_pending(conn, agent_id)
-        registry.update(conn, agent_id, failures=0, retry_at=None, held_at=None, held_for=None,
+        # a turn that ends well lets go of a hold after a failure, not of a mail loop's
+        # (the turn's own mail may have made it)
+        registry.update(conn, agent_id, failures=0, retry_at=None,
+                        held_at=before["held_at"] if mailloop.looping(before) else None,
+                        held_for=None,
                         pending_signal=None)
         registry.release(conn, agent_id, "T" if signal == "STOP" else "S")
         agent = registry.get(conn, agent_id)

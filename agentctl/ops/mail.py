@@ -1,12 +1,13 @@
-"""Mailboxes, Erlang-style with a pull model (agentctl(7), MAILBOXES): sending,
-the exit notice, and how a turn takes its mail.
+"""Mailboxes, Erlang-style with a pull model (agentctl(7), MAILBOXES): sending (and
+stopping a mail loop where a delivery makes one), the exit notice, and how a turn
+takes its mail.
 
 Mail is never deleted: reading sets read_at (and read_turn when a turn of
 agent-run consumed it). The operator at the shell has no agent: mail from
 the operator has sender_id NULL and shows '-' as its sender.
 """
 
-from agentctl import clock, voice
+from agentctl import clock, mailloop, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import events, history, mailbox, registry, turnlog
@@ -62,23 +63,71 @@ def deliver(conn, sender_id, recipient, body, kind="mail", deliver_at=None):
 
 def send(conn, sender_id, refs, body, deliver_at=None):
     """The one sending sequence of agent-send and the send tool: check the body
-    and every recipient, then deliver to each; the mail ids. (agent-send --jsonl
-    checks each line the same way, then delivers a batch at once: deliver_many.)"""
+    and every recipient, then deliver to each, and stop a mail loop each makes; the
+    mail ids. (agent-send --jsonl checks each line the same way, then delivers a
+    batch at once: deliver_many.)"""
     check_body(body)
     recipients = [recipient(conn, ref) for ref in refs]
-    return [deliver(conn, sender_id, r, body, deliver_at=deliver_at) for r in recipients]
+    ids = [deliver(conn, sender_id, r, body, deliver_at=deliver_at) for r in recipients]
+    for r, mail_id in zip(recipients, ids):
+        stop_loop(conn, sender_id, r["id"], mail_id)
+    return ids
 
 
 def deliver_many(conn, items):
     """Insert (sender_id, recipient_id, body, deliver_at) mails at once, checked, and
     one event for them all, with their count and the range of their ids: the
-    senders' when they are one, else init's. Returns the ids."""
+    senders' when they are one, else init's; then stop a mail loop, looked for once
+    for each two agents the batch wrote between. Returns the ids."""
     ids = mailbox.insert_many(conn, items)
     if ids:
         senders = {item[0] or INIT_ID for item in items}
         events.record(conn, senders.pop() if len(senders) == 1 else INIT_ID, "mail",
                       count=len(ids), first=ids[0], last=ids[-1])
+        last = {frozenset(item[:2]): (item[0], item[1], mail_id)
+                for item, mail_id in zip(items, ids)}
+        for sender_id, recipient_id, mail_id in last.values():
+            stop_loop(conn, sender_id, recipient_id, mail_id)
     return ids
+
+
+def stop_loop(conn, sender_id, recipient_id, mail_id):
+    """Where the mail `mail_id` just delivered makes its sender and recipient a mail
+    loop (agentctl.mailloop, by the settings of both), hold both as a failed turn holds
+    (held_at, which CONT or a change of settings releases; looped_at, after which their
+    count starts again), a loop event each, and one notice to each of their supervisors
+    but those two. The mail stays delivered. The Loop found, or None."""
+    if sender_id is None or sender_id == recipient_id:
+        return None
+    pair = [registry.get(conn, sender_id), registry.get(conn, recipient_id)]
+    rules = [rule for rule in (mailloop.read(a["mail_loop"]) for a in pair) if rule]
+    if not rules:
+        return None
+    now = clock.now()
+    window = now - max(seconds for _, seconds in rules)
+    hold = max(a["looped_at"] or 0 for a in pair)
+    other = {sender_id: recipient_id, recipient_id: sender_id}
+    run = []
+    limit = max([n for n, _ in rules] + [2 * mailloop.SAME])
+    for m in mailbox.latest(conn, other, limit, mailloop.WORDS):
+        if m["created_at"] < window or m["created_at"] <= hold:
+            break
+        if m["kind"] != "mail" or m["sender_id"] != other[m["recipient_id"]]:
+            break           # other input to one of them: the run starts after it
+        run.append((m["sender_id"], m["body"], m["created_at"]))
+    loop = mailloop.tripped(run, rules, now)
+    if loop is None:
+        return None
+    for me, peer in (pair, pair[::-1]):
+        registry.update(conn, me["id"], held_at=now, looped_at=now, retry_at=None)
+        events.record(conn, me["id"], "loop", peer=peer["id"], count=loop.count,
+                      seconds=loop.seconds, same=loop.same or None, mail=mail_id)
+    body = voice.loop_notice(registry.label(pair[0]), sender_id, registry.label(pair[1]),
+                             recipient_id, loop.count, mailloop.span(loop.seconds), loop.same)
+    told = set(other)
+    for agent in pair:
+        tell_supervisor(conn, agent, body, "loop", told)
+    return loop
 
 
 def supervisor(conn, agent):
@@ -90,11 +139,17 @@ def supervisor(conn, agent):
     return None if above["id"] == INIT_ID else above
 
 
-def tell_supervisor(conn, agent, body, kind):
-    """Mail the notice `body` of `kind` (exit, failure, request, budget) from `agent` to
-    its supervisor, unchecked (deliver); the mail's id, or None when no one is told."""
+def tell_supervisor(conn, agent, body, kind, told=None):
+    """Mail the notice `body` of `kind` (exit, failure, request, budget, loop) from
+    `agent` to its supervisor, unchecked (deliver); the mail's id, or None when no one
+    is told. `told`: a set of agents' ids not to tell (those told already), to which
+    the one told is added."""
     above = supervisor(conn, agent)
-    return None if above is None else deliver(conn, agent["id"], above, body, kind=kind)
+    if above is None or (told is not None and above["id"] in told):
+        return None
+    if told is not None:
+        told.add(above["id"])
+    return deliver(conn, agent["id"], above, body, kind=kind)
 
 
 def notify_exit(conn, agent):

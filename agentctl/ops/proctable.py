@@ -48,19 +48,19 @@ def seen(row, now):
 # eight a terminal has; dot fills with a light shade of it), by state(): none, no colour.
 COLOURS = {"R": "green", "P": "yellow", "T": "red", "H": "magenta", "Z": "blue", "X": "blue"}
 STATES = {"R": "running", "S": "sleeping", "P": "paused", "T": "stopped",
-          "H": "held after a failure", "Z": "zombie", "X": "dead"}
+          "H": "held (a failure, a mail loop)", "Z": "zombie", "X": "dead"}
 
 
 def state(r):
     """The state a view colours and counts a row by: its status, H for a sleeping agent
-    held after a failure (agent-why says why; a held agent that a run resumes, or that
-    is stopped or paused, is that first)."""
+    held after a failure or in a mail loop (agent-why says why; a held agent that a run
+    resumes, or that is stopped or paused, is that first)."""
     return "H" if r["held_at"] is not None and r["status"] == "S" else r["status"]
 
 
 def stat_text(r):
-    """STAT as agent-ps and agent-top show it: the status, H for an agent held after a
-    failure, ! for one whose tools run unconfined."""
+    """STAT as agent-ps and agent-top show it: the status, H for an agent held (after a
+    failure, in a mail loop), ! for one whose tools run unconfined."""
     return (r["status"] + ("H" if r["held_at"] is not None else "")
             + ("!" if r["unconfined"] else ""))
 

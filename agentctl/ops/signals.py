@@ -122,7 +122,8 @@ def _deliver(conn, agent, sig, actor, dying, now=False):
             events.record(conn, agent["id"], "status", actor=actor, old="T", new=new)
         if agent["pending_signal"] == "STOP":
             registry.update(conn, agent["id"], pending_signal=None)
-        # held after a failure, or backing off: continue means try again (the next --all)
+        # held after a failure or in a mail loop, or backing off: continue means try
+        # again (the next --all)
         from agentctl.ops import supervise  # (start-up: 0.8 ms, only for a CONT)
         supervise.release(conn, registry.get(conn, agent["id"]), actor, why="CONT")
     elif sig == "HUP":

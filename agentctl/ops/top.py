@@ -185,8 +185,9 @@ def doing(conn, row, now):
     """What an agent is doing now, as a line: a running agent's model call or tool
     call and for how long; else the first reason agent-why gives that it runs no
     turn (ops.why.REASONS, in its order: paused on which request, stopped, budget
-    spent, held after a failure, backing off until when ... and every reason added
-    there, as a provider's rate limit), or what its next turn would take."""
+    spent, held after a failure or in a mail loop, backing off until when ... and
+    every reason added there, as a provider's rate limit), or what its next turn
+    would take."""
     if in_turn(row):
         since = age(now - step_began(row))
         if row["tool"]:

@@ -5,11 +5,12 @@ added to the list: nothing else changes. ready() says whether `agent-run --all` 
 start a turn of it now (turns.would_run, the rule of --all's list): an agent is ready
 exactly when no reason holds, which tests/test_pending.py holds over random databases."""
 
+from agentctl import eventkinds, mailloop
 from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, proctable, supervise, turns
 from agentctl.ops.lease import effective_status, held
-from agentctl.store import accounts, asks, mailbox, registry, turnlog
+from agentctl.store import accounts, asks, events, mailbox, registry, turnlog
 from agentctl.text import first_line
 
 
@@ -63,12 +64,27 @@ def budget_spent(conn, agent, now):
 
 
 def held_after_failure(conn, agent, now):
-    if agent["held_at"] is None or supervise.cause_gone(agent):
+    if agent["held_at"] is None or mailloop.looping(agent) or supervise.cause_gone(agent):
         return None
     return (f"held after a failure {age(now - agent['held_at'])} ago: "
             f"{_line(agent['last_failure'])} (agent-run {registry.label(agent)} tries "
             f"again; agent-kill -s CONT {registry.label(agent)}, a change by agent-set, or "
             "a change of what its model is given (a key, a URL) lets --all)")
+
+
+def held_in_a_loop(conn, agent, now):
+    """Held for a mail loop (ops.mail.stop_loop): with whom and why, its loop event's
+    line (that event pruned: only since when)."""
+    if not mailloop.looping(agent):
+        return None
+    me, found = registry.label(agent), events.latest(conn, agent["id"], "loop")
+    peer = found and registry.get(conn, found.get("peer"))
+    line = eventkinds.line("loop", found, None, lambda i: registry.label(registry.get(
+        conn, i))) if peer else "held in a mail loop"
+    both = f"{me} {registry.label(peer)}" if peer else me
+    return (f"{line}, {age(now - agent['held_at'])} ago (agent-kill -s CONT {both} lets "
+            f"--all run them again; agent-set {me} mail_loop=N/DURATION, or mail_loop=off, "
+            "changes the check)")
 
 
 def backing_off(conn, agent, now):
@@ -123,7 +139,7 @@ def _idle(conn, agent, now):
 
 
 REASONS = [kernel, exited, claimed, stopped, paused, budget_spent, held_after_failure,
-           backing_off, provider, nothing_pending, deferred_mail, timer]
+           held_in_a_loop, backing_off, provider, nothing_pending, deferred_mail, timer]
 
 
 def reasons(conn, agent, now):

@@ -16,8 +16,8 @@ from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 from agentctl.settings.kinds import (  # noqa: F401 (what readers of settings ask for)
     CARVE, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, LISTS, LOWER, MIN, OFF, OPERATOR,
-    RESTART_POLICIES, SUBSET, SUPERSET, WITHIN, Budget, Setting, inside, listed, listing,
-    narrows, options, resolved)
+    RESTART_POLICIES, SOONER, SUBSET, SUPERSET, WITHIN, Budget, Setting, inside, listed,
+    listing, narrows, options, resolved)
 
 SETTINGS = (    # role first: the others' rules read the child's role
     Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
@@ -63,6 +63,13 @@ SETTINGS = (    # role first: the others' rules read the child's role
             metavar="N", help="At most N children alive or not yet collected at once "
                               "(default: the parent's; a worker's 4), at most the "
                               "parent's."),
+    Setting("mail_loop", "rate", "Hold it and the agent it exchanges mail with when the "
+            "two exchanged N mails within DURATION with no other input (a mail loop): "
+            "N/DURATION, or off.", inherit=True, narrows=SOONER, header="LOOP",
+            metavar="N/DURATION",
+            help="Hold the child and the agent it exchanges mail with after N mails between "
+                 "them within DURATION with no other input, a mail loop (N/DURATION, or off; "
+                 "default: the parent's, else 20/1h), at most as loose as the parent's."),
     Setting("allow", "patterns", "The external tools it may use (globs over tool names), "
             "within what its ancestors may.", narrows=SUBSET, header="ALLOW",
             metavar="PATTERN", help="Grant the external tools whose names match (a shell "

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from agentctl import env, limits, modelspec, money, paths, shape, voice
+from agentctl import env, limits, mailloop, modelspec, money, paths, shape, voice
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 
@@ -33,6 +33,7 @@ WITHIN = "within"       # paths inside the old ones (--cwd, --ro: less of the fi
 OFF = "off"             # a flag turned off (--net)
 LOWER = "lower"         # limits each at most the old (--limit)
 OPERATOR = "operator"   # turned off; only the operator turns it on (--unconfined)
+SOONER = "sooner"       # a check that trips sooner: fewer mails, a longer window (--mail-loop)
 
 
 class Budget(NamedTuple):
@@ -59,8 +60,9 @@ class Setting:
     name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
     kind: str                   # text, model, choice, count, budget, duration, patterns,
                                 # dir, paths, names (of `choices`, else variables'),
-                                # flag, limits, options (KEY=VALUE, a line each) or
-                                # schema (JSON text)
+                                # flag, limits, options (KEY=VALUE, a line each),
+                                # schema (JSON text) or rate (N/DURATION or off:
+                                # agentctl.mailloop)
     doc: str
     inherit: bool = False
     default: object = None
@@ -174,6 +176,12 @@ class Setting:
             return FLAGS[text.lower()]
         if self.kind == "limits":
             return limits.parse(text)
+        if self.kind == "rate":
+            value = mailloop.parse(text)
+            if value is None:
+                raise UsageError(f"bad {self.name}: {env.shown(text)} (want N/DURATION, N "
+                                 "mails (2 or more) within a duration such as 20/1h, or off)")
+            return value
         raise AssertionError(f"{self.name}: unknown kind {self.kind}")
 
     def given(self, value):
@@ -185,7 +193,7 @@ class Setting:
             return None
         if self.kind == "limits":
             return limits.parse(value)
-        if self.kind in ("model", "schema"):
+        if self.kind in ("model", "schema", "rate"):
             return self.parse(value)
         if self.kind == "names":
             return self.names(value)
@@ -239,6 +247,8 @@ class Setting:
             return "yes" if value else "-"
         if self.kind == "limits":
             return limits.shown(value)
+        if self.kind == "rate":
+            return mailloop.shown(value)
         return "-" if value is None else str(value)
 
     def json(self, value):
@@ -256,6 +266,8 @@ class Setting:
             return options(value)
         if self.kind == "schema" and value:
             return shape.loads(value)
+        if self.kind == "rate":
+            return mailloop.shown(value)
         return value
 
 
@@ -299,7 +311,8 @@ def narrows(setting, old, new):
     most what it could: the same value always does. Patterns compare as text, not as
     globs: a narrower glob that is not the same text does not count. Paths narrow
     when each new one is inside an old one (no old cwd: any); a flag when it is
-    turned off; limits when each is at most the old."""
+    turned off; limits when each is at most the old; a mail loop check when it
+    finds a loop at least as soon (mailloop.sooner)."""
     if old == new:
         return True
     if setting.narrows == WITHIN:
@@ -308,6 +321,8 @@ def narrows(setting, old, new):
         return all(inside(p, _patterns(old)) for p in _patterns(new))
     if setting.narrows in (OFF, OPERATOR):
         return not new
+    if setting.narrows == SOONER:
+        return mailloop.sooner(old, new)
     if setting.narrows == LOWER:
         return not limits.within(limits.stored(new) if isinstance(new, dict) else new, old)
     if setting.narrows == CARVE and old is not None and new is not None:

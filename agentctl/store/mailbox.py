@@ -105,6 +105,20 @@ def unread_again(conn, turn_id):
                  (turn_id,))
 
 
+def latest(conn, recipients, limit, head):
+    """The newest `limit` mails to any of `recipients` (ids), of any sender and kind,
+    newest first, each with the first `head` characters of its body: where a mail loop
+    between two agents is looked for (ops/mail.py). Each mailbox is read by its index,
+    `limit` rows at most, whatever it holds."""
+    rows = []
+    for recipient in recipients:
+        rows += conn.execute(
+            f"SELECT id, sender_id, recipient_id, kind, substr(body, 1, {int(head)}) "
+            "AS body, created_at FROM mail WHERE recipient_id = ? ORDER BY id DESC LIMIT ?",
+            (recipient, limit)).fetchall()
+    return sorted(rows, key=lambda r: r["id"], reverse=True)[:limit]
+
+
 def flows(conn):
     """How much mail each agent wrote each other one: (sender_id, recipient_id, count),
     deferred mail not yet due included (it was sent); agentctl's notices (of an exit, a

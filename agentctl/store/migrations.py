@@ -379,6 +379,17 @@ def held_for(db):
     """)
 
 
+@MIGRATIONS(name="0018_mail_loop")
+def mail_loop(db):
+    # Mail loops (agentctl(7), Lifecycle): the check of two agents that answer each
+    # other's mail (mail_loop, N/DURATION or off; NULL: the default), and when the agent
+    # was last held for a loop (looped_at: its count starts again after it).
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN mail_loop TEXT;
+    ALTER TABLE agents ADD COLUMN looped_at REAL
+    """)
+
+
 def apply(conn):
     MIGRATIONS.apply(Database(conn, execute_plugins=False))
 

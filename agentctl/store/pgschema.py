@@ -219,6 +219,8 @@ MIGRATIONS = [
           f"ALTER TABLE agents ADD COLUMN env {_TEXT}"]),        # 0016_confine
     (17, [f"ALTER TABLE agents ADD COLUMN held_for {_TEXT}",
           "ALTER TABLE endpoints ADD COLUMN cap BIGINT"]),        # 0017_held_for
+    (18, [f"ALTER TABLE agents ADD COLUMN mail_loop {_TEXT}",
+          "ALTER TABLE agents ADD COLUMN looped_at DOUBLE PRECISION"]),     # 0018_mail_loop
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -29,14 +29,16 @@ AGENT_COLUMNS = ("id, name, parent_id, forked_from, fork_msg_id, status, created
                  "exited_at, exit_code, exit_signal, result, pending_signal, lease_owner, "
                  "lease_until, wake_at, retry_at, failures, tokens_in, tokens_out, "
                  "hup_pending, budget_id, spent, restarts, window_start, window_restarts, "
-                 "depth, kill_at, last_failure, held_at, held_for, tokens_cached, tokens_written, cost, "
-                 "unpriced, trace, endpoint, calling, waiting, " + ", ".join(settings.COLUMNS))
+                 "depth, kill_at, last_failure, held_at, held_for, tokens_cached, tokens_written, "
+                 "cost, unpriced, trace, endpoint, calling, waiting, looped_at, "
+                 + ", ".join(settings.COLUMNS))
 # Columns update() may write: the rest are set once, at fork.
 WRITABLE = frozenset(("status", "exited_at", "exit_code", "exit_signal", "result",
                       "pending_signal", "lease_owner", "lease_until", "wake_at", "retry_at",
                       "failures", "hup_pending", "budget", "parent_id", "restarts",
                       "window_start", "window_restarts", "kill_at", "last_failure",
-                      "held_at", "held_for", "trace", "endpoint", "calling", "waiting"))
+                      "held_at", "held_for", "trace", "endpoint", "calling", "waiting",
+                      "looped_at"))
 
 
 
