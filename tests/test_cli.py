@@ -180,7 +180,7 @@ def test_start_up_imports_nothing_heavy(program, home):
             f"from agentctl.cli.{program} import main\n"
             "try:\n    main()\nfinally:\n"
             "    heavy = [m for m in ('sqlite_utils', 'requests', 'json', 'agentctl.models', "
-            "'psycopg', 'curses')"
+            "'psycopg', 'curses', 'dataclasses', 'difflib', 'locale')"
             " if m in sys.modules]\n"
             "    print(' '.join(heavy), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
