@@ -210,6 +210,16 @@ def parse_reply(text, schema):
     return value, problem(value, schema)
 
 
+def reply_value(schema, text):
+    """The JSON value of a reply (a turn's, or an agent's result) of an agent whose
+    schema (as stored) is `schema`, which was checked to fit it before it was
+    committed; else None."""
+    if not schema or not text:
+        return None
+    found, wrong = parse_reply(text, loads(schema))
+    return None if wrong else found
+
+
 def load(text):
     """A schema from --schema's text: JSON itself when it starts with {, else the name of
     a file that holds it; checked, and returned as compact JSON text (how it is stored)."""
