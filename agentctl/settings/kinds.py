@@ -13,7 +13,7 @@ from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 
 RESTART_POLICIES = ("never", "on-failure", "always")
-VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")      # an environment variable's name
+VARIABLE = r"[A-Za-z_][A-Za-z0-9_]*"      # an environment variable's name (compiled at its first use)
 DEFAULT_MAX_RESTARTS = 5          # a max_restarts unset
 DEFAULT_RESTART_WINDOW = 3600.0   # a restart_window unset, in seconds
 DOLLARS_MOST = 1_000_000_000     # the largest budget a model gives in dollars
@@ -253,7 +253,7 @@ class Setting:
     def names(self, given):
         """Names checked: each one of `choices`, or a variable's name."""
         for name in given:
-            if (name not in self.choices) if self.choices else not VARIABLE.fullmatch(name):
+            if (name not in self.choices) if self.choices else not re.fullmatch(VARIABLE, name):
                 want = f"one of {', '.join(self.choices)}" if self.choices else \
                     "a variable's name: letters, digits and _"
                 raise UsageError(f"bad {self.name}: {env.shown(name)} ({want})")
