@@ -9,8 +9,10 @@ import time
 from agentctl.errors import UsageError
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-CLOCK_RE = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
+# Patterns as text: re compiles each at its first use (and keeps it), not at every
+# program's start.
+DURATION = r"(\d+(?:\.\d+)?)([smhd]?)"
+CLOCK = r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?"
 
 # How far the database's clock is ahead of this host's: 0 for a SQLite file, measured
 # when a PostgreSQL database is opened (store/pg.py), so that hosts whose clocks
@@ -26,7 +28,7 @@ def now():
 
 def parse_duration(text):
     """Seconds from 90, 90s, 15m, 2h or 1d."""
-    found = DURATION_RE.fullmatch(text.strip().lower())
+    found = re.fullmatch(DURATION, text.strip().lower())
     if not found:
         raise UsageError(f"bad duration: {text!r} (want a number with s, m, h or d, e.g. 15m)")
     return float(found.group(1)) * UNITS[found.group(2)]
@@ -56,7 +58,7 @@ def parse_time(text, now=None, zone=None):
     default local time."""
     now = time.time() + skew if now is None else now
     text = text.strip()
-    clock = CLOCK_RE.fullmatch(text)
+    clock = re.fullmatch(CLOCK, text)
     if clock:
         hour, minute, second = (int(g or 0) for g in clock.groups())
         today = datetime.datetime.fromtimestamp(now, zone)     # zone None: local, naive

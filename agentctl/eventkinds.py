@@ -7,18 +7,19 @@ A kind is its row in KINDS: no kind without its line (tests/test_log.py).
 The line is the operator's, not the model's (what the model reads is voice.py's);
 it names other agents by what `names` (an agent id -> its label) makes of them."""
 
-from typing import Callable, NamedTuple
-
 from agentctl import mailloop, money, voice
 from agentctl.clock import iso
 from agentctl.settings import Budget
 
 
-class Kind(NamedTuple):
+class Kind:
     """One kind of event."""
-    fields: str         # its data's fields: "?" marks one an event may leave out
-                        # (None), "|" parts the shapes of a kind that has more than one
-    line: Callable      # (its fields by name, its actor's id or None, names) -> its line
+    __slots__ = ("fields", "line")
+
+    def __init__(self, fields, line):
+        self.fields = fields    # its data's fields: "?" marks one an event may leave out
+                                # (None), "|" parts the shapes of a kind that has more than one
+        self.line = line        # (its fields by name, its actor's id or None, names) -> its line
 
 
 def _turn(d):

@@ -8,15 +8,27 @@ ID_LENGTH = 22
 MIN_PREFIX = 4
 SHORT = 8                           # the characters of an id a table shows
 INIT_ID = "A" * ID_LENGTH          # the nil UUID, base64url: init's id
-NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}\Z")
+# Patterns as text: re compiles each at its first use (and keeps it), not at every
+# program's start.
+NAME = r"[a-z][a-z0-9._-]{0,63}"     # an agent's name
 ROLES = ("agent", "task", "worker", "lead", "architect", "daemon")
 # A tool's name as the providers take it (OpenAI's and Anthropic's rule): a program
 # tool's, an MCP server's and the SERVER__TOOL its tools are offered under, and a name
 # sent back to an API.
 TOOL_NAME_CHARACTERS = "A-Za-z0-9_-"
 TOOL_NAME_LONGEST = 64
-TOOL_NAME = re.compile(f"[{TOOL_NAME_CHARACTERS}]{{1,{TOOL_NAME_LONGEST}}}")
+TOOL_NAME = f"[{TOOL_NAME_CHARACTERS}]{{1,{TOOL_NAME_LONGEST}}}"
 TOOL_NAME_RULE = f"1 to {TOOL_NAME_LONGEST} letters, digits, _ or -"
+
+
+def is_name(text):
+    """Whether `text` may be an agent's name."""
+    return re.fullmatch(NAME, text) is not None
+
+
+def is_tool_name(text):
+    """Whether `text` may be a tool's name (TOOL_NAME)."""
+    return re.fullmatch(TOOL_NAME, text) is not None
 
 
 def random_uuid():

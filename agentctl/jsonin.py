@@ -32,11 +32,12 @@ MAX_DEPTH = 100
 MAX_BYTES = 64 * 1024 * 1024
 ARGUMENTS_BYTES = 1024 * 1024
 
-# A string (an unterminated one runs to the end) or a bracket, in a text whose escapes are gone.
-_TOKENS = re.compile(r'"[^"]*"?|[\[\]{}]')
+# Patterns as text, compiled at their first use. A string (an unterminated one runs to the end) or
+# a bracket, in a text whose escapes are gone.
+_TOKENS = r'"[^"]*"?|[\[\]{}]'
 # The same in a text with its escapes, each skipped whole: slower, used to find where a text is
 # too deep once it is known to be.
-_RAW_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+_RAW_TOKENS = r'(?s)"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]'
 
 
 class JSONError(ValueError):
@@ -96,7 +97,7 @@ def check(text, *, what="JSON", max_depth=MAX_DEPTH, max_bytes=MAX_BYTES):
 def _deepest(tokens, text, max_depth):
     """The offset of the first bracket more than max_depth levels deep, or None."""
     depth = 0
-    for token in tokens.finditer(text):
+    for token in re.finditer(tokens, text):
         char = token.group()[0]
         if char in "[{":
             depth += 1

@@ -10,7 +10,6 @@ count starts again after either was held for a loop."""
 
 import math
 import re
-from typing import NamedTuple
 
 from agentctl import env
 from agentctl.clock import parse_duration
@@ -22,17 +21,27 @@ LEAST = 2                   # the fewest mails a loop takes: one each way
 SAME = 3                    # the same words each way, so many times in a row, is a loop
 WORDS = 4096                # the characters of a body compared (its start)
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60))
-_SPACE = re.compile(r"\s+")
-_DIGITS = re.compile(r"\d+")
+# (patterns compiled at their first use, and a plain class: every program loads this
+# module through the settings table, and typing or a compile at import costs its start)
 
 
-class Loop(NamedTuple):
+class Loop:
     """A loop found: the mails of the run within the window (N, when they are N or more;
     those the same words were found in), the window, and SAME when the same words
     found it (else 0)."""
-    count: int
-    seconds: float
-    same: int
+    __slots__ = ("count", "seconds", "same")
+
+    def __init__(self, count, seconds, same):
+        self.count, self.seconds, self.same = count, seconds, same
+
+    def __iter__(self):
+        return iter((self.count, self.seconds, self.same))
+
+    def __eq__(self, other):
+        return tuple(self) == tuple(other)
+
+    def __repr__(self):
+        return f"Loop({self.count}, {self.seconds}, {self.same})"
 
 
 def span(seconds):
@@ -86,7 +95,7 @@ def sooner(old, new):
 def words(body):
     """What the same-words rule compares of a body: its start, in one case, each run of
     white space one space and each number 0 (a counter in an echo changes nothing)."""
-    return _SPACE.sub(" ", _DIGITS.sub("0", body[:WORDS].casefold())).strip()
+    return re.sub(r"\s+", " ", re.sub(r"\d+", "0", body[:WORDS].casefold())).strip()
 
 
 def tripped(run, rules, now):

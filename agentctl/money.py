@@ -8,19 +8,20 @@ from agentctl.errors import UsageError
 
 MICROS = 1_000_000              # micros in a dollar
 LARGEST = 2 ** 63 - 1           # what an INTEGER column holds
-DOLLARS = re.compile(r"\$\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)|([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-                     r"\s*(?:usd|\$)", re.IGNORECASE)
+# A pattern as text: re compiles it at its first use, not at every program's start.
+DOLLARS = (r"(?i)\$\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)|([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+           r"\s*(?:usd|\$)")
 
 
 def is_money(text):
     """Whether `text` is written as an amount of dollars ($2.50, 2.50usd, 2.50$)."""
-    return DOLLARS.fullmatch(text.strip()) is not None
+    return re.fullmatch(DOLLARS, text.strip()) is not None
 
 
 def parse(text, what="budget"):
     """The micros of `text` written as dollars; a usage error for anything else, for
     less than a micro, or for more than a column holds."""
-    found = DOLLARS.fullmatch(text.strip())
+    found = re.fullmatch(DOLLARS, text.strip())
     if found is None:
         raise UsageError(f"bad {what}: {text!r} (want dollars such as '$2.50' or 2.50usd)")
     whole, _, fraction = (found.group(1) or found.group(2)).partition(".")

@@ -113,14 +113,14 @@ NOUNS = {"object": "an object", "array": "an array", "string": "a string", "numb
 BOUNDS = (("minimum", "at least", lambda v, b: v < b), ("maximum", "at most", lambda v, b: v > b),
           ("exclusiveMinimum", "more than", lambda v, b: v <= b),
           ("exclusiveMaximum", "less than", lambda v, b: v >= b))
-PLAIN = re.compile(r"[\w-]{1,40}", re.ASCII)     # a property's name a path shows bare
+PLAIN = r"(?a)[\w-]{1,40}"     # a property's name a path shows bare (compiled at its first use)
 
 
 def _in(where, name):
     """The place of property `name` in the value at `where`: where.name, or where["name"]
     for a name that is not plain (cut, and quoted: a line break in it would end the
     message's line)."""
-    if not PLAIN.fullmatch(name):
+    if not re.fullmatch(PLAIN, name):
         return f"{where}[{quoted(cut(name, 40))}]"
     return f"{where}.{name}" if where else name
 
@@ -208,6 +208,16 @@ def parse_reply(text, schema):
     except jsonin.JSONError as e:
         return None, f"not JSON ({e.reason})"
     return value, problem(value, schema)
+
+
+def reply_value(schema, text):
+    """The JSON value of a reply (a turn's, or an agent's result) of an agent whose
+    schema (as stored) is `schema`, which was checked to fit it before it was
+    committed; else None."""
+    if not schema or not text:
+        return None
+    found, wrong = parse_reply(text, loads(schema))
+    return None if wrong else found
 
 
 def load(text):

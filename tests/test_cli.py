@@ -180,15 +180,35 @@ def test_start_up_imports_nothing_heavy(program, home):
             f"from agentctl.cli.{program} import main\n"
             "try:\n    main()\nfinally:\n"
             "    heavy = [m for m in ('sqlite_utils', 'requests', 'json', 'agentctl.models', "
-            "'psycopg', 'curses')"
+            "'psycopg', 'curses', 'dataclasses', 'difflib', 'locale')"
             " if m in sys.modules]\n"
             "    print(' '.join(heavy), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     heavy = set(proc.stderr.split())
     allowed = {"json"} if program in ("replay", "ps", "log", "top") else set()
     if str(home).startswith("postgresql://"):
-        allowed |= {"psycopg", "json"}      # the PostgreSQL backend's own imports (psycopg imports json)
+        # the PostgreSQL backend's own imports (psycopg imports json, dataclasses, locale)
+        allowed |= {"psycopg", "json", "dataclasses", "locale"}
     assert heavy <= allowed, proc.stderr
+
+
+def test_a_program_loads_without_collections_and_its_own_process_freezes_what_it_loaded(home):
+    """A program's modules load with the collector's young generation left alone, and its
+    own process (its console script gives no argv) freezes what they made, so that the
+    exit does not look through it; called in-process with argv (as the tests do), run()
+    freezes nothing, and gives the thresholds back either way."""
+    agent("fork", "-n", "x")
+    code = ("import gc, sys; sys.argv = ['agent-ps', '-q']\n"
+            "before = gc.get_threshold()[0]\n"
+            "from agentctl.cli.ps import main\n"
+            "loading = gc.get_threshold()[0]\n"
+            "status = {call}\n"
+            "print(before, loading, gc.get_threshold()[0], gc.get_freeze_count() > 1000, status,"
+            " file=sys.stderr)")
+    for call, frozen in (("main()", "True"), ("main(['-q'])", "False")):
+        proc = subprocess.run([sys.executable, "-c", code.format(call=call)], cwd=ROOT,
+                              capture_output=True, text=True)
+        assert proc.stderr.split() == ["700", "50000", "700", frozen, "0"], proc.stderr
 
 
 def test_dev_null_on_stdin_is_no_input():

@@ -58,10 +58,9 @@ def test_a_setting_added_to_the_declaration_is_settable_with_no_code_of_its_own(
                                                                                monkeypatch):
     """agent-set knows no setting by name: a new declaration (as the sandbox's ro, net ...)
     is picked up from agentctl.settings alone."""
-    import dataclasses
     from agentctl import settings
     fork("-n", "a", "-m", "echo", "--reap-after", "1h")
-    copy = dataclasses.replace(settings.get("reap_after"), doc="Changed.")
+    copy = settings.get("reap_after").replace(doc="Changed.")
     monkeypatch.setitem(settings.BY_NAME, "reap_after", copy)
     assert agent("set", "a", "reap_after=2h").code == 0
     assert row(conn, "a")["reap_after"] == 7200.0

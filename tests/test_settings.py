@@ -3,7 +3,6 @@ it drives and what it must agree with: the agents table, fork's inheritance (the
 rules as agent-fork(1) states them, written out here again on purpose), agent-ps's
 columns, and what agent-set is to use (lookup, parsing, narrowing)."""
 
-import dataclasses
 import json
 import os
 
@@ -127,7 +126,7 @@ def test_fork_inherits_as_declared(conn):
     ("restart", {"by_role": {"daemon": "on-failure"}}),
 ])
 def test_a_wrong_rule_is_caught(conn, monkeypatch, name, change):
-    wrong = tuple(dataclasses.replace(s, **change) if s.name == name else s
+    wrong = tuple(s.replace(**change) if s.name == name else s
                   for s in settings.SETTINGS)
     monkeypatch.setattr(settings, "SETTINGS", wrong)
     with pytest.raises(AssertionError, match=name):
@@ -170,7 +169,7 @@ def test_agent_ps_shows_the_declared_columns():
 
 
 def test_a_header_agent_ps_lacks_is_caught():
-    wrong = tuple(dataclasses.replace(s, header="WINDOW") if s.name == "context_window" else s
+    wrong = tuple(s.replace(header="WINDOW") if s.name == "context_window" else s
                   for s in settings.SETTINGS)
     with pytest.raises(AssertionError):
         check_ps_columns(wrong)

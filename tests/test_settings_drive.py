@@ -2,7 +2,6 @@
 the fork tool's parameters, the storage's column lists and agent-ps's columns; and the
 one rule of giving (ops.confinement.gives), which a fork and agent-set ask alike."""
 
-import dataclasses
 import importlib
 
 import click
@@ -104,7 +103,7 @@ def test_agent_ps_has_a_column_for_each_setting_with_a_header():
 
 def test_a_setting_with_a_header_is_a_column_of_agent_ps(monkeypatch):
     """Declared with a header, a setting is an agent-ps column with nothing else written."""
-    extra = dataclasses.replace(settings.get("idle_exit"), header="IDLE")
+    extra = settings.get("idle_exit").replace(header="IDLE")
     monkeypatch.setattr(settings, "SETTINGS", tuple(
         extra if s.name == "idle_exit" else s for s in settings.SETTINGS))
     monkeypatch.setattr(settings, "BY_NAME", {s.name: s for s in settings.SETTINGS})

@@ -2,7 +2,8 @@
 columns, and the listing."""
 
 from agentctl.cli.output import Column, pick, render
-from agentctl.ops import ending, lifecycle
+from agentctl.ops import lifecycle
+from agentctl.shape import reply_value
 from agentctl.text import first_line
 
 
@@ -18,7 +19,7 @@ COLUMNS = [
     Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
     Column("result", "RESULT", human=lambda r: first_line(r["result"]) or "-"),
     # the result of an agent with a schema as the JSON value itself (agent-fork --schema)
-    Column("value", "VALUE", machine=lambda r: ending.value(r, r["result"])),
+    Column("value", "VALUE", machine=lambda r: reply_value(r["schema"], r["result"])),
 ]
 
 

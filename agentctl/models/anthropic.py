@@ -10,7 +10,7 @@ import os
 import re
 
 from .. import env, jsonin
-from ..ids import TOOL_NAME, TOOL_NAME_CHARACTERS, TOOL_NAME_LONGEST
+from ..ids import TOOL_NAME, TOOL_NAME_CHARACTERS, TOOL_NAME_LONGEST, is_tool_name
 from ..errors import AgentctlError, UsageError
 from .api import HTTPModel
 from .base import (Reply, ToolCall, Transient, Unusable, index, is_count, load_json,
@@ -153,7 +153,7 @@ def _convert(messages, marks):
     system, turns, marked = [], [], []
     wanted = set(marks)
     for index, message in enumerate(with_tool_ids(messages, keeps=lambda call_id, used: (
-            ID.fullmatch(call_id) is not None and call_id not in used), stem=id_stem)):
+            re.fullmatch(ID, call_id) is not None and call_id not in used), stem=id_stem)):
         role = message.get("role")
         content = message.get("content") or ""
         if role in ("system", "developer"):
@@ -219,7 +219,7 @@ def tool_use_block(call):
         arguments = {}
     # So is a name the API refuses (a model may call a tool that isn't, by any name).
     name = function.get("name") or ""
-    if not TOOL_NAME.fullmatch(name):
+    if not is_tool_name(name):
         name = UNSAFE.sub("_", name)[:TOOL_NAME_LONGEST] or "unnamed"
     return {"type": "tool_use", "id": call.get("id") or "", "name": name, "input": arguments}
 

@@ -50,18 +50,10 @@ def outcome(conn, agent_id, turn_id, status, spec, exited=None):
     return Outcome(agent_id, turn_id, status, text, turn["steps"],
                    turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited,
                    turn["stop_reason"] == "length",
-                   value(registry.get(conn, agent_id), text) if status == "done" else None,
+                   shape.reply_value(registry.get(conn, agent_id)["schema"], text)
+                   if status == "done" else None,
                    turn["cache_read_tokens"], turn["cache_write_tokens"], turn["cost"],
                    turn["unpriced"])
-
-
-def value(agent, text):
-    """The JSON value of a reply (a turn's, or an agent's result) of an agent with a
-    schema, which was checked to fit it before it was committed; else None."""
-    if not agent["schema"] or not text:
-        return None
-    found, wrong = shape.parse_reply(text, shape.loads(agent["schema"]))
-    return None if wrong else found
 
 
 def how_it_ends(conn, turn_id, validate):

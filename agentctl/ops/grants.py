@@ -19,7 +19,7 @@ from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.store import registry
 
-PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,128}")
+PATTERN = r"[A-Za-z0-9_*?\[\]!-]{1,128}"     # (compiled at its first use)
 # The built-in tools (turn/builtin.py, which a test holds to this): every agent has
 # them, whatever its grants; only --ask reaches them.
 BUILT_IN = frozenset({"answer", "ask", "check_mail", "doc_get", "doc_ls", "doc_put", "doc_rm",
@@ -34,7 +34,7 @@ def check(patterns, named, deadlines=False):
         return None
     for p in patterns:
         glob, _, seconds = p.partition(":") if deadlines else (p, "", "")
-        if not PATTERN.fullmatch(glob):
+        if not re.fullmatch(PATTERN, glob):
             raise UsageError(f"{named(p)}: a pattern is a glob over tool names "
                              "(letters, digits, _ -, and * ? [ ])")
         if seconds:

@@ -5,7 +5,7 @@ import time
 
 from agentctl import clock, env, modelspec, settings, voice
 from agentctl.errors import Refused, UsageError
-from agentctl.ids import NAME_RE, ROLES, new_id
+from agentctl.ids import ROLES, is_name, new_id
 from agentctl.ops import asks, budget, confinement, mail
 from agentctl.store import events, history, registry
 from agentctl.store.db import transaction
@@ -13,7 +13,7 @@ from agentctl.store.waits import wait_for_commit
 
 
 def check_name(conn, name):
-    if not NAME_RE.match(name):
+    if not is_name(name):
         raise UsageError(f"bad name: {name!r} (want [a-z][a-z0-9._-]*, at most 64)")
     holder = registry.name_holder(conn, name)
     if holder is not None:

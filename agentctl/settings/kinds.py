@@ -6,15 +6,14 @@ the agent may do (narrows())."""
 import math
 import os
 import re
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from operator import itemgetter
 
 from agentctl import env, limits, mailloop, modelspec, money, paths, shape, voice
 from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 
 RESTART_POLICIES = ("never", "on-failure", "always")
-VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")      # an environment variable's name
+VARIABLE = r"[A-Za-z_][A-Za-z0-9_]*"      # an environment variable's name (compiled at its first use)
 DEFAULT_MAX_RESTARTS = 5          # a max_restarts unset
 DEFAULT_RESTART_WINDOW = 3600.0   # a restart_window unset, in seconds
 DOLLARS_MOST = 1_000_000_000     # the largest budget a model gives in dollars
@@ -36,11 +35,24 @@ OPERATOR = "operator"   # turned off; only the operator turns it on (--unconfine
 SOONER = "sooner"       # a check that trips sooner: fewer mails, a longer window (--mail-loop)
 
 
-class Budget(NamedTuple):
+class Budget(tuple):
     """A budget: an amount in its unit, "tokens" or "usd" (whole millionths of a
-    dollar: agentctl.money). The unit is the account's: what its calls are charged."""
-    amount: int
-    unit: str = "tokens"
+    dollar: agentctl.money). The unit is the account's: what its calls are charged.
+    The pair written out, not a NamedTuple, whose making every program would pay for
+    (0.2 ms)."""
+    __slots__ = ()
+
+    def __new__(cls, amount, unit="tokens"):
+        return tuple.__new__(cls, (amount, unit))
+
+    amount = property(itemgetter(0))
+    unit = property(itemgetter(1))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    def __repr__(self):
+        return f"Budget({self.amount!r}, {self.unit!r})"
 
     def __str__(self):
         return money.shown(self.amount) if self.unit == "usd" else str(self.amount)
@@ -53,30 +65,46 @@ class Budget(NamedTuple):
         return cls(row["budget"], row["budget_unit"] or "tokens")
 
 
-@dataclass(frozen=True, eq=False)
 class Setting:
     """One per-agent setting. Unset at a fork, a child gets its role's value when
-    `by_role` names the role, else the parent's when `inherit`, else `default`."""
-    name: str                   # the agents column; agent-ps's -o key; agent-set's KEY
-    kind: str                   # text, model, choice, count, budget, duration, patterns,
-                                # dir, paths, names (of `choices`, else variables'),
-                                # flag, limits, options (KEY=VALUE, a line each),
-                                # schema (JSON text) or rate (N/DURATION or off:
-                                # agentctl.mailloop)
-    doc: str
-    inherit: bool = False
-    default: object = None
-    by_role: dict = field(default_factory=dict)
-    narrows: str = None
-    keyword: str = None         # ops.lifecycle.fork's keyword, where it is not `name`
-    header: str = None          # agent-ps's column header; None: agent-ps doesn't show it
-    least: int = 0              # a count's least value
-    choices: tuple = ()
-    fixed: bool = False         # set once, at fork: agent-set refuses it
-    option: tuple = ()          # agent-fork's option: its spellings (default --NAME)
-    metavar: str = None         # agent-fork's option's metavar (a flag has none)
-    help: str = None            # agent-fork's option's help
-    tool: str = None            # the fork tool offers it to the model, with this text
+    `by_role` names the role, else the parent's when `inherit`, else `default`.
+    Read-only once declared: a variant is a copy (replace()). A plain class, not a
+    dataclass: every program reads the table, and making a dataclass costs its start
+    more than 3 ms."""
+    __slots__ = ("name", "kind", "doc", "inherit", "default", "by_role", "narrows",
+                 "keyword", "header", "least", "choices", "fixed", "option", "metavar",
+                 "help", "tool")
+
+    def __init__(self, name, kind, doc, inherit=False, default=None, by_role=None,
+                 narrows=None, keyword=None, header=None, least=0, choices=(),
+                 fixed=False, option=(), metavar=None, help=None, tool=None):
+        self.name = name            # the agents column; agent-ps's -o key; agent-set's KEY
+        self.kind = kind            # text, model, choice, count, budget, duration, patterns,
+                                    # dir, paths, names (of `choices`, else variables'),
+                                    # flag, limits, options (KEY=VALUE, a line each),
+                                    # schema (JSON text) or rate (N/DURATION or off:
+                                    # agentctl.mailloop)
+        self.doc = doc
+        self.inherit = inherit
+        self.default = default
+        self.by_role = by_role or {}
+        self.narrows = narrows
+        self.keyword = keyword      # ops.lifecycle.fork's keyword, where it is not `name`
+        self.header = header        # agent-ps's column header; None: agent-ps doesn't show it
+        self.least = least          # a count's least value
+        self.choices = choices
+        self.fixed = fixed          # set once, at fork: agent-set refuses it
+        self.option = option        # agent-fork's option: its spellings (default --NAME)
+        self.metavar = metavar      # agent-fork's option's metavar (a flag has none)
+        self.help = help            # agent-fork's option's help
+        self.tool = tool            # the fork tool offers it to the model, with this text
+
+    def __repr__(self):
+        return f"Setting({self.name!r}, {self.kind!r})"
+
+    def replace(self, **changes):
+        """A copy with `changes` (a variant of a row, as a test declares one)."""
+        return Setting(**{**{k: getattr(self, k) for k in self.__slots__}, **changes})
 
     @property
     def spellings(self):
@@ -233,7 +261,7 @@ class Setting:
     def names(self, given):
         """Names checked: each one of `choices`, or a variable's name."""
         for name in given:
-            if (name not in self.choices) if self.choices else not VARIABLE.fullmatch(name):
+            if (name not in self.choices) if self.choices else not re.fullmatch(VARIABLE, name):
                 want = f"one of {', '.join(self.choices)}" if self.choices else \
                     "a variable's name: letters, digits and _"
                 raise UsageError(f"bad {self.name}: {env.shown(name)} ({want})")

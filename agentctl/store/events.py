@@ -5,8 +5,10 @@ each kind's data holds is declared with its line in agentctl/eventkinds.py (KIND
 the released detail text made of it is declared here: record() writes by the
 declarations, fields() reads by them."""
 
+import functools
 import math
 import re
+
 from agentctl import clock, jsonin
 from agentctl.eventkinds import KINDS
 from agentctl.store.db import marks, noted
@@ -35,10 +37,22 @@ def _shapes(spec):
 
 
 _SHAPES = {name: _shapes(kind.fields) for name, kind in KINDS.items()}
-_TEMPLATES = {kind: [(t, re.findall(r"{(\w+)}", t)) for t in templates]
-              for kind, templates in DETAILS.items()}
-_PATTERNS = {kind: [re.compile(re.sub(r"\\{(\w+)\\}", r"(?P<\1>\\S+)", re.escape(t)))
-                    for t in templates] for kind, templates in DETAILS.items()}
+
+
+@functools.cache
+def _templates(kind):
+    """[(a detail template of `kind`, the fields it names)], made at their first use."""
+    return [(t, re.findall(r"{(\w+)}", t)) for t in DETAILS.get(kind, ())]
+
+
+@functools.cache
+def _patterns(kind):
+    """The detail templates of `kind` as patterns that read their fields back, compiled
+    at their first use (an old event read), not at every program's start."""
+    return [re.compile(re.sub(r"\\{(\w+)\\}", r"(?P<\1>\\S+)", re.escape(t)))
+            for t in DETAILS.get(kind, ())]
+
+
 COLUMNS = "e.id, e.agent_id, e.kind, e.detail, e.actor_id, e.created_at, e.data, a.name"
 
 # JSON without importing json (a program's start-up): what an event carries is flat,
@@ -84,7 +98,7 @@ def check(kind, data):
 
 def detail(kind, data):
     """The released detail text of an event of `kind` (DETAILS), or None."""
-    for template, names in _TEMPLATES.get(kind, ()):
+    for template, names in _templates(kind):
         if all(data.get(n) is not None for n in names):
             return template.format(**data)
     return None
@@ -108,7 +122,7 @@ def fields(kind, text, data):
         if isinstance(data, str):
             return jsonin.loads(data, what="event data")
         return data
-    for pattern in _PATTERNS.get(kind, ()):
+    for pattern in _patterns(kind):
         found = pattern.fullmatch(text or "")
         if found:
             return {k: int(v) if k in NUMBERS and v.isdigit() else v

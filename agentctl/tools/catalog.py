@@ -6,7 +6,7 @@ warning. No MCP server is started here: a server's tools are named SERVER__TOOL,
 whether an agent reaches a server is known from its grants alone.
 """
 
-from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
+from agentctl.ids import TOOL_NAME_RULE, is_tool_name
 from agentctl.ops import grants
 from agentctl.text import cut
 from agentctl.tools import mcp, programs
@@ -59,7 +59,7 @@ class Usable:
         """The name an MCP server's tool is offered under, or None (with a warning
         where the tool is lost to a clash or a name the providers refuse)."""
         name = f"{server}__{tool}"
-        if not TOOL_NAME.fullmatch(name):
+        if not is_tool_name(name):
             self.warnings.append(f"MCP tool {cut(name, 80)!r}: a tool's name is "
                                  f"{TOOL_NAME_RULE}: skipped")
         elif not self.allowance.permits(name, server):

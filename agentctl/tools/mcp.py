@@ -22,7 +22,7 @@ import re
 import shutil
 
 from agentctl import jsonin, paths
-from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
+from agentctl.ids import TOOL_NAME_RULE, is_tool_name
 from agentctl.text import cut
 
 TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http",
@@ -168,7 +168,7 @@ def servers(warnings):
     entries = {}
     for name, spec in found.items():
         try:
-            if not TOOL_NAME.fullmatch(name) or "__" in name:
+            if not is_tool_name(name) or "__" in name:
                 raise ValueError(f"a name is {TOOL_NAME_RULE} (no __)")
             entries[name] = Entry(name, spec, _check(name, spec))
         except ValueError as e:

@@ -14,7 +14,7 @@ import os
 
 from agentctl import jsonin, keys, paths, shape, spawn
 from agentctl.errors import UsageError
-from agentctl.ids import TOOL_NAME, TOOL_NAME_RULE
+from agentctl.ids import TOOL_NAME_RULE, is_tool_name
 
 DESCRIBE_TIMEOUT = 10.0
 RUN_MARK = "AGENTCTL_TOOL_RUN"  # in a call's environment: the id of its tool_runs row
@@ -74,7 +74,7 @@ def discover(warnings):
         for entry in entries:
             if entry.name.startswith(".") or entry.name in found or not _executable(entry):
                 continue
-            if not TOOL_NAME.fullmatch(entry.name):
+            if not is_tool_name(entry.name):
                 warnings.append(f"tool {entry.path!r} skipped: a tool's name is "
                                 f"{TOOL_NAME_RULE}")
                 continue
