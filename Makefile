@@ -94,6 +94,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/cache.py
 	$(VENV)/bin/python bench/top.py
 	$(VENV)/bin/python bench/limits.py
+	$(VENV)/bin/python bench/otel.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.
