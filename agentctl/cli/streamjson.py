@@ -35,7 +35,7 @@ class Stream(Watcher):
         self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
         self.out.flush()
 
-    def begin(self, conn, agent, turn, resumed):
+    def begin(self, conn, agent, turn, resumed, model):
         """The turn's messages so far (its prompt, its inbox; a resumed turn's steps)."""
         self.agent_id, self.turn_id = agent["id"], turn["id"]
         self._messages(history.of_turn(conn, turn["id"]))

@@ -93,7 +93,7 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
-            watch.begin(conn, registry.get(conn, agent_id), turn, resumed)
+            watch.begin(conn, registry.get(conn, agent_id), turn, resumed, client)
             toolset = Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
                 return _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset,

@@ -20,8 +20,9 @@ class Watcher:
     rows = False
     text = False
 
-    def begin(self, conn, agent, turn, resumed):
-        """The turn (its row) starts in this run: new, or `resumed`."""
+    def begin(self, conn, agent, turn, resumed, model):
+        """The turn (its row) starts in this run: new, or `resumed`; `model` is the
+        models.base.Model its calls go to (its name, the options they send)."""
 
     def committed(self, rows):
         """Rows the run committed, in the order it wrote them: ("events", a tuple of
@@ -97,9 +98,9 @@ class Watch:
                 w.committed(rows)
 
     # -- the moments between
-    def begin(self, conn, agent, turn, resumed):
+    def begin(self, conn, agent, turn, resumed, model):
         for w in self.watchers:
-            w.begin(conn, agent, turn, resumed)
+            w.begin(conn, agent, turn, resumed, model)
 
     def streamed(self, chunk):
         for w in self.watchers:
