@@ -42,6 +42,16 @@ def attributes(pairs):
     return {kv.key: value(kv.value) for kv in pairs}
 
 
+def scoped(resources, scopes, items):
+    """(its resource's attributes, its scope, the item) for each item (span, metric) of
+    a request's resources (resource_spans, resource_metrics)."""
+    for held in resources:
+        resource = attributes(held.resource.attributes)
+        for scope in getattr(held, scopes):
+            for item in getattr(scope, items):
+                yield resource, scope.scope, item
+
+
 class Receiver(localhttp.LocalServer):
     def __init__(self):
         self.spans, self.requests, self.errors = [], 0, []
@@ -56,26 +66,18 @@ class Receiver(localhttp.LocalServer):
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceRequest)
         from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        spans = []
-        for resource_spans in request.resource_spans:
-            resource = attributes(resource_spans.resource.attributes)
-            for scope_spans in resource_spans.scope_spans:
-                for s in scope_spans.spans:
-                    spans.append({
-                        "name": s.name, "trace": s.trace_id.hex(), "span": s.span_id.hex(),
-                        "parent": s.parent_span_id.hex(),
-                        "kind": Span.SpanKind.Name(s.kind).removeprefix("SPAN_KIND_"),
-                        "attributes": attributes(s.attributes),
-                        "status": Status.StatusCode.Name(s.status.code).removeprefix(
-                            "STATUS_CODE_"),
-                        "message": s.status.message, "resource": resource,
-                        "scope": scope_spans.scope.name,
-                        "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
-                        "links": [{"trace": link.trace_id.hex(), "span": link.span_id.hex(),
-                                   "attributes": attributes(link.attributes)}
-                                  for link in s.links]})
+        request = ExportTraceServiceRequest.FromString(body)
+        spans = [{"name": s.name, "trace": s.trace_id.hex(), "span": s.span_id.hex(),
+                  "parent": s.parent_span_id.hex(),
+                  "kind": Span.SpanKind.Name(s.kind).removeprefix("SPAN_KIND_"),
+                  "attributes": attributes(s.attributes),
+                  "status": Status.StatusCode.Name(s.status.code).removeprefix("STATUS_CODE_"),
+                  "message": s.status.message, "resource": resource, "scope": scope.name,
+                  "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
+                  "links": [{"trace": link.trace_id.hex(), "span": link.span_id.hex(),
+                             "attributes": attributes(link.attributes)} for link in s.links]}
+                 for resource, scope, s in scoped(request.resource_spans, "scope_spans",
+                                                  "spans")]
         with self.lock:
             self.requests += 1
             self.spans.extend(spans)
@@ -84,28 +86,22 @@ class Receiver(localhttp.LocalServer):
         from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
             ExportMetricsServiceRequest)
         from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
-        request = ExportMetricsServiceRequest()
-        request.ParseFromString(body)
+        request = ExportMetricsServiceRequest.FromString(body)
         points = []
-        for resource_metrics in request.resource_metrics:
-            resource = attributes(resource_metrics.resource.attributes)
-            for scope_metrics in resource_metrics.scope_metrics:
-                for m in scope_metrics.metrics:
-                    kind = m.WhichOneof("data")
-                    data = getattr(m, kind)
-                    temporality = getattr(data, "aggregation_temporality", 0)
-                    for p in data.data_points:
-                        point = {"metric": m.name, "unit": m.unit, "type": kind,
-                                 "temporality": AggregationTemporality.Name(temporality)
-                                 .removeprefix("AGGREGATION_TEMPORALITY_"),
-                                 "attributes": attributes(p.attributes), "resource": resource}
-                        if kind == "histogram":
-                            point.update(count=p.count, sum=p.sum,
-                                         bounds=list(p.explicit_bounds),
-                                         counts=list(p.bucket_counts))
-                        else:
-                            point["value"] = getattr(p, p.WhichOneof("value"))
-                        points.append(point)
+        for resource, _, m in scoped(request.resource_metrics, "scope_metrics", "metrics"):
+            kind = m.WhichOneof("data")
+            data = getattr(m, kind)
+            temporality = AggregationTemporality.Name(getattr(data, "aggregation_temporality", 0))
+            for p in data.data_points:
+                point = {"metric": m.name, "unit": m.unit, "type": kind,
+                         "temporality": temporality.removeprefix("AGGREGATION_TEMPORALITY_"),
+                         "attributes": attributes(p.attributes), "resource": resource}
+                if kind == "histogram":
+                    point.update(count=p.count, sum=p.sum, bounds=list(p.explicit_bounds),
+                                 counts=list(p.bucket_counts))
+                else:
+                    point["value"] = getattr(p, p.WhichOneof("value"))
+                points.append(point)
         with self.lock:
             self.metric_requests += 1
             self.points.extend(points)
