@@ -2,7 +2,9 @@
 receiver on 127.0.0.1 that decodes the protobuf: the GenAI conventions' client metrics
 of each model call (tokens by type, the cache's apart; duration, its error), what the
 calls cost in agentctl's own metric, delta temporality, one request a run; each signal
-on or off by its own variables."""
+on or off by its own variables; console's lines of JSON."""
+
+import json
 
 import pytest
 
@@ -106,3 +108,21 @@ def test_the_operator_may_ask_for_cumulative_sums(tmp_path, otlp, monkeypatch): 
     fork("-n", "a", "-m", script(tmp_path, USAGE), "job")
     ran("a")
     assert {p["temporality"] for p in otlp.points} == {"CUMULATIVE"}
+
+
+def test_console_writes_a_line_of_json_for_each_span_and_point(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
+    fork("-n", "a", "-m", script(tmp_path, USAGE), "job")
+    result = ran("a")
+    assert result.out == "done\n"                   # standard output is the turn's
+    lines = [json.loads(line) for line in result.err.splitlines()]
+    spans = {line["name"]: line for line in lines if "name" in line}
+    assert set(spans) == {"invoke_agent a", f"chat {tmp_path / 'script.jsonl'}"}
+    chat = spans[f"chat {tmp_path / 'script.jsonl'}"]
+    assert chat["parent_id"] == spans["invoke_agent a"]["span_id"]
+    assert chat["kind"] == "CLIENT" and chat["attributes"]["gen_ai.usage.input_tokens"] == 50
+    points = {(p["metric"], p["attributes"].get("gen_ai.token.type")): p["value"]
+              for p in lines if "metric" in p}
+    assert points[("gen_ai.client.token.usage", "output")]["sum"] == 5
+    assert points[("gen_ai.client.operation.duration", None)]["count"] == 1
