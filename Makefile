@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 		{ apt-get update -qq && apt-get install -y -qq bubblewrap; } || \
 		echo "make: install bubblewrap (bwrap): without it no tool call runs" >&2
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp,postgres,otel]'
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,mcp,postgres]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -99,11 +99,12 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/cache.py
 	$(VENV)/bin/python bench/top.py
 	$(VENV)/bin/python bench/limits.py
+	$(VENV)/bin/python bench/otel.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.
-# EXTRAS=mcp,postgres,otel also installs those optional extras (MCP servers, PostgreSQL,
-# OpenTelemetry traces).
+# EXTRAS=mcp,postgres also installs those optional extras (MCP servers, PostgreSQL;
+# otel, which OpenTelemetry no longer needs, installs nothing).
 programs:
 	@test -n "$(PROGRAMS)" || { echo "make: $(PYTHON) can't read the programs (agentctl/programs.py)" >&2; exit 1; }
 

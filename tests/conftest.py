@@ -22,12 +22,9 @@ BIN = os.path.join(ROOT, "bin")
 CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "AGENTCTL_DEBUG", "NO_COLOR",
          # each provider's key and base URL (its row's)
          *(v for p in PROVIDERS for v in (p.key, p.url_variable) if v),
-         "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST",
-         # OpenTelemetry's: a test that traces sets its own
-         "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
-         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
-         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+         "AGENTCTL_TOOLS", "AGENTCTL_MCP", "AGENTCTL_ASK_TIMEOUT", "AGENTCTL_HOST")
+# OpenTelemetry's (every OTEL_* variable): a test that traces sets its own
+CLEAN_PREFIXES = ("OTEL_",)
 
 
 BACKEND = {"name": "sqlite", "server": None, "missing": None}
@@ -155,6 +152,8 @@ def pytest_terminal_summary(terminalreporter):
 def home(tmp_path, monkeypatch, request):
     for name in CLEAN:
         monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith(CLEAN_PREFIXES)]:
+        monkeypatch.delenv(name)
     if os.geteuid() == 0:
         # As root, tools run as nobody (agentctl(7), SANDBOX): a test's directories are
         # made writable by it, as a root operator gives an agent its working directory.

@@ -74,6 +74,8 @@ class FakeAPI(localhttp.LocalServer):
         connection without a word, as a server closing a kept-alive connection at once does,
         body=bytes answers with these bytes (a stream request: with one event holding them),
         stop="length" ends the reply for its length (Anthropic's stop_reason max_tokens).
+        A reply names the model asked for and a fixed id, unless served="MODEL" and
+        reply_id="ID" name others.
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -181,7 +183,7 @@ class Handler(localhttp.Handler):
         if behaviour.get("malformed"):
             return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
         render = openai_plain if flavour == "openai" else anthropic_plain
-        self.send_json(200, render(behaviour, body.get("model")),
+        self.send_json(200, render(behaviour, behaviour.get("served") or body.get("model")),
                        cut=behaviour.get("cut_after") is not None)
 
     # -- streams ------------------------------------------------------------------------------
@@ -190,11 +192,12 @@ class Handler(localhttp.Handler):
         if flavour == "openai":
             include_usage = (body.get("stream_options") or {}).get("include_usage")
             events = [f"data: {json.dumps(c)}\n\n" for c in
-                      openai_chunks(behaviour, body.get("model"), include_usage)]
+                      openai_chunks(behaviour, behaviour.get("served") or body.get("model"),
+                                    include_usage)]
             events.append("data: [DONE]\n\n")
         else:
             events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in
-                      anthropic_events(behaviour, body.get("model"))]
+                      anthropic_events(behaviour, behaviour.get("served") or body.get("model"))]
         if behaviour.get("body") is not None:
             events = [b"data: %s\n\n" % behaviour["body"]]
         events = [e if isinstance(e, bytes) else e.encode() for e in events]
@@ -263,9 +266,10 @@ def openai_plain(b, model):
         message["tool_calls"] = [{"id": c["id"] or f"call_fake{c['index']}", "type": "function",
                                   "function": {"name": c["name"], "arguments": c["arguments"]}}
                                  for c in b["calls"]]
-    obj = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000,
-           "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                        "finish_reason": openai_finish(b)}]}
+    obj = {"id": b.get("reply_id", "chatcmpl-fake"), "object": "chat.completion",
+           "created": 1700000000, "model": model,
+           "choices": [{"index": 0, "message": message, "logprobs": None,
+                        "finish_reason": openai_finish(b)}]}
     if b["usage"]:
         obj["usage"] = openai_usage(b["usage"], b["cached"])
     if b["timings"] is not None:
@@ -275,9 +279,10 @@ def openai_plain(b, model):
 
 def openai_chunks(b, model, include_usage):
     def chunk(delta, finish=None):
-        obj = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1700000000,
-               "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                            "finish_reason": finish}]}
+        obj = {"id": b.get("reply_id", "chatcmpl-fake"), "object": "chat.completion.chunk",
+               "created": 1700000000, "model": model,
+               "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                            "finish_reason": finish}]}
         if include_usage:
             obj["usage"] = None
         return obj
@@ -313,8 +318,8 @@ def anthropic_plain(b, model):
     content += [{"type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}",
                  "name": c["name"], "input": json.loads(c["arguments"] or "{}")}
                 for c in b["calls"]]
-    obj = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-           "content": content, "stop_reason": anthropic_stop(b),
+    obj = {"id": b.get("reply_id", "msg_fake"), "type": "message", "role": "assistant",
+           "model": model, "content": content, "stop_reason": anthropic_stop(b),
            "stop_sequence": None}
     if b["usage"]:
         obj["usage"] = dict(anthropic_usage(b["usage"], b["cached"]), output_tokens=b["usage"][1])
@@ -325,7 +330,8 @@ def anthropic_events(b, model):
     usage = b["usage"]
     start_usage = dict(anthropic_usage(usage, b["cached"]), output_tokens=1) if usage else {}
     events = [{"type": "message_start", "message": {
-        "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
+        "id": b.get("reply_id", "msg_fake"), "type": "message", "role": "assistant",
+        "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None, "usage": start_usage}}]
     index = 0
     if b["text"]:

@@ -256,3 +256,12 @@ def test_a_tool_name_the_api_refuses_is_replayed_mended(name, sent):
                                  {"role": "assistant", "content": "",
                                   "tool_calls": [call("t1", name, "{}")]}, answer("t1")])
     assert turns[1]["content"][0]["name"] == sent
+
+
+@streamed
+def test_the_reply_names_the_response_and_the_model_that_gave_it(fakeapi, stream):
+    fakeapi.reply("ok", served="claude-test-20250929", reply_id="msg_01XyZ")
+    reply, _ = ask(SPEC, stream)
+    assert (reply.response_id, reply.response_model) == ("msg_01XyZ", "claude-test-20250929")
+    reply = parse_message({"content": [{"type": "text", "text": "hi"}], "id": ["x"]}, [])
+    assert (reply.response_id, reply.response_model) == ("", "")

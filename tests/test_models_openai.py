@@ -209,3 +209,16 @@ def test_tool_ids_are_sent_as_they_are_but_for_none(fakeapi):
         ["call_0_0", "call_0_0", "functions.f:1", "call_3"]
     assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == \
         ["call_0_0", "call_0_0", "functions.f:1", "call_3"]
+
+
+@streamed
+def test_the_reply_names_the_response_and_the_model_that_gave_it(fakeapi, stream):
+    fakeapi.reply("ok", served="gpt-test-2024-08-06", reply_id="chatcmpl-A1b2")
+    reply, _ = ask(SPEC, stream)
+    assert (reply.response_id, reply.response_model) == ("chatcmpl-A1b2", "gpt-test-2024-08-06")
+    # a server that names neither (or not as text) leaves them empty; a long one is cut
+    fakeapi.reply(body=json.dumps({"id": 7, "model": "m" * 300, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"},
+         "finish_reason": "stop"}]}).encode())
+    reply, _ = ask(SPEC)
+    assert reply.response_id == "" and len(reply.response_model) == 200

@@ -1,6 +1,7 @@
 """OpenTelemetry traces (agent-run(1), TRACING): spans in the GenAI semantic conventions,
-sent to a real OTLP/HTTP receiver on 127.0.0.1 that decodes the protobuf; one trace for
-a tree of agents; no message text unless the operator opts in; nothing at all, and
+sent to a real OTLP/HTTP receiver on 127.0.0.1 that decodes the protobuf; a trace for
+each turn, linked to its cause; the request's parameters and the response's id and
+model; no message text unless the operator opts in; nothing at all, and
 nothing of OpenTelemetry imported, without the variables; flushed before agent-run
 exits, on exit 75 and on a KILL of the agent too."""
 
@@ -38,27 +39,39 @@ def ran(*args):
     return result
 
 
-def test_a_lead_with_two_workers_reads_as_one_tree(tmp_path, otlp):  # noqa: F811
+def test_each_turn_is_a_trace_linked_to_what_caused_it(tmp_path, otlp):  # noqa: F811
     lead = fork("-n", "lead", "-m", script(tmp_path, *LEAD_RULES), "plan the work")
     ran("lead")
     ran("w1")
     ran("w2")
     ran("lead")                 # woken by its workers' exit notices
-    assert otlp.requests >= 4   # each agent-run flushed its own spans before it returned
+    assert otlp.requests == 4   # each agent-run sent its spans, in one request, before it returned
 
     turns = otlp.named("invoke_agent")
     assert [s["name"] for s in turns] == ["invoke_agent lead", "invoke_agent w1",
                                           "invoke_agent w2", "invoke_agent lead"]
     first, w1, w2, second = turns
-    assert len({s["trace"] for s in otlp.spans}) == 1      # one trace
-    assert first["parent"] == ""                           # its root
+    # a trace for each turn, its invoke_agent span the root, the turn's spans under it
+    assert len({s["trace"] for s in turns}) == 4
+    assert all(s["parent"] == "" for s in turns)
+    for turn in turns:
+        assert all(s["parent"] == turn["span"] for s in otlp.spans
+                   if s["trace"] == turn["trace"] and s is not turn)
+    # each linked to its cause: a worker's to the fork call that made it, a later turn
+    # of the lead's to its turn before; the first to nothing
     by_id = {s["span"]: s for s in otlp.spans}
-    # each worker's turn sits under the fork call that made it
-    assert by_id[w1["parent"]]["name"] == "execute_tool fork"
-    assert by_id[w1["parent"]]["attributes"]["gen_ai.tool.call.id"] == "f1"
-    assert by_id[w2["parent"]]["attributes"]["gen_ai.tool.call.id"] == "f2"
-    assert by_id[w1["parent"]]["parent"] == first["span"]
-    assert second["parent"] == first["span"]     # the lead's later turns under its first
+
+    def cause(turn):
+        (link,) = turn["links"]
+        caused_by = by_id[link["span"]]
+        assert caused_by["trace"] == link["trace"]
+        return caused_by
+    assert first["links"] == []
+    assert cause(w1)["name"] == "execute_tool fork"
+    assert cause(w1)["attributes"]["gen_ai.tool.call.id"] == "f1"
+    assert cause(w2)["attributes"]["gen_ai.tool.call.id"] == "f2"
+    assert cause(w1)["trace"] == first["trace"]
+    assert cause(second) is first
     assert first["kind"] == "INTERNAL" and first["resource"]["service.name"] == "agentctl"
     assert first["attributes"] == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "scripted",
@@ -105,6 +118,11 @@ def test_message_text_is_exported_only_when_the_operator_opts_in(tmp_path, otlp,
                                                                "content": "You lead."}]
     assert json.loads(chat["gen_ai.input.messages"]) == [
         {"role": "user", "parts": [{"type": "text", "content": "plan the work"}]}]
+    # a tool's result as the conventions' schema names it: a tool_call_response's response
+    later = json.loads(otlp.named("chat")[1]["attributes"]["gen_ai.input.messages"])
+    (response,) = later[2]["parts"]
+    assert response["type"] == "tool_call_response" and response["id"] == "f1"
+    assert set(response) == {"type", "id", "response"} and response["response"]
     output = json.loads(chat["gen_ai.output.messages"])
     assert output[0]["finish_reason"] == "tool_call"
     assert output[0]["parts"][0] == {"type": "text", "content": "forking"}
@@ -118,19 +136,23 @@ def test_nothing_is_exported_or_imported_without_the_variables(tmp_path, otlp,  
                                                                 monkeypatch):
     endpoint = os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT")
     fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "job three")
+    # what was imported of the telemetry's code, and of OpenTelemetry's (never a module:
+    # the SDK would cost a run more than exporting may)
     code = ("import sys\nfrom agentctl.cli.run import main\ncode = main(['a'])\n"
-            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')), "
+            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry', "
+            "'google.protobuf', 'agentctl.turn.telemetry', 'agentctl.turn.otlp'))), "
             "file=sys.stderr)\nsys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, env=dict(os.environ, OTEL_SERVICE_NAME="x",
                                               OTEL_EXPORTER_OTLP_HEADERS="a=b"))
     assert proc.returncode == 0 and proc.stdout == "done\n"
-    assert proc.stderr == "[]\n"            # not one module of OpenTelemetry
+    assert proc.stderr == "[]\n"            # not one module of the telemetry
     # the same with the variable that names an exporter: imported, and exported
     agent("send", "a", "job four")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, env=dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint))
-    assert proc.returncode == 0 and "opentelemetry.sdk.trace" in proc.stderr
+    assert proc.returncode == 0
+    assert proc.stderr == "['agentctl.turn.otlp', 'agentctl.turn.telemetry']\n"
     assert [s["name"] for s in otlp.spans if s["name"].startswith("invoke")] == ["invoke_agent a"]
     assert otlp.requests == 1               # the first run sent nothing
     # "none" names none
@@ -178,37 +200,70 @@ def test_spans_are_flushed_when_the_agent_is_killed_mid_call(fakeapi, otlp):  # 
     assert chat["attributes"]["gen_ai.provider.name"] == "openai"
 
 
-def test_an_api_call_names_its_server(fakeapi, otlp):  # noqa: F811
-    fork("-n", "a", "-m", "anthropic:claude-test", "hi")
-    fakeapi.reply("hello", usage=(100, 7), cached=(80, 15))
+def test_an_api_call_names_its_server_its_response_and_its_request(fakeapi, otlp):  # noqa: F811
+    fork("-n", "a", "-m", "anthropic:claude-test", "-o", "max_tokens=300", "-o", "stop=END",
+         "hi")
+    fakeapi.reply("hello", usage=(100, 7), cached=(80, 15), served="claude-test-20250929",
+                  reply_id="msg_01AbC")
     ran("a")
     (chat,) = otlp.named("chat")
+    (turn,) = otlp.named("invoke_agent")
     port = int(fakeapi.url.rsplit(":", 1)[1])
     assert chat["name"] == "chat claude-test"
     assert {k: chat["attributes"][k] for k in (
         "gen_ai.provider.name", "gen_ai.request.model", "server.address", "server.port",
         "gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens",
-        "gen_ai.usage.cache_creation.input_tokens")} == {
+        "gen_ai.usage.cache_creation.input_tokens", "gen_ai.response.id",
+        "gen_ai.response.model", "gen_ai.request.max_tokens",
+        "gen_ai.request.stop_sequences")} == {
         "gen_ai.provider.name": "anthropic", "gen_ai.request.model": "claude-test",
         "server.address": "127.0.0.1", "server.port": port, "gen_ai.usage.input_tokens": 100,
         "gen_ai.usage.cache_read.input_tokens": 80,
-        "gen_ai.usage.cache_creation.input_tokens": 15}
+        "gen_ai.usage.cache_creation.input_tokens": 15, "gen_ai.response.id": "msg_01AbC",
+        "gen_ai.response.model": "claude-test-20250929", "gen_ai.request.max_tokens": 300,
+        "gen_ai.request.stop_sequences": ["END"]}
+    assert turn["attributes"]["gen_ai.request.max_tokens"] == 300
 
 
-@pytest.mark.parametrize("variables, said", [
-    ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin: not supported"),
-    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTLP protocol grpc: only http/protobuf"),
+def test_the_request_parameters_are_the_model_options_the_conventions_name(tmp_path,  # noqa: F811
+                                                                            otlp):
+    fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "-o", "temperature=0.2",
+         "-o", "top_p=0.9", "-o", "seed=7", "-o", "frequency_penalty=0.5",
+         "-o", "presence_penalty=-0.5", "-o", "reasoning_effort=low", "job")
+    ran("a")
+    (chat,) = otlp.named("chat")
+    request = {k: v for k, v in chat["attributes"].items() if k.startswith("gen_ai.request.")}
+    assert request == {"gen_ai.request.model": str(tmp_path / "script.jsonl"),
+                       "gen_ai.request.temperature": 0.2, "gen_ai.request.top_p": 0.9,
+                       "gen_ai.request.seed": 7, "gen_ai.request.frequency_penalty": 0.5,
+                       "gen_ai.request.presence_penalty": -0.5}
+    # none the API gave: no gen_ai.response.*
+    assert not [k for k in chat["attributes"] if k.startswith("gen_ai.response.") and
+                k != "gen_ai.response.finish_reasons"]
+
+
+@pytest.mark.parametrize("variables, said, sent", [
+    ({"OTEL_TRACES_EXPORTER": "zipkin"},
+     "OTEL_TRACES_EXPORTER=zipkin: not supported (otlp, console or none): no traces",
+     (0, 1)),
+    ({"OTEL_METRICS_EXPORTER": "prometheus"},
+     "OTEL_METRICS_EXPORTER=prometheus: not supported (otlp, console or none): no metrics",
+     (1, 0)),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},         # one line for both
+     "OTLP protocol grpc: only http/protobuf is supported: no traces or metrics", (0, 0)),
+    ({"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"},
+     "OTLP protocol grpc: only http/protobuf is supported: no metrics", (1, 0)),
 ])
 def test_an_exporter_agentctl_cant_make_is_said_and_the_turn_runs(tmp_path, otlp,  # noqa: F811
                                                                    monkeypatch, variables,
-                                                                   said):
+                                                                   said, sent):
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "job")
     result = agent("run", "a")
     assert result.code == 0 and result.out == "done\n"
-    assert result.err == f"agent-run: tracing: {said}" + result.err.split(said, 1)[1]
-    assert result.err.endswith(": no traces\n") and otlp.requests == 0
+    assert result.err == f"agent-run: tracing: {said}\n"
+    assert (otlp.requests, otlp.metric_requests) == sent
 
 
 def test_a_collector_out_of_reach_is_said_and_the_turn_runs(tmp_path, monkeypatch):
@@ -217,9 +272,9 @@ def test_a_collector_out_of_reach_is_said_and_the_turn_runs(tmp_path, monkeypatc
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     fork("-n", "a", "-m", script(tmp_path, *LEAD_RULES), "job")
     result = agent("run", "a")
     assert result.code == 0 and result.out == "done\n"
-    assert result.err and all(line.startswith("agent-run: tracing: ")
-                              for line in result.err.splitlines())
+    # one line for both signals, said at once (nothing listens: nothing to wait for)
+    assert result.err == ("agent-run: tracing: traces and metrics not exported: "
+                          f"http://127.0.0.1:{port}: Connection refused\n")

@@ -92,7 +92,7 @@ class Stream(Watcher):
 
     # -- what the turn tells
 
-    def begin(self, conn, agent, turn, resumed):
+    def begin(self, conn, agent, turn, resumed, model):
         """The turn's messages so far (its prompt, its inbox; a resumed turn's steps)."""
         self.agent, self.turn, self.resumed = agent, turn, resumed
         self._messages(history.of_turn(conn, turn["id"]))

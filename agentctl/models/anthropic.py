@@ -251,7 +251,8 @@ def parse_message(body, messages):
                       json.dumps(b.get("input") or {}, ensure_ascii=False))
              for b in blocks if b.get("type") == "tool_use"]
     usage = usage_of(messages, text, calls, mapping(body.get("usage")))
-    return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls, STOP_REASONS))
+    return Reply(text, calls, usage, stop_reason(body.get("stop_reason"), calls, STOP_REASONS),
+                 response_id=string(body.get("id")), response_model=string(body.get("model")))
 
 
 class StreamState:
@@ -263,6 +264,7 @@ class StreamState:
         self.usage = {}
         self.stop = None
         self.done = False
+        self.message = {}       # message_start's message: its id and model
 
     def feed(self, event):
         kind = event.get("type") if isinstance(event, dict) else None
@@ -271,7 +273,8 @@ class StreamState:
             handler(event)
 
     def _on_message_start(self, event):
-        self.usage.update(mapping(mapping(event.get("message")).get("usage")))
+        self.message = mapping(event.get("message"))
+        self.usage.update(mapping(self.message.get("usage")))
 
     def _on_content_block_start(self, event):
         given = mapping(event.get("content_block"))
@@ -312,7 +315,9 @@ class StreamState:
         calls = [ToolCall(b["id"], b["name"], tool_arguments(b))
                  for b in blocks if b["type"] == "tool_use"]
         usage = usage_of(messages, text, calls, self.usage)
-        return Reply(text, calls, usage, stop_reason(self.stop, calls, STOP_REASONS))
+        return Reply(text, calls, usage, stop_reason(self.stop, calls, STOP_REASONS),
+                     response_id=string(self.message.get("id")),
+                     response_model=string(self.message.get("model")))
 
 
 def new_block(kind, text=""):

@@ -50,9 +50,14 @@ class Reply:
     usage: dict = field(default_factory=dict)
     stop_reason: str = "stop"
     api_url: str = ""       # the API that answered (its base URL), for its price; "" offline
+    response_id: str = ""   # the id the API gave its response ("" when it gave none)
+    response_model: str = ""    # the model that answered, as the API names it ("": unsaid)
 
     def __post_init__(self):
         self.text = valid(self.text)      # a JSON escape such as \udcff is no UTF-8 to store
+        # Names, one line each, cut as any text from a server is (they go on spans)
+        self.response_id = first_line(valid(self.response_id), 200)
+        self.response_model = first_line(valid(self.response_model), 200)
 
 
 @dataclass(frozen=True)

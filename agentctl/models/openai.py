@@ -135,7 +135,8 @@ def parse_completion(body, messages):
                               string(function.get("name")),
                               arguments_text(function.get("arguments"))))
     usage = make_usage(messages, text, calls, *usage_counts(body.get("usage"), body.get("timings")))
-    return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls, STOP_REASONS))
+    return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls, STOP_REASONS),
+                 response_id=string(body.get("id")), response_model=string(body.get("model")))
 
 
 class StreamState:
@@ -149,6 +150,7 @@ class StreamState:
         self.timings = None
         self.finish = None
         self.done = False
+        self.named = {"id": "", "model": ""}   # the response's, as its chunks give them
 
     def feed(self, chunk):
         if not isinstance(chunk, dict):
@@ -158,6 +160,9 @@ class StreamState:
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error
             raise Transient(f"error in stream: {said(message) or 'no message'}")
+        for key, given in self.named.items():
+            if not given:
+                self.named[key] = string(chunk.get(key))
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         if isinstance(chunk.get("timings"), dict):     # llama.cpp's server, in its last chunk
@@ -194,7 +199,8 @@ class StreamState:
         calls = [ToolCall(c["id"] or fresh_call_id(), c["name"], c["arguments"])
                  for _, c in sorted(self.calls.items())]
         usage = make_usage(messages, text, calls, *usage_counts(self.usage, self.timings))
-        return Reply(text, calls, usage, stop_reason(self.finish, calls, STOP_REASONS))
+        return Reply(text, calls, usage, stop_reason(self.finish, calls, STOP_REASONS),
+                     response_id=self.named["id"], response_model=self.named["model"])
 
 
 def read_stream(events, messages, on_text):

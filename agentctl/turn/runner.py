@@ -95,7 +95,7 @@ def _run(conn, agent, model, max_steps, on_text, warn, prompt, watch):
         raise
     try:
         with lease.heartbeat(conn, agent_id):   # the lease lives as long as this process
-            watch.begin(conn, registry.get(conn, agent_id), turn, resumed is not None)
+            watch.begin(conn, registry.get(conn, agent_id), turn, resumed is not None, client)
             toolset = Toolset(conn, registry.get(conn, agent_id), warn, prompt)
             try:
                 watch.offered(spec, toolset)

@@ -22,8 +22,9 @@ class Watcher:
     rows = False
     text = False
 
-    def begin(self, conn, agent, turn, resumed):
-        """The turn (its row) starts in this run: new, or `resumed`."""
+    def begin(self, conn, agent, turn, resumed, model):
+        """The turn (its row) starts in this run: new, or `resumed`; `model` is the
+        models.base.Model its calls go to (its name, the options they send)."""
 
     def offered(self, model, toolset):
         """The turn's model (its name) and what it offers (a turn.toolset.Toolset) are
@@ -107,9 +108,9 @@ class Watch:
                 w.committed(rows)
 
     # -- the moments between
-    def begin(self, conn, agent, turn, resumed):
+    def begin(self, conn, agent, turn, resumed, model):
         for w in self.watchers:
-            w.begin(conn, agent, turn, resumed)
+            w.begin(conn, agent, turn, resumed, model)
 
     def offered(self, model, toolset):
         for w in self.watchers:
