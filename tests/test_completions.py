@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from .conftest import PROGRAMS, ROOT, fork, make, needs, shell, wait_until
+from .conftest import PROGRAMS, ROOT, fork, make, needs, shell
+from .tmux import Screen
 
 
 def test_checked_in_completions_are_fresh(tmp_path):
@@ -73,7 +74,7 @@ def installed(tmp_path_factory):
     return home, result.stdout
 
 
-class Bash:
+class Bash(Screen):
     """An interactive bash (bash -i, its ~/.bashrc read) on a tmux pane of a tmux server
     of its own."""
 
@@ -81,29 +82,6 @@ class Bash:
         self.tmux, self.socket = tmux, str(home / "tmux")
         subprocess.run([tmux, "-S", self.socket, "-f", "/dev/null", "new-session", "-d",
                         "-x", "200", "-y", "30", "bash", "-i"], env=env, cwd=home, check=True)
-
-    def _tmux(self, *args):
-        return subprocess.run([self.tmux, "-S", self.socket, *args], capture_output=True,
-                              text=True, check=True).stdout
-
-    def shows(self, *texts):
-        """Wait until the screen holds every text; the screen."""
-        seen = [""]
-
-        def showing():
-            seen[0] = self._tmux("capture-pane", "-p")
-            return all(t in seen[0] for t in texts) and seen[0]
-        try:
-            return wait_until(showing, f"the screen to show {texts}")
-        except BaseException:
-            print(f"the screen:\n{seen[0]}")
-            raise
-
-    def keys(self, *keys):
-        self._tmux("send-keys", *keys)
-
-    def close(self):
-        subprocess.run([self.tmux, "-S", self.socket, "kill-server"], capture_output=True)
 
 
 @pytest.mark.parametrize("loader", ["bash-completion", "the line make install prints"])

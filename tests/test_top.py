@@ -19,9 +19,10 @@ from agentctl.store.db import transaction
 
 from .conftest import ASKING, BIN, agent, fork, needs, pending_ids, script, started, wait_until
 from .fakeapi import fakeapi  # noqa: F401
+from .tmux import Screen
 
 
-class Pane:
+class Pane(Screen):
     """A command on a tmux pane of a tmux server of its own (so no other test's or the
     user's), 150 x 30, run by a shell that says how it exited and what the terminal's
     modes were before and after."""
@@ -50,29 +51,6 @@ class Pane:
             return None
         return text.strip() or None
 
-    def _tmux(self, *args):
-        return subprocess.run([self.tmux, "-S", self.socket, *args], capture_output=True,
-                              text=True, check=True).stdout
-
-    def screen(self, colours=False):
-        return self._tmux("capture-pane", "-p", *(["-e"] if colours else []))
-
-    def shows(self, *texts):
-        """Wait until the screen holds every text; the screen."""
-        seen = []
-
-        def showing():
-            seen[:] = [self.screen()]
-            return all(t in seen[0] for t in texts) and seen[0]
-        try:
-            return wait_until(showing, f"the screen to show {texts}")
-        except BaseException:
-            print(f"the screen:\n{seen[0] if seen else ''}")
-            raise
-
-    def keys(self, *keys):
-        self._tmux("send-keys", *keys)
-
     def line(self, text):
         """The screen's line that holds `text`."""
         return next(line for line in self.screen().splitlines() if text in line)
@@ -92,7 +70,7 @@ class Pane:
                 and self.flag("cursor_flag") == "1")
 
     def close(self):
-        subprocess.run([self.tmux, "-S", self.socket, "kill-server"], capture_output=True)
+        super().close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
