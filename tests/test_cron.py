@@ -225,3 +225,20 @@ def test_the_count_of_runs_is_for_a_terminal(conn, tmp_path):
     piped = subprocess.run(["agent-run", "--all"], env=env, stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=PATIENCE)
     assert (piped.returncode, piped.stdout, piped.stderr) == (1, "", "")   # b held: quiet
+
+
+def test_a_one_off_model_typo_leaves_a_resumed_turn_open(conn, tmp_path, fakeapi):
+    """A turn opened by an earlier run (left open by a fault for now) is not voided by a
+    later run's -m refusal: its progress is the agent's, resumed by its own model."""
+    rules = tmp_path / "flaky.jsonl"
+    rules.write_text(json.dumps({"steps": [{"fail": "tempfail"}]}) + "\n")
+    fork("-n", "r", "-m", f"scripted:{rules}", "go")
+    assert agent("run", "r").code == 75                 # the turn stays open
+    opened = conn.execute("SELECT count(*) FROM turns WHERE ended_at IS NULL").fetchone()[0]
+    fakeapi.error(404, "no such model")
+    result = agent("run", "-m", "openai:gpt-4o-mni", "r")
+    assert result.code == 2 and "nothing is held" in result.err, result.err
+    assert conn.execute("SELECT count(*) FROM turns WHERE ended_at IS NULL").fetchone()[0] \
+        == opened == 1
+    assert row(conn, "r")["held_at"] is None
+    assert agent("why", "r").out.startswith("backing off until ")  # its own fault, kept

@@ -37,8 +37,9 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     except NotFound:
         return 1            # no database yet: nothing to do, and nothing to say
     deadlines.carry_out(conn)
-    with transaction(conn):
-        supervise.retry_held(conn)
+    if supervise.any_to_retry(conn):
+        with transaction(conn):
+            supervise.retry_held(conn)
     ids = turns.runnable(conn)
     labels = {i: registry.label(registry.get(conn, i)) for i in ids}
     if not ids:

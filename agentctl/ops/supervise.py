@@ -132,6 +132,12 @@ def retry_held(conn):
             release(conn, agent, why="setup")
 
 
+def any_to_retry(conn):
+    """Whether retry_held() would let any hold go: read first, so that an --all with
+    nothing to let go takes no write lock for it."""
+    return any(cause_gone(agent) for agent in registry.held(conn))
+
+
 def _short(text):
     return cut(text, 200)
 
