@@ -9,6 +9,7 @@ server that enforces limits as a provider does (tests/limitedapi.py) and the fak
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -179,6 +180,47 @@ def test_a_run_waits_for_a_slot_as_long_as_allowed_and_a_kill_ends_the_wait(fake
     finally:
         hold.set()
     assert first.wait(timeout=60) == 0
+
+
+CLOSE_UNDER_A_WAIT = """
+import sys, threading, time
+from agentctl.endpoint import Identity
+from agentctl.errors import TempFail
+from agentctl.ops.gate import Gate
+from agentctl.store.db import connect
+
+path = sys.argv[1]
+connect(path).close()
+slowest = 0.0
+for i in range(300):
+    gate = Gate(path, 1, Identity("openai", "http://127.0.0.1:9/v1", "k"))
+    conn = gate._connection()
+    ended = {}
+    def wait():
+        try:
+            gate._sleep(conn, 1.0)
+        except TempFail:
+            ended["at"] = time.monotonic()
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    time.sleep(i % 20 / 1000)          # now before, now in the middle of, its looks
+    closed = time.monotonic()
+    gate.close()
+    thread.join()
+    slowest = max(slowest, ended.get("at", 99) - closed)
+print(slowest)
+"""
+
+
+def test_a_kill_that_closes_the_gate_under_a_waiting_call_ends_it_without_a_crash(tmp_path):
+    """The KILL that ends a run waiting for a slot closes its gate while the call's thread
+    reads from the gate's connection: closing a SQLite connection another thread is
+    reading from crashed the run (SIGSEGV, 1 of 300 tries or so); the waiting thread now
+    closes it itself, at once."""
+    done = subprocess.run([sys.executable, "-c", CLOSE_UNDER_A_WAIT, str(tmp_path / "a.db")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert float(done.stdout) < 0.5, done.stdout
 
 
 def test_all_leaves_the_agents_of_an_endpoint_throttled_past_the_wait_allowed(fakeapi, home,

@@ -35,6 +35,7 @@ class Gate:
         self.sent = None            # when the try in flight was let through
         self.closed = threading.Event()
         self.lock = threading.Lock()
+        self.sleeping = False       # _sleep() uses the connection outside the lock
 
     def _connection(self):
         if self.closed.is_set():
@@ -96,17 +97,27 @@ class Gate:
 
     def _sleep(self, conn, seconds):
         """Until another connection commits, `seconds` pass (a second at most: a slot's
-        holder may die without a commit) or the gate is closed."""
+        holder may die without a commit) or the gate is closed. The connection is used
+        outside the lock meanwhile: close() leaves it to this thread to close (closing a
+        connection another thread is reading from can crash the process)."""
         deadline = time.monotonic() + max(0.0, min(seconds, 1.0))
+        with self.lock:
+            if self.closed.is_set():
+                raise TempFail(f"{self.identity.provider}: the turn ended")
+            self.sleeping = True
         try:
-            looks = commits(conn, deadline, most=self.POLL)
+            pause = None if conn.dialect == "postgresql" else self.closed.wait
+            looks = commits(conn, deadline, most=self.POLL, pause=pause)
             next(looks)                 # at once: what was committed so far
             if not self.closed.is_set():
-                next(looks, None)       # the next commit, or the deadline
-        except Exception:
-            if self.closed.is_set():        # closed under it: the turn is over
-                raise TempFail(f"{self.identity.provider}: the turn ended") from None
-            raise
+                next(looks, None)       # the next commit, the deadline, or close()
+        finally:
+            with self.lock:
+                self.sleeping = False
+                if self.closed.is_set():
+                    self._close()
+        if self.closed.is_set():
+            raise TempFail(f"{self.identity.provider}: the turn ended")
 
     def release(self, said, backoff):
         """Give the slot back and share what the response said (models.base.Gate)."""
@@ -137,9 +148,14 @@ class Gate:
         return refused
 
     def close(self):
-        """The turn is over: a call still waiting gives up, the connection is closed."""
+        """The turn is over: a call still waiting gives up (at once), the connection is
+        closed, here or by the call's thread when it is in _sleep()."""
         self.closed.set()
         with self.lock:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
+            if not self.sleeping:
+                self._close()
+
+    def _close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
