@@ -147,6 +147,25 @@ def _throttle(d, actor, names):
     return f"endpoint {d.get('endpoint')} throttled{until}: {d.get('reason')}"
 
 
+def _bytes(n):
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _net(d, actor, names):
+    port = d.get("port")
+    host = d.get("host", "")
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    by = f" ({d['tool']})" if d.get("tool") else ""
+    if d.get("reason"):
+        return f"net {target} {d.get('outcome')}: {d['reason']}{by}"
+    address = f" ({d['address']})" if d.get("address") else ""
+    return (f"net {target}{address} {d.get('outcome')}: {_bytes(d.get('sent', 0))} out, "
+            f"{_bytes(d.get('received', 0))} in, {d.get('seconds', 0):.2f}s{by}")
+
+
 KINDS = {
     "fork": Kind("parent at role model?", _fork),
     "turn-start": Kind("turn model?", lambda d, actor, names: f"turn {d.get('turn')} started"
@@ -196,6 +215,9 @@ KINDS = {
                    f"request {d.get('request')} {d.get('decision')}"
                    + (f" by {names(actor)}" if actor else "")),
     "throttle": Kind("endpoint until reason", _throttle),
+    # a connection a tool made through the egress proxy (agentctl(7), NETWORK): allowed,
+    # refused (`reason`) or failed (the host could not be reached); its bytes each way
+    "net": Kind("turn? tool? host port outcome address? reason? sent received seconds", _net),
     "recover": Kind("endpoint seconds", lambda d, actor, names:
                     f"endpoint {d.get('endpoint')} recovered after {d.get('seconds', 0):.1f}s"),
 }

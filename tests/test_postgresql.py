@@ -42,6 +42,8 @@ def one_line(result):
 def test_without_psycopg_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)       # import psycopg fails
     monkeypatch.delitem(sys.modules, "agentctl.store.pg", raising=False)
+    import agentctl.store       # (the package keeps a submodule imported before as its own)
+    monkeypatch.delattr(agentctl.store, "pg", raising=False)
     monkeypatch.setenv("AGENTCTL_DB", "postgresql://me:s3cret@127.0.0.1:9/agents")
     result = agent("ps")
     assert (result.code, result.err) == (74, (
@@ -234,6 +236,10 @@ def ddl_schema(statements):
             schema["indexes"][name] = (table, _columns(columns), bool(unique), where)
         elif m := re.fullmatch(r"ALTER TABLE (\w+) ADD COLUMN (.*)", text):
             _ddl_column(schema, *m.groups())
+        elif m := re.fullmatch(r"ALTER TABLE (\w+) ALTER COLUMN (\w+) TYPE (.*) USING .*", text):
+            table, name, type_ = m.groups()
+            _, not_null, default = schema["columns"][table, name]
+            schema["columns"][table, name] = (_pg_type(type_), not_null, default)
         else:
             raise AssertionError(f"pgschema: a statement this test can't read yet: {text[:60]}")
     return without_agentctl_schema(schema)
@@ -738,6 +744,8 @@ def sqlite_only(text):
 SQLITE_PLACES = {
     "agentctl.store.dialect": ("SQLite",),
     "agentctl.store.migrations": ("",),
+    "agentctl.store.migrate_early": ("",),
+    "agentctl.store.migrate_late": ("",),
     "agentctl.store.check": ("",),
     "agentctl.store.db": ("connect", "_version", "tables", "_migrate", "_use_wal", "quick_check",
                           "path_of"),

@@ -37,7 +37,7 @@ PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
            "max_children": 7, "mail_loop": "10/1h", "allow": ["read_*"], "ask": ["run:1h"],
            "cwd": TOP,
            "ro": ["/usr"], "rw": [".git", ".envrc"], "env": ["GITHUB_TOKEN", "TOKEN2"],
-           "net": True, "limits": {"cpu": 100}, "unconfined": True,
+           "net": ["*"], "limits": {"cpu": 100}, "unconfined": True,
            "options": ["temperature=0.5"], "schema": '{"type":"object"}'}
 CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
             "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
@@ -45,7 +45,7 @@ CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thoro
             "max_children": 0, "mail_loop": "5/2h", "allow": ["read_file", "list_dir"],
             "ask": ["*"],
             "cwd": os.path.join(TOP, "tests"), "ro": ["/usr/share"], "rw": [".git"],
-            "env": ["TOKEN2"], "net": False,
+            "env": ["TOKEN2"], "net": ["pypi.org", "*.github.com:443"],
             "limits": {"cpu": 50, "procs": 8}, "unconfined": True,
             "options": ["max_tokens=100", "seed=7"], "schema": '{"type":"array"}'}
 SQL_TYPES = {"count": "INTEGER", "budget": "INTEGER", "duration": "REAL",
@@ -159,7 +159,7 @@ def test_agent_ps_shows_the_declared_columns():
     row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
     assert row == {"role": "lead", "model": "echo", "budget": 100, "mail_loop": "20/1h",
                    "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd(),
-                   "ro": [], "rw": [], "env": [], "net": False, "limits": limits.DEFAULTS,
+                   "ro": [], "rw": [], "env": [], "net": [], "limits": limits.DEFAULTS,
                    "unconfined": False,
                    "options": {"max_tokens": 9}, "schema": {"type": "object"}}
     assert result.lines[2].split()[:2] == ["lead", "echo"]
@@ -235,7 +235,7 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     child = forked(conn, registry.get(conn, INIT_ID), values)
     assert {n: child[n] for n in texts} == {n: stored(v) for n, v in values.items()}
     assert (child["restart_window"], child["allow"]) == (3600.0, "read_file\nlist_dir")
-    assert (child["ro"], child["net"], child["limits"]) == ("/usr\n/etc", 1,
+    assert (child["ro"], child["net"], child["limits"]) == ("/usr\n/etc", "*",
                                                             f"cpu=60,mem={1 << 30}")
 
 
@@ -253,7 +253,8 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     ("cwd", "/a", "/a/b", True), ("cwd", "/a/b", "/a", False), ("cwd", "/a", "/ab", False),
     ("cwd", None, "/a", True),
     ("ro", "/a\n/b", ["/a/c"], True), ("ro", "/a", ["/a", "/b"], False), ("ro", "/a", None, True),
-    ("net", 1, False, True), ("net", None, True, False),
+    ("net", "*", ["pypi.org"], True), ("net", None, ["*"], False),
+    ("net", "pypi.org", None, True), ("net", "*.github.com", ["github.com"], False),
     ("limits", "cpu=60", {"cpu": 30}, True), ("limits", "cpu=60", {"cpu": 90}, False),
     ("limits", None, {"mem": 1 << 40}, False), ("limits", "procs=8", None, False),
     ("unconfined", 1, False, True), ("unconfined", None, True, False),

@@ -23,7 +23,9 @@ NOT_SETTINGS = {"db_path", "version", "help", "parent", "name", "at", "prompt"}
 
 def test_agent_fork_has_the_option_each_setting_declares():
     params = {p.name: p for p in fork_program.cli.params}
-    assert set(params) - NOT_SETTINGS == {s.name for s in settings.SETTINGS}
+    offs = {f"no_{s.name}" for s in settings.SETTINGS if s.kind == "hosts"}   # --no-net
+    assert offs and offs <= set(params)
+    assert set(params) - NOT_SETTINGS - offs == {s.name for s in settings.SETTINGS}
     for setting in settings.SETTINGS:
         option = params[setting.name]
         assert option.opts[-1] == setting.flag, setting.name
@@ -127,7 +129,8 @@ def cases(tmp):
                 f"cwd={work / 'sub'}"),
         "ro": (["--ro", "/usr/share"], ["--ro", "/etc"], "ro=/etc",
                ["--ro", "/usr/share/doc"], "ro=/usr/share/doc"),
-        "net": ([], ["--net"], "net=yes", ["--no-net"], "net=no"),
+        "net": (["--net", "*.github.com"], ["--net", "pypi.org"], "net=pypi.org",
+                ["--net", "api.github.com"], "net=api.github.com"),
         "rw": (["--rw", ".git"], ["--rw", ".envrc"], "rw=.envrc", ["--rw", ".git"], "rw=.git"),
         "env": (["--env", "TOKEN"], ["--env", "OTHER"], "env=OTHER", ["--env", "TOKEN"],
                 "env=TOKEN"),

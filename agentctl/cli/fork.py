@@ -35,7 +35,8 @@ def cli(db_path, parent, name, at, prompt, **options):
     body = read_body(prompt) if prompt is not None else None
     if prompt is not None and (body is None or not body.strip()):
         raise UsageError("empty prompt")
-    given = {s.key: s.given(options[s.name]) for s in settings.SETTINGS}
+    given = {s.key: s.given(options[s.name], options.get(f"no_{s.name}", False))
+             for s in settings.SETTINGS}
     grants = (given["allow"] or []) + (given["ask"] or [])
     catalog = None
     if grants:      # the tools a grant may name, found before taking the lock

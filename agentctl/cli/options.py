@@ -85,10 +85,16 @@ class Duration(click.ParamType):
 def setting_options(fn):
     """agent-fork's options for the settings, one per settings.SETTINGS entry, each
     declared there (its spelling, metavar and help); each is passed by the setting's
-    name, None (or an empty tuple) when not given: Setting.given() makes it a value."""
+    name, None (or an empty tuple) when not given: Setting.given() makes it a value.
+    A list of hosts (--net) takes its value optionally (alone: every public host), and
+    --no-NAME, passed as no_NAME, gives none."""
     for setting in reversed(settings.SETTINGS):
         kwargs = {"metavar": setting.metavar, "help": setting.help}
-        if setting.kind == "flag":
+        if setting.kind == "hosts":
+            fn = click.option(f"--no-{setting.name}", f"no_{setting.name}", is_flag=True,
+                              help=f"No {setting.flag}.")(fn)
+            kwargs.update(is_flag=False, flag_value="*", default=None)   # (*: all)
+        elif setting.kind == "flag":
             kwargs.update(is_flag=True, default=None)
         elif setting.repeated:
             kwargs["multiple"] = True

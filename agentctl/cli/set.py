@@ -21,7 +21,10 @@ def complete_settings(ctx, param, incomplete):
 def _hint(word):
     """agent-fork's option for a setting: agent-set's KEY=VALUE for it."""
     for setting in settings.SETTINGS:
-        if word in "/".join(setting.spellings).split("/") and not setting.fixed:
+        spellings = "/".join(setting.spellings).split("/")
+        if setting.kind == "hosts":
+            spellings.append(f"--no-{setting.name}")
+        if word in spellings and not setting.fixed:
             return f"use {setting.name}=VALUE (agent-set takes KEY=VALUE)"
     return None
 

@@ -77,8 +77,12 @@ class Top:
         if width is not None and len(first) > width:
             parts = [p for p in parts if not p.startswith("0 ")]
             first = f"agents: {live} live: {', '.join(parts) or 'none'}; {flight}"
+        net = (f", {t['minute_connections']} connection"
+               f"{'s' if t['minute_connections'] != 1 else ''}"
+               + (f" ({t['minute_refused']} refused)" if t["minute_refused"] else "")
+               if t["minute_connections"] else "")
         second = (f"last minute: {tokens(t['minute_tokens'])} tokens, "
-                  f"{cost_text(t['minute_cost'], t['minute_unpriced'])}; "
+                  f"{cost_text(t['minute_cost'], t['minute_unpriced'])}{net}; "
                   f"in total: {tokens(t['tokens'])} tokens, {cost_text(t['cost'], t['unpriced'])}")
         extra = [f"filter: {pattern}"] if pattern else []
         extra += ["recent exits shown"] if self.view.exits else []

@@ -4,9 +4,9 @@ ancestor may give): the one rule of giving, gives(), over settings.SETTINGS.
 
 A child never gets more than its parent has: its working directory (the one place
 its tools may write) inside its parent's, its read-only paths inside what its
-parent's tools may read (its parent's --ro and --cwd), the network only if its
-parent has it, the names of the read-only set it may write (--rw) and the variables
-it gets (--env) among its parent's, its limits and its --max-children at most its
+parent's tools may read (its parent's --ro and --cwd), the hosts its tools may reach
+within its parent's list (agentctl.hosts), the names of the read-only set it may
+write (--rw) and the variables it gets (--env) among its parent's, its limits and its --max-children at most its
 parent's, its grants within what its parent may use (ops.grants), its mail loop
 check no looser than its parent's. --unconfined, the operator's power for its
 tools, is given by the operator alone, and no child inherits it. A budget is
@@ -61,7 +61,8 @@ def stored(setting, value, old=None, option=True):
     if setting.kind == "patterns" and isinstance(value, (list, tuple)):
         return grants.check(list(value), lambda p: spelled(setting, repr(p), option),
                             deadlines=setting.narrows == settings.SUPERSET)
-    if setting.kind in settings.LISTS and isinstance(value, (list, tuple)):
+    if (setting.kind in settings.LISTS or setting.kind == "hosts") \
+            and isinstance(value, (list, tuple)):
         return settings.listing(value)
     if setting.kind == "flag":
         return 1 if value else None
@@ -126,6 +127,14 @@ def gives(conn, setting, holder, value, *, option, by_operator, tool_names=None)
         raise Refused(f"{spelled(setting, key, option)}: above {label}'s "
                       f"({limits.shown(held) if held else 'the default'}), so it can't "
                       "give it")
+    if setting.narrows == settings.HOSTS:
+        if not held:
+            raise Refused(f"{spelled(setting, setting.text(value), option)}: {label} has no "
+                          "network, so it can't give it")
+        wider = next(p for p in settings.listed(value)
+                     if not settings.narrows(setting, held, p))
+        raise Refused(f"{spelled(setting, wider, option)}: outside {label}'s list "
+                      f"({setting.text(held)}), so it can't give it")
     if setting.narrows == settings.SOONER:
         raise Refused(f"{spelled(setting, setting.text(value), option)}: looser than "
                       f"{label}'s ({setting.text(held)}), so it can't give it")

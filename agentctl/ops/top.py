@@ -30,6 +30,7 @@ class View:
         self.conn, self.exits = conn, exits
         self.raw, self.rows, self._order, self._doing = {}, {}, None, {}
         self.calls = []         # (time, tokens, cost in micros or None) of the last minute
+        self.nets = []          # (time, refused) of its tools' connections in the last minute
         self.seq = 0
         self.load()
 
@@ -38,8 +39,9 @@ class View:
         now = clock.now()
         seq = events.newest(self.conn)      # first: what comes after it is read again
         self.raw = {r["id"]: r for r in stored.agents(self.conn, dead_since=self._since(now))}
-        self.calls = [c for c in map(_call, events.select(
-            self.conn, kinds=["call"], since=now - MINUTE)) if c]
+        self.calls, self.nets = [], []
+        for row in events.select(self.conn, kinds=["call", "net"], since=now - MINUTE):
+            self._count(row)
         self.seq, self.full_at = seq, time.monotonic()
         self._seen_all(now)
 
@@ -60,8 +62,8 @@ class View:
                 d = events.fields("mail", row[3], row[6])
                 changed.add(d.get("to"))
                 batches = batches or "count" in d   # agent-send --jsonl: whose, it does not say
-            elif row[2] == "call":
-                self.calls.append(_call(row))
+            elif row[2] in ("call", "net"):
+                self._count(row)
         changed.discard(None)
         if len(changed) > MANY or batches:
             self.load()
@@ -83,6 +85,16 @@ class View:
         self._order = self._totals = None
         return True
 
+    def _count(self, row):
+        """A model call's or a connection's event, counted in the last minute's."""
+        if row[2] == "net":
+            self.nets.append((row[5], events.fields("net", row[3], row[6]).get("outcome")
+                              == "refused"))
+        else:
+            call = _call(row)
+            if call:
+                self.calls.append(call)
+
     def show_exits(self, exits):
         self.exits = exits
         self.load()
@@ -99,6 +111,7 @@ class View:
                 self._order = self._totals = None
                 self._doing.pop(agent_id, None)
         self.calls = [c for c in self.calls if c[0] >= now - MINUTE]
+        self.nets = [c for c in self.nets if c[0] >= now - MINUTE]
 
     def _seen_all(self, now):
         self.rows = {i: proctable.seen(r, now) for i, r in self.raw.items()}
@@ -133,7 +146,8 @@ class View:
 
     def totals(self, now=None):
         """The header's numbers: how many agents in each state, the model calls in
-        flight, tokens and cost (micros; None: unpriced) of the last minute's calls, and
+        flight, tokens and cost (micros; None: unpriced) of the last minute's calls, its
+        tools' connections through the egress proxy (and those refused), and
         the total of the agents shown (read again only when a row changed)."""
         now = clock.now() if now is None else now
         if self._totals is None:
@@ -148,9 +162,11 @@ class View:
                             "unpriced": sum(r["unpriced"] for r in rows)}
         recent = [c for c in self.calls if c[0] >= now - MINUTE]
         priced = [c[2] for c in recent if c[2] is not None]
+        nets = [refused for at, refused in self.nets if at >= now - MINUTE]
         return dict(self._totals, minute_tokens=sum(c[1] for c in recent),
                     minute_cost=sum(priced) if priced else None,
-                    minute_unpriced=len(recent) - len(priced))
+                    minute_unpriced=len(recent) - len(priced),
+                    minute_connections=len(nets), minute_refused=sum(nets))
 
     def doing(self, row, now=None):
         """What the agent is doing now, as a line (doing())."""

@@ -158,20 +158,38 @@ def verdict(conn, row, now):
     """What agent-why says of the agent of `row` (as stored): (its lines, whether
     agent-run --all would start or resume a turn of it now: its exit status 0). The
     lines are every reason it runs no turn, as agent-ps sees it (a grace period that has
-    ended is the exit its KILL makes), or what its next turn would take."""
+    ended is the exit its KILL makes), or what its next turn would take; then, when the
+    last connection its tools tried was refused, that (it may explain a failure)."""
     parent = registry.get(conn, row["parent_id"]) if row["parent_id"] else None
     seen = proctable.seen(dict(row) | {"parent_status": parent and parent["status"]}, now)
     lines = reasons(conn, seen, now)
     would = not lines and ready(conn, row, now)
-    if lines:
-        return lines, would
-    if would and row["held_at"] is not None:
-        return [pending(conn, row, now),
-                f"held after a failure {age(now - row['held_at'])} ago: "
-                f"{_line(row['last_failure'])}; what its model is given has changed since "
-                "(a key, a URL, a model), so the next agent-run --all run so tries it again"], \
-            would
-    return [pending(conn, row, now)], would
+    if not lines:
+        lines = [pending(conn, row, now)]
+        if would and row["held_at"] is not None:
+            lines.append(f"held after a failure {age(now - row['held_at'])} ago: "
+                         f"{_line(row['last_failure'])}; what its model is given has changed "
+                         "since (a key, a URL, a model), so the next agent-run --all run so "
+                         "tries it again")
+    refused = refused_connection(conn, row)
+    return lines + ([refused] if refused else []), would
+
+
+def refused_connection(conn, agent):
+    """The last connection its tools tried through the egress proxy, when it was refused
+    (agentctl(7), NETWORK), as a line; else None."""
+    found = events.latest(conn, agent["id"], "net")
+    if not found or found.get("outcome") != "refused":
+        return None
+    host, port = found.get("host", ""), found.get("port")
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return (f"its tools' last connection was refused{_turn(found)}: {target}: "
+            f"{found.get('reason')} (agent-log --kind net {registry.label(agent)}; "
+            f"agent-set {registry.label(agent)} net=... gives hosts)")
+
+
+def _turn(found):
+    return f" (turn {found['turn']}, by {found.get('tool')})" if found.get("turn") else ""
 
 
 def pending(conn, agent, now):

@@ -15,7 +15,7 @@ from agentctl import paths
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 from agentctl.settings.kinds import (  # noqa: F401 (what readers of settings ask for)
-    CARVE, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, LISTS, LOWER, MIN, OFF, OPERATOR,
+    CARVE, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, HOSTS, LISTS, LOWER, MIN, OFF, OPERATOR,
     RESTART_POLICIES, SOONER, SUBSET, SUPERSET, WITHIN, Budget, Setting, inside, listed,
     listing, narrows, options, resolved)
 
@@ -102,10 +102,13 @@ SETTINGS = (    # role first: the others' rules read the child's role
             narrows=SUBSET, header="ENV", metavar="NAME",
             help="Its tools get agent-run's variable NAME, which they don't by default "
                  "(a token, a password ...), if the parent's do (repeatable; inherited)."),
-    Setting("net", "flag", "Its tools may use the network.", inherit=True, narrows=OFF,
-            header="NET", option=("--net/--no-net",),
-            help="Its tools may use the network (default: the parent's; a child of an "
-                 "agent without it can't have it)."),
+    Setting("net", "hosts", "The hosts its tools may reach, through the egress proxy: "
+            "names, *.suffixes, * (every public host), addresses or networks, each with an "
+            "optional :port (agentctl(7), NETWORK), within its parent's.", inherit=True,
+            narrows=HOSTS, header="NET", option=("--net",), metavar="HOSTS",
+            help="Its tools may reach HOSTS (comma-separated: pypi.org, *.github.com:443, "
+                 "10.0.0.0/8; alone, every public host) through the egress proxy, within "
+                 "the parent's (default: the parent's). --no-net: none."),
     Setting("limits", "limits", "The limits on each of its tool calls (cpu, mem, procs, "
             "fsize, files), at most its parent's.", inherit=True, narrows=LOWER,
             header="LIMITS", option=("--limit",), metavar="KEY=VALUE,...",

@@ -29,7 +29,8 @@ SUBSET = "subset"       # fewer patterns (--allow: fewer tools; ops.grants judge
                         # or fewer names (--rw, --env)
 SUPERSET = "superset"   # more patterns (--ask: more calls wait for approval)
 WITHIN = "within"       # paths inside the old ones (--cwd, --ro: less of the file tree)
-OFF = "off"             # a flag turned off (--net)
+OFF = "off"             # a flag turned off
+HOSTS = "hosts"         # hosts within the old ones (--net: agentctl.hosts.within)
 LOWER = "lower"         # limits each at most the old (--limit)
 OPERATOR = "operator"   # turned off; only the operator turns it on (--unconfined)
 SOONER = "sooner"       # a check that trips sooner: fewer mails, a longer window (--mail-loop)
@@ -82,6 +83,7 @@ class Setting:
         self.kind = kind            # text, model, choice, count, budget, duration, patterns,
                                     # dir, paths, names (of `choices`, else variables'),
                                     # flag, limits, options (KEY=VALUE, a line each),
+                                    # hosts (patterns: agentctl.hosts, a line each),
                                     # schema (JSON text) or rate (N/DURATION or off:
                                     # agentctl.mailloop)
         self.doc = doc
@@ -204,6 +206,9 @@ class Setting:
             return FLAGS[text.lower()]
         if self.kind == "limits":
             return limits.parse(text)
+        if self.kind == "hosts":
+            from agentctl import hosts  # (start-up: 2 ms, only for a list of hosts given)
+            return hosts.parse(text)
         if self.kind == "rate":
             value = mailloop.parse(text)
             if value is None:
@@ -212,16 +217,21 @@ class Setting:
             return value
         raise AssertionError(f"{self.name}: unknown kind {self.kind}")
 
-    def given(self, value):
+    def given(self, value, off=False):
         """A value as agent-fork's option gives it (click's, typed by its kind; a
-        repeated option's a tuple) as ops.lifecycle.fork takes it: None, not given."""
+        repeated option's a tuple) as ops.lifecycle.fork takes it: None, not given.
+        `off`: its --no- option was given (hosts: none)."""
+        if off:
+            if value is not None:
+                raise UsageError(f"{self.flag} and --no-{self.name}: give one of them")
+            return []
         if self.repeated:
             value = list(value) or None
         if value is None:
             return None
         if self.kind == "limits":
             return limits.parse(value)
-        if self.kind in ("model", "schema", "rate"):
+        if self.kind in ("model", "schema", "rate", "hosts"):
             return self.parse(value)
         if self.kind == "names":
             return self.names(value)
@@ -269,7 +279,7 @@ class Setting:
 
     def text(self, value):
         """The stored value as people read it: - for none, patterns joined by commas."""
-        if self.kind in LISTS:
+        if self.kind in LISTS or self.kind == "hosts":
             return ",".join(listed(value)) or "-"
         if self.kind == "flag":
             return "yes" if value else "-"
@@ -282,7 +292,7 @@ class Setting:
     def json(self, value):
         """The stored value for programs: patterns as a list, a budget in dollars or
         tokens (its unit is agent-ps's budget_unit)."""
-        if self.kind in ("patterns", "paths", "names"):
+        if self.kind in ("patterns", "paths", "names", "hosts"):
             return listed(value)
         if isinstance(value, Budget):
             return money.dollars(value.amount) if value.unit == "usd" else value.amount
@@ -339,7 +349,7 @@ def narrows(setting, old, new):
     most what it could: the same value always does. Patterns compare as text, not as
     globs: a narrower glob that is not the same text does not count. Paths narrow
     when each new one is inside an old one (no old cwd: any); a flag when it is
-    turned off; limits when each is at most the old; a mail loop check when it
+    turned off; hosts when each new pattern is within an old one; limits when each is at most the old; a mail loop check when it
     finds a loop at least as soon (mailloop.sooner)."""
     if old == new:
         return True
@@ -351,6 +361,9 @@ def narrows(setting, old, new):
         return not new
     if setting.narrows == SOONER:
         return mailloop.sooner(old, new)
+    if setting.narrows == HOSTS:
+        from agentctl import hosts  # (start-up: 2 ms, only for a list of hosts changed)
+        return hosts.within(new, old)
     if setting.narrows == LOWER:
         return not limits.within(limits.stored(new) if isinstance(new, dict) else new, old)
     if setting.narrows == CARVE and old is not None and new is not None:

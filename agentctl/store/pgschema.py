@@ -4,7 +4,7 @@ migrations, column for column, in PostgreSQL's types.
 A PostgreSQL database starts at the schema version this module's baseline is
 (the SQLite migrations' count when PostgreSQL came); a later change of the
 schema appends one statement list to MIGRATIONS, as it appends a migration to
-store/migrations.py, and both raise db.SCHEMA_VERSION.
+store/migrate_late.py, and both raise db.SCHEMA_VERSION.
 
 The types keep agentctl(5)'s: times are epoch seconds as a real number (double
 precision: SQLite's REAL), counts and ids 64-bit integers (SQLite's INTEGER),
@@ -221,6 +221,8 @@ MIGRATIONS = [
           "ALTER TABLE endpoints ADD COLUMN cap BIGINT"]),        # 0017_held_for
     (18, [f"ALTER TABLE agents ADD COLUMN mail_loop {_TEXT}",
           "ALTER TABLE agents ADD COLUMN looped_at DOUBLE PRECISION"]),     # 0018_mail_loop
+    (19, [f"ALTER TABLE agents ALTER COLUMN net TYPE {_TEXT} "
+          "USING CASE WHEN net <> 0 THEN '*' END"]),                # 0019_net_hosts
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -47,6 +47,7 @@ class Call:
             fds = (status_w,)
             try:
                 self.prepared = sandbox.wrap(argv, status_w, program.path)
+                env.update(self.prepared.env)
                 argv, handles = self.prepared.opened()
             except BaseException:
                 self._close_sandbox(status_w)

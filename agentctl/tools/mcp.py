@@ -2,7 +2,8 @@
 each offers, kept between turns so that a turn starts no server it does not call.
 
 The configuration is the file other MCP clients write, {"mcpServers": {NAME: ENTRY}}:
-- a stdio server: {"command", "args", "env", "cwd"}, and for its sandbox "ro", "net";
+- a stdio server: {"command", "args", "env", "cwd"}, and for its sandbox "ro", "net"
+  (the hosts it may reach: a list of patterns, agentctl.hosts; true: every public host);
 - a Streamable HTTP server: {"url", "headers"} or {"type": "http", ...};
 - an SSE server (the older transport): {"type": "sse", "url", "headers"}.
 `${VAR}` and `${VAR:-default}` in the command, args, env, url and headers take their
@@ -22,6 +23,7 @@ import re
 import shutil
 
 from agentctl import jsonin, paths
+from agentctl.errors import UsageError
 from agentctl.ids import TOOL_NAME_RULE, is_tool_name
 from agentctl.text import cut
 
@@ -103,6 +105,22 @@ def expand(text, environment=None):
     return VARIABLE.sub(value, text), missing
 
 
+def hosts(spec):
+    """The hosts a stdio server's entry gives it ("net": a list of patterns, or true for
+    every public host, false or none for none), checked: ValueError says what is wrong."""
+    given = spec.get("net", False)
+    if isinstance(given, bool):
+        return ["*"] if given else []
+    if not isinstance(given, list) or not all(_strings(p) for p in given):
+        raise ValueError('"net" is a list of hosts (["pypi.org", "*.github.com:443"]), or '
+                         'true for every public host')
+    from agentctl import hosts as rules  # (start-up: 2 ms, only for a list of hosts)
+    try:
+        return [rules.pattern(p).text for p in given]
+    except UsageError as e:
+        raise ValueError(f'"net": {str(e).removeprefix("bad net: ")}') from None
+
+
 def _strings(value):
     return isinstance(value, str)
 
@@ -127,8 +145,7 @@ def _check(name, spec):
         ro = spec.get("ro", [])
         if not isinstance(ro, list) or not all(_strings(p) and os.path.isabs(p) for p in ro):
             raise ValueError('"ro" is a list of absolute paths')
-        if not isinstance(spec.get("net", False), bool):
-            raise ValueError('"net" is true or false')
+        hosts(spec)
         if "cwd" in spec and not (_strings(spec["cwd"]) and os.path.isabs(spec["cwd"])):
             raise ValueError('"cwd" is an absolute path')
     else:

@@ -123,12 +123,12 @@ class Servers:
         if sandbox is not None:
             try:
                 prepared = sandbox.wrap(argv, per_call=False, ro=spec.get("ro", []),
-                                        net=spec.get("net") is True)
+                                        net=mcp.hosts(spec), who=entry.name)
             except Unavailable as e:
                 raise Failed(f"MCP server {entry.name}: not started: {e}") from None
             self.groups.append(prepared)        # (closed when the servers are)
             argv = prepared.launcher()
-            env = {**sandbox.environment, **filled["env"]}
+            env = {**sandbox.environment, **prepared.env, **filled["env"]}
         os.makedirs(os.path.dirname(log), exist_ok=True)
         errlog = open(log, "w", encoding="utf-8", errors="replace")
         from mcp.client.stdio import stdio_client  # (an optional extra: mcp)

@@ -12,7 +12,9 @@ where the host meets it is an allowlist, decided when the call starts:
   by name (--env); never the keys or a password otherwise;
 - the kernel: no capabilities; /proc of its own, its knobs read-only and its secrets
   hidden; a seccomp filter (seccomp.py); its own pid, ipc, uts and network namespaces
-  (no network without --net); no new namespaces; a session of its own; killed with
+  (no route out, no host's abstract socket); no new namespaces;
+- the network: only the hosts of its --net list (an MCP server's "net"), through its
+  outlet (outlet.py) to the egress proxy in agent-run (egress.py); a session of its own; killed with
   agent-run. As root, its tools run as an unprivileged user (AGENTCTL_SANDBOX_USER,
   else nobody): uid 0 in a user namespace is still root to every file it can reach;
 - its limits (--limit): rlimits set inside (prlimit); processes counted in its own
@@ -28,9 +30,10 @@ import json
 import os
 import pwd
 import subprocess
+import tempfile
 import zlib
 
-from agentctl import limits as limits_, paths, settings
+from agentctl import limits as limits_, paths, settings, spawn
 from agentctl.store import db
 from agentctl.tools import bwrap, confine, cover, handles, pids
 from agentctl.tools.handles import Handle, Readable
@@ -149,8 +152,9 @@ class Prepared:
     """One call's sandbox: its argv (bwrap's, with the handles still to open), and what
     it holds until the call has ended (the placeholders, root's pids cgroup)."""
 
-    def __init__(self, argv, placeholders, group):
+    def __init__(self, argv, placeholders, group, env=None):
         self.argv, self.placeholders, self.group = argv, placeholders, group
+        self.env = env or {}        # what its environment needs besides the sandbox's
 
     def opened(self):
         """(argv, descriptors to pass): each handle opened now, as bwrap gets it."""
@@ -175,7 +179,9 @@ class Sandbox:
     def __init__(self, agent, environment, proxy=None, database=None):
         self.cwd = agent["cwd"] or os.path.realpath(os.getcwd())
         self.ro = settings.listed(agent["ro"])
-        self.net = bool(agent["net"])
+        self.hosts = agent["net"]       # its list, one pattern a line (None: none)
+        self.agent_label = agent["name"] or agent["id"]
+        self.egress = None              # egress.Server, made at the first call with hosts
         self.limits = limits_.read(agent["limits"])
         self.granted = set(settings.listed(agent["rw"]))
         self.env = set(settings.listed(agent["env"]))
@@ -196,7 +202,7 @@ class Sandbox:
         home = paths.home()
         environment["HOME"] = home if paths.inside(home, [self.cwd]) else "/tmp"
         environment["TMPDIR"] = "/tmp"
-        environment["AGENTCTL_NET"] = "1" if self.net else "0"
+        environment["AGENTCTL_NET"] = "1" if self.hosts else "0"
         inodes, names = confine.forbidden(self.protected)
         environment[confine.FORBIDDEN] = json.dumps({"inodes": sorted(inodes),
                                                      "names": sorted(names)})
@@ -217,22 +223,21 @@ class Sandbox:
             raise Unavailable(f"working directory {self.cwd}: {why}: give the agent "
                               "another (agent-set ID cwd=DIR)")
 
-    def _namespaces(self, net):
-        """bwrap's options for the namespaces: unprivileged, a user namespace of its
-        own (no new ones inside); as root, none (the tools run as another user, and
-        seccomp refuses new namespaces), and only the capabilities setpriv needs to
-        become that user (gone once it has)."""
+    def _namespaces(self):
+        """bwrap's options for the namespaces, a network of its own always (its way out
+        is its outlet): unprivileged, a user namespace of its own (no new ones inside);
+        as root, none (the tools run as another user, and seccomp refuses new
+        namespaces), and only the capabilities setpriv needs to become that user (gone
+        once it has)."""
         if os.geteuid() != 0:
-            args = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-            return args + (["--share-net"] if net else [])
-        args = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-        args += [] if net else ["--unshare-net"]
-        return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
-                       "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+            return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+                "--unshare-net", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
+                "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
 
-    def _system(self, net):
+    def _system(self):
         """What every call of this sandbox sees of the system (the same each call)."""
-        key = ("system", net)
+        key = "system"
         if key not in _made:
             args = []
             for top in SYSTEM:
@@ -240,10 +245,6 @@ class Sandbox:
                     args += ["--symlink", os.readlink(top), top]
                 elif os.path.isdir(top):
                     args += ["--ro-bind", top, top]
-            if net:
-                for top in ("/run/systemd/resolve", "/run/resolvconf"):
-                    if os.path.isdir(top):
-                        args += ["--ro-bind", top, top]
             for pattern in SECRETS:     # (each cover costs bwrap a read of the mount
                 for secret in glob.glob(pattern):   # table: not those it can't read)
                     if not _readable(secret):
@@ -265,18 +266,21 @@ class Sandbox:
             _made[key] = args
         return _made[key]
 
-    def wrap(self, argv, status_fd=None, program=None, per_call=True, ro=(), net=False):
+    def wrap(self, argv, status_fd=None, program=None, per_call=True, ro=(), net=None,
+             who=None):
         """The call of `argv` in the sandbox, prepared (Prepared): `program`, a file
         the command needs that may be in a hidden place (a tool on the tool path);
-        `ro`, `net`: more read-only paths, the network (an MCP server's, from the
-        operator's configuration). For root, a shell first moves itself into a pids
-        cgroup of its own (pids.py), which bounds its processes."""
+        `ro`, `net`: more read-only paths, more hosts (an MCP server's, `who`, from the
+        operator's configuration: a list of patterns). Given hosts, the call starts
+        behind its outlet, and its Prepared.env points its programs at it. For root, a
+        shell first moves itself into a pids cgroup of its own (pids.py), which bounds
+        its processes."""
         self._check()
-        net = self.net or net
+        hosts = settings.listing(settings.listed(self.hosts) + list(net or ()))
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces(net) + ["--die-with-parent", "--new-session"]
+        args = [bwrap.path()] + self._namespaces() + ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
-        args += self._system(net)
+        args += self._system()
         fsize = self.limits["fsize"]
         args += (["--size", str(fsize)] if fsize else []) + ["--perms", "1777", "--tmpfs",
                                                               "/tmp"]
@@ -300,6 +304,14 @@ class Sandbox:
             args += ["--ro-bind-fd", Handle(os.path.realpath(program)), program]
         if self.proxy is not None:
             args += ["--ro-bind-fd", Handle(self.proxy.dir), PROXY]
+        outlet, env = [], {}
+        if hosts:
+            egress = self._egress()
+            if self.proxy is None:      # (else in the proxy's directory, bound already)
+                args += ["--ro-bind-fd", Handle(egress.dir), egress.SOCKET_DIR]
+            outlet = spawn.python("from agentctl.tools.outlet import main; sys.exit(main())",
+                                  site=False) + [egress.socket_for(hosts, who), "--"]
+            env = dict(egress.VARIABLES)
         for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
             args += ["--remount-ro", path]              # enough for another user)
         if status_fd is not None:
@@ -307,16 +319,50 @@ class Sandbox:
         args += ["--chdir", self.cwd, "--"]
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
-        args += self._drop() + self._limits(per_call) + list(argv)
+        args += self._drop() + outlet + self._limits(per_call) + list(argv)
         if os.geteuid() != 0 or self.limits["procs"] is None:
-            return Prepared(args, placeholders, None)
+            return Prepared(args, placeholders, None, env)
         try:
             group = pids.Group(self.limits["procs"])
         except Unavailable:
             placeholders.release()
             raise
         return Prepared(["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs_file]
-                        + args, placeholders, group)
+                        + args, placeholders, group, env)
+
+    def _egress(self):
+        """The egress proxy of its calls (egress.py), started at the first call given
+        hosts."""
+        if self.egress is None:
+            from agentctl.tools import egress  # (start-up: 4 ms, only for a call given hosts)
+            if self.proxy is not None:
+                directory = os.path.join(self.proxy.dir, os.path.basename(egress.SOCKET_DIR))
+                os.mkdir(directory)
+                os.chmod(directory, 0o755)      # (a tool of another uid reaches them)
+            else:
+                directory = tempfile.mkdtemp(prefix=f"net-{os.getpid()}-",
+                                             dir=paths.runtime(make=True))
+            self.egress = egress.Server(directory, self._grant)
+        return self.egress
+
+    def _grant(self, stored, wanted, who):
+        """What would allow a host refused: the agent's list with it (agent-set), or an
+        MCP server's "net" with it."""
+        if who is not None:
+            return f'add "{wanted}" to the "net" of MCP server {who} to allow it'
+        given = ",".join(settings.listed(self.hosts) + [wanted])
+        return (f"agent-set {self.agent_label} net={given} would allow it (given by an "
+                "ancestor or the operator)")
+
+    def connections(self):
+        """The connections its calls made (or were refused) since the last ask: the net
+        events' fields (egress.Server.drain)."""
+        return self.egress.drain() if self.egress is not None else []
+
+    def close(self):
+        if self.egress is not None:
+            self.egress.close()
+            self.egress = None
 
     def _drop(self):
         """As root: setpriv's command that makes the tool another user, for good."""

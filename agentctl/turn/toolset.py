@@ -16,7 +16,7 @@ from agentctl import voice
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
-from agentctl.store import asks as asks_store, db, registry, toolruns
+from agentctl.store import asks as asks_store, db, events, registry, toolruns
 from agentctl.tools import calls, mcp, mcpsession, programs, sandbox
 from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
@@ -151,6 +151,8 @@ class Toolset:
         if self.proxy is not None:
             self.proxy.close()
             self.proxy = None
+        if self._sandbox is not None:
+            self._sandbox.close()
 
     def execute(self, conn, agent_id, turn_id, call):
         """Run one call, built-in or external; returns the result text. A question (the
@@ -251,7 +253,17 @@ class Toolset:
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
             tools.record_result(conn, agent_id, turn_id, call, text, started, outcome, media)
+            self._connections(conn, agent_id, turn_id, call["tool_name"])
         return text
+
+    def _connections(self, conn, agent_id, turn_id, tool):
+        """The connections its tools made through the egress proxy since the last call
+        ended, in the event log (an MCP server's by the server's name)."""
+        if self._sandbox is None:
+            return
+        for made in self._sandbox.connections():
+            by = made.pop("by", None)
+            events.record(conn, agent_id, "net", turn=turn_id, tool=by or tool, **made)
 
     def _run(self, conn, agent_id, call, arguments, run_id):
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731

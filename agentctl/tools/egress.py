@@ -1,0 +1,280 @@
+"""The egress proxy (agentctl(7), NETWORK): a sandbox's one way out. The sandbox has a
+network of its own with no route out; its outlet (outlet.py) listens on its loopback
+at PORT, where the proxy variables point its programs, and carries each connection
+over a socket bound into it to this proxy, which runs in agent-run, outside. Here each
+request is judged against the list of hosts of the sandbox (agentctl.hosts): HTTPS by
+CONNECT HOST:PORT (no TLS is opened here), plain HTTP by its absolute URL; the name is
+resolved here (there is no DNS inside), the address checked, and connected to as
+resolved (a name can't be made to lead elsewhere between the check and the
+connection). Every connection, allowed or refused, is a record (drain()) that the turn
+writes to the event log; a refused one is also one line on the tool's standard error,
+whose descriptor the outlet hands over with each connection.
+"""
+
+import array
+import os
+import shutil
+import socket
+import threading
+import time
+
+from agentctl import hosts
+from agentctl.tools.outlet import PORT, SOCKET_DIR, pump
+
+HEAD_MOST = 64 * 1024       # the bytes of a request's head
+HEAD_SECONDS = 30.0         # to send it
+CONNECT_SECONDS = 30.0      # to reach the host
+CHUNK = 1 << 16            # the bytes read at once of a head
+PROXY_URL = f"http://127.0.0.1:{PORT}"
+# What a sandbox's programs read to find the proxy (curl reads http_proxy in lower case
+# only; node's fetch the variables only with NODE_USE_ENV_PROXY). NO_PROXY is left
+# unset: every connection goes through the proxy, the host's loopback too (refused
+# unless named by address).
+VARIABLES = {name: PROXY_URL for name in ("http_proxy", "HTTP_PROXY", "https_proxy",
+                                          "HTTPS_PROXY", "all_proxy", "ALL_PROXY")}
+VARIABLES["NODE_USE_ENV_PROXY"] = "1"
+
+
+class Server:
+    """The egress proxy of one turn's sandbox: a socket per list of hosts (the agent's,
+    an MCP server's), in `dir`, which the sandbox sees read-only at SOCKET_DIR (`dir`
+    is removed at close)."""
+
+    SOCKET_DIR = SOCKET_DIR
+    VARIABLES = VARIABLES
+
+    def __init__(self, directory, grant):
+        self.dir = directory
+        self.grant = grant          # (list, pattern, who) -> the grant that would allow it
+        self.lock = threading.Lock()
+        self.listeners = {}         # (list as stored, who) -> (socket, its name)
+        self.records = []
+        self.closed = False
+
+    def socket_for(self, stored, who):
+        """The socket's path inside the sandbox for the list `stored` (one pattern a
+        line) of `who` (the agent's: None; an MCP server's name)."""
+        key = (stored, who)
+        with self.lock:
+            if key not in self.listeners:
+                name = f"net{len(self.listeners)}"
+                listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                path = os.path.join(self.dir, name)
+                listener.bind(path)
+                os.chmod(path, 0o666)   # (a tool may run as another uid)
+                listener.listen(64)
+                self.listeners[key] = (listener, name)
+                threading.Thread(target=self._accept, args=(listener, stored, who),
+                                 daemon=True, name="agentctl-egress").start()
+            return f"{SOCKET_DIR}/{self.listeners[key][1]}"
+
+    def drain(self):
+        """The connections ended since the last drain, each a dict of the net event's
+        fields (eventkinds)."""
+        with self.lock:
+            records, self.records = self.records, []
+        return records
+
+    def close(self):
+        self.closed = True
+        with self.lock:
+            listeners = [s for s, _ in self.listeners.values()]
+        for listener in listeners:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            listener.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _accept(self, listener, stored, who):
+        patterns = hosts.read(stored)
+        while not self.closed:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                if self.closed:
+                    return
+                time.sleep(0.05)
+                continue
+            threading.Thread(target=self._serve, args=(conn, stored, patterns, who),
+                             daemon=True).start()
+
+    def _note(self, record):
+        with self.lock:
+            self.records.append(record)
+
+    def _serve(self, conn, stored, patterns, who):
+        started = time.monotonic()
+        stderr = None
+        try:
+            conn.settimeout(HEAD_SECONDS)
+            stderr, head, rest = _hello(conn)
+            request = _request(head)
+            if request is None:
+                conn.sendall(_response(400, "agentctl: net: not an HTTP proxy request\n"))
+                return
+            method, host, port, forwarded = request
+            refusal, address = _decide(patterns, host, port)
+            record = {"host": host, "port": port, "by": who}
+            if refusal is not None:
+                wanted = _pattern(address or host)
+                line = (f"agentctl: net: refused {_target(host, port)}: {refusal}; "
+                        f"{self.grant(stored, wanted, who)}\n")
+                _say(stderr, line)
+                conn.sendall(_response(403, line))
+                self._note(dict(record, outcome="refused", reason=refusal, sent=0,
+                                received=0, seconds=round(time.monotonic() - started, 3)))
+                return
+            record["address"] = str(address)
+            try:
+                upstream = socket.create_connection((str(address), port), CONNECT_SECONDS)
+            except OSError as e:
+                why = f"can't connect to {address}: {e.strerror or e}"
+                conn.sendall(_response(502, f"agentctl: net: {_target(host, port)}: {why}\n"))
+                self._note(dict(record, outcome="failed", reason=why, sent=0, received=0,
+                                seconds=round(time.monotonic() - started, 3)))
+                return
+            with upstream:
+                conn.settimeout(None)
+                upstream.settimeout(None)
+                if method == "CONNECT":
+                    conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    first = rest
+                else:
+                    first = forwarded + rest
+                sent, received = _relay(conn, upstream, first)
+            self._note(dict(record, outcome="allowed", sent=sent, received=received,
+                            seconds=round(time.monotonic() - started, 3)))
+        except (OSError, ValueError):
+            pass            # the client went away, or its head never came whole
+        finally:
+            conn.close()
+            if stderr is not None:
+                os.close(stderr)
+
+
+def _pattern(host):
+    """The pattern that names `host` (a name, or an address: a refused one's)."""
+    host = str(host)
+    return f"[{host}]" if ":" in host else host
+
+
+def _target(host, port):
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _decide(patterns, host, port):
+    """(None, the address to connect to), or (why it is refused, None, or the address
+    refused when the list names the host but not that address)."""
+    if not hosts.named(patterns, host, port):
+        return f"not in its list ({','.join(p.text for p in patterns)})", None
+    literal = hosts.address_of(host)
+    if literal is not None:
+        if hosts.reachable(patterns, literal, port):
+            return None, literal
+        return (f"{literal} is {hosts.describe(literal)}: only its list naming it by "
+                f"address reaches it ({','.join(p.text for p in patterns)})"), literal
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        return f"can't resolve {host}: {getattr(e, 'strerror', None) or e}", None
+    addresses = [hosts.address_of(info[4][0]) for info in found]
+    for address in addresses:
+        if hosts.reachable(patterns, address, port):
+            return None, address
+    return (f"{host} resolves to {addresses[0]}, which is {hosts.describe(addresses[0])}: "
+            f"only its list naming it by address reaches it "
+            f"({','.join(p.text for p in patterns)})"), addresses[0]
+
+
+def _hello(conn):
+    """The outlet's first byte, with the tool's standard error (a descriptor, or None),
+    then the request's head and what came after it."""
+    fds = array.array("i")
+    data, ancillary, _, _ = conn.recvmsg(HEAD_MOST, socket.CMSG_SPACE(fds.itemsize))
+    stderr = None
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+            stderr = fds[0] if len(fds) else None
+            for extra in fds[1:]:
+                os.close(extra)
+    if not data:
+        raise ValueError("no hello")
+    buffer = bytearray(data[1:])
+    while b"\r\n\r\n" not in buffer:
+        if len(buffer) > HEAD_MOST:
+            raise ValueError("a head too long")
+        more = conn.recv(CHUNK)
+        if not more:
+            raise ValueError("the head never ended")
+        buffer += more
+    end = buffer.index(b"\r\n\r\n") + 4
+    return stderr, bytes(buffer[:end]), bytes(buffer[end:])
+
+
+def _request(head):
+    """(method, host, port, the head to send on) of a proxy request, or None."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return None
+    method, target, version = parts
+    if method == "CONNECT":
+        host, port = _split(target, None)
+        return (method, host, port, b"") if host and port else None
+    if not target.lower().startswith("http://"):
+        return None         # (https:// goes by CONNECT)
+    authority, slash, path = target[7:].partition("/")
+    host, port = _split(authority.rpartition("@")[2], 80)
+    if not host or not port:
+        return None
+    kept = [line for line in lines[1:] if line and not line.lower().startswith("proxy-")]
+    forwarded = "\r\n".join([f"{method} {slash + path or '/'} {version}"] + kept) + "\r\n\r\n"
+    return method, host, port, forwarded.encode("latin-1")
+
+
+def _split(authority, default):
+    """(host, port) of HOST:PORT, [V6]:PORT, HOST (port `default`); (None, None): bad."""
+    if authority.startswith("["):
+        host, _, rest = authority[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else (None if rest else default)
+    else:
+        host, colon, port = authority.rpartition(":")
+        if not colon:
+            host, port = authority, default
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        return None, None
+    return (host.lower(), port) if host and 0 < port < 65536 else (None, None)
+
+
+def _response(status, text):
+    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    body = text.encode("utf-8", "replace")
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+def _say(fd, line):
+    if fd is None:
+        return
+    try:
+        os.write(fd, line.encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _relay(client, upstream, first):
+    """Carry bytes both ways until both sides are done: (sent, received)."""
+    counts = [0, 0]
+    if first:
+        upstream.sendall(first)
+        counts[0] += len(first)
+    back = threading.Thread(target=pump, args=(upstream, client, counts, 1), daemon=True)
+    back.start()
+    pump(client, upstream, counts, 0)
+    back.join()
+    return counts[0], counts[1]
