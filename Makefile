@@ -100,6 +100,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/top.py
 	$(VENV)/bin/python bench/limits.py
 	$(VENV)/bin/python bench/otel.py
+	$(VENV)/bin/python bench/net.py
 
 # A private library directory with the dependencies, launchers in BINDIR,
 # man pages and completions in their conventional places.

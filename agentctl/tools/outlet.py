@@ -11,13 +11,15 @@ as little of it as will do: it starts with each call given the network.
 
 import _socket      # (not socket: socket.py takes longer to import than the rest together)
 import _thread
+import fcntl
 import os
 import signal
 import sys
 
 PORT = 3128                     # on the sandbox's loopback
 SOCKET_DIR = "/run/agentctl/net"    # the egress proxy's sockets, in the sandbox
-CHUNK = 1 << 17
+CHUNK = 1 << 20                 # the bytes a splice moves at most
+F_SETPIPE_SZ = 1031
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -110,6 +112,10 @@ def pump(source, target, counts=None, index=0):
     bytes to counts[index]: spliced through a pipe (no copy through Python)."""
     r, w = os.pipe()
     try:
+        try:
+            fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)     # (64 KiB a splice else)
+        except OSError:
+            pass
         while True:
             n = os.splice(source.fileno(), w, CHUNK)
             if not n:

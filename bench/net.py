@@ -1,0 +1,100 @@
+"""make bench: what the egress proxy costs (agentctl(7), NETWORK). A web server on
+127.0.0.1 serves a small file and a 100 MB one; curl fetches each directly and
+through the outlet and the egress proxy (as a sandboxed call given hosts does, here
+without the sandbox, whose own cost tools.py measures): the connection's set-up in
+ms, and the 100 MB download as a ratio of the direct one, pairs of runs in one run."""
+
+import http.server
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import line  # noqa: E402  (bench/bench.py, beside this file)
+from agentctl import spawn  # noqa: E402
+from agentctl.tools import egress, outlet  # noqa: E402
+
+PAIRS = int(os.environ.get("BENCH_RUNS", "15"))
+BIG = 100 * 1000 * 1000
+
+
+def main():
+    curl = shutil.which("curl")
+    if curl is None:
+        print("N. skipped: no curl")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        site = os.path.join(tmp, "site")
+        os.mkdir(site)
+        with open(os.path.join(site, "small"), "wb") as f:
+            f.write(b"x" * 1000)
+        with open(os.path.join(site, "big"), "wb") as f:
+            f.truncate(BIG)
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=site, **k)
+
+            def log_message(self, *a):
+                pass
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        sockets = os.path.join(tmp, "net")
+        os.mkdir(sockets)
+        proxy = egress.Server(sockets, lambda *a: "")
+        path = proxy.socket_for(f"127.0.0.1:{port}", None).replace(egress.SOCKET_DIR, sockets)
+        through = spawn.python("from agentctl.tools.outlet import main; sys.exit(main())",
+                               site=False) + [path, "--"]
+        # (one outlet at a time: it listens on its fixed port, outside a sandbox too)
+
+        def fetch(name, proxied):
+            argv = [curl, "-sS", "-o", os.devnull, f"http://127.0.0.1:{port}/{name}"]
+            if proxied:
+                argv = through + argv[:1] + ["-x", f"http://127.0.0.1:{outlet.PORT}"] + argv[1:]
+            start = time.perf_counter()
+            subprocess.run(argv, check=True)
+            return time.perf_counter() - start
+
+        def start_only():
+            start = time.perf_counter()
+            subprocess.run(through + ["true"], check=True)
+            return time.perf_counter() - start
+
+        small, big, started = [], [], []
+        for _ in range(PAIRS):
+            direct, proxied = fetch("small", False), fetch("small", True)
+            small.append((direct, proxied))
+            bare = time.perf_counter()
+            subprocess.run(["true"], check=True)
+            bare = time.perf_counter() - bare
+            started.append(start_only() - bare)
+        for _ in range(max(5, PAIRS // 3)):
+            big.append((fetch("big", False), fetch("big", True)))
+        proxy.close()
+        server.shutdown()
+        outlet_ms = statistics.median(started) * 1000
+        setup_ms = statistics.median(p - d for d, p in small) * 1000
+        print(f"N1. a small fetch: {statistics.median(d for d, _ in small) * 1000:.1f} ms "
+              f"directly, {statistics.median(p for _, p in small) * 1000:.1f} ms through the "
+              f"outlet and the egress proxy")
+        line("N1. what the outlet's start adds to a call given hosts (ms)", outlet_ms,
+             lambda v: (v <= 25, "<= 25 ms"), unit=" ms")
+        line("N1. a connection's set-up through the proxy, outlet's start aside (ms)",
+             setup_ms - outlet_ms, lambda v: (v <= 5, "<= 5 ms"), unit=" ms")
+        ratios = [p / d for d, p in big]
+        print(f"N2. 100 MB: {statistics.median(d for d, _ in big) * 1000:.0f} ms directly, "
+              f"{statistics.median(p for _, p in big) * 1000:.0f} ms through the proxy")
+        line("N2. a 100 MB download through the proxy / directly", statistics.median(ratios),
+             lambda v: (v <= 1.3, "<= 1.3x"), spread=(min(ratios), max(ratios)))
+
+
+if __name__ == "__main__":
+    main()
