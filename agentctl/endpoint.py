@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agentctl import modelspec
 from agentctl.errors import UsageError
 
-VISIBLE_ASCII = re.compile(r"[!-~]*")
+VISIBLE_ASCII = r"[!-~]*"     # a pattern as text: re compiles it at its first use
 FINGERPRINT = 12        # hex digits of the SHA-256 of the credentials
 
 
@@ -34,7 +34,7 @@ def api_key(variable, url, spec):
     key = os.environ.get(variable, "").strip()
     if not key and modelspec.locality(url) != "loopback":
         raise UsageError(f"{variable} is not set (needed by model {spec})")
-    if not VISIBLE_ASCII.fullmatch(key):
+    if not re.fullmatch(VISIBLE_ASCII, key):
         # A header can't carry it (or would carry other bytes than meant): say so now, not as an
         # encoding error (70) or a connection fault (75). The value is not shown.
         raise UsageError(f"{variable} must be printable ASCII without spaces "

@@ -2,6 +2,7 @@
 in the same run (medians over repeated runs). Not a test: it prints, and
 the figures go in the notes that change performance."""
 
+import json
 import os
 import resource
 import statistics
@@ -17,6 +18,7 @@ from agentctl.store import db, history, registry  # noqa: E402
 from agentctl.ops import lifecycle
 from agentctl.store.db import transaction  # noqa: E402
 from agentctl.ids import INIT_ID, new_id  # noqa: E402
+from tests import localhttp  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 PYTHON = sys.executable
@@ -161,8 +163,73 @@ def echo_turn(tmp, base):
          statistics.median(times) / base, at_most(8.0))
 
 
+class _Chat(localhttp.Handler):
+    """An OpenAI-compatible server that answers every request at once with one short
+    reply, keeping the last body it was sent (the floor posts the same)."""
+
+    def post(self, server, raw):
+        server.body = raw
+        reply = {"id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000,
+                 "model": "gpt-test", "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant",
+                                                               "content": "done"}}],
+                 "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+        self.answer(200, json.dumps(reply).encode(), "application/json")
+
+
+TURN_FLOOR = ("import os, requests; requests.post(os.environ['OPENAI_BASE_URL'] + "
+              "'/chat/completions', data=open(os.environ['BENCH_BODY'], 'rb').read(), "
+              "headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], "
+              "'Content-Type': 'application/json'}).json()")
+
+
+def usage_of(args, env):
+    """(CPU seconds, wall seconds) of one run of `args`, which must exit 0."""
+    start = time.monotonic()
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"bench: {' '.join(args[:2])}: exit {os.waitstatus_to_exitcode(status)}")
+    return usage.ru_utime + usage.ru_stime, time.monotonic() - start
+
+
+def api_turn(tmp):
+    """agent-run of one turn of an API's model (a server on 127.0.0.1 that answers at
+    once), a message sent before each run (untimed), against the floor: a fresh python
+    -c that imports requests and posts the same body to the same server. Paired runs,
+    in turn (the order swapped every other pair): the medians of the pairs' ratios."""
+    server = localhttp.LocalServer(_Chat)
+    body = os.path.join(tmp, "body.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_ID"))}
+    env.update(AGENTCTL_DB=os.path.join(tmp, "turn.db"), OPENAI_BASE_URL=server.url + "/v1",
+               OPENAI_API_KEY="sk-bench", NO_PROXY="127.0.0.1", BENCH_BODY=body)
+    try:
+        subprocess.run([program("agent-fork"), "-n", "a", "-m", "openai:gpt-test", "hello"],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+        run, send = [program("agent-run"), "a"], [program("agent-send"), "a", "again"]
+        floor = [PYTHON, "-c", TURN_FLOOR]
+        subprocess.run(run, env=env, check=True, stdout=subprocess.DEVNULL)     # warm-up
+        ratios = []
+        for pair in range(PAIRS):
+            subprocess.run(send, env=env, check=True, stdout=subprocess.DEVNULL)
+            with open(body, "wb") as f:
+                f.write(server.body)      # the body the last turn sent
+            if pair % 2:
+                base, cost = usage_of(floor, env), usage_of(run, env)
+            else:
+                cost, base = usage_of(run, env), usage_of(floor, env)
+            ratios.append((cost[0] / base[0], cost[1] / base[1]))
+    finally:
+        server.close()
+    for i, what in ((0, "CPU"), (1, "wall")):
+        values = [r[i] for r in ratios]
+        low, _, high = statistics.quantiles(values, n=4)
+        line(f"7. agent-run (openai, one turn) vs requests.post floor, {what}",
+             statistics.median(values), at_most(1.15), spread=(low, high))
+
+
 def bulk_send(tmp):
-    import json
     n = 100_000
     path, conn = fresh(tmp, "bulk.db")
     with transaction(conn):
@@ -253,6 +320,7 @@ def main():
         base, env = startup(tmp)
         installed_startup(tmp, env)
         echo_turn(tmp, base)
+        api_turn(tmp)
         bulk_send(tmp)
         deep_replay(tmp)
         big_ps(tmp, base)

@@ -7,18 +7,17 @@ import sys
 import click
 
 from agentctl import keys
-from agentctl.cli import runall
 from agentctl.cli.options import Count, complete_agents
 from agentctl.cli.output import Column, render
 from agentctl.cli.program import connect, program, run as run_program
 from agentctl.cli.stdio import Interrupted, for_terminal, warn
 from agentctl.errors import UsageError
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, budget, deadlines
+from agentctl.ops import asks, budget, deadlines, lease
 from agentctl.store import asks as asks_store, registry
 from agentctl.store.db import transaction
 from agentctl.text import first_line
-from agentctl.turn import runner, tracing
+from agentctl.turn import runner
 from agentctl.turn.toolset import Toolset
 from agentctl.turn.watch import Watch
 from agentctl.voice import shown_call
@@ -53,13 +52,14 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         raise UsageError("--json is --format json: not with --format stream-json")
     as_json = as_json or fmt != "text"
     # --all's claim this run takes over (a run it started): not for the turn's tools
-    handed = os.environ.pop(runall.HANDED, None)
+    handed = os.environ.pop(lease.HANDED, None)
     if everything:
         if agent:
             raise UsageError("--all takes no AGENT")
         if fmt == "stream-json":
             raise UsageError("--format stream-json streams one turn: not with --all "
                              "(give each agent-run one AGENT)")
+        from agentctl.cli import runall  # (start-up: 4 ms, only for --all)
         return runall.run_all(db_path, jobs, model, max_steps, as_json)
     if jobs != 1:
         raise UsageError("-j goes with --all")
@@ -108,8 +108,7 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     if fmt == "stream-json":
         from agentctl.cli import streamjson  # (start-up: 2 ms, only for --format stream-json)
         lines = streamjson.Stream(conn)
-    watchers = [lines,
-                tracing.start(lambda line: warn("agent-run", line))]
+    watchers = [lines, _tracer()]
     try:
         outcome = runner.run(conn, agent, model=model, max_steps=max_steps,
                              on_text=on_text if stream else None,
@@ -145,6 +144,15 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     if interrupted:
         raise Interrupted()         # the request waits; agent-run says so and exits 130
     return 0
+
+
+def _tracer():
+    """The run's OpenTelemetry tracer (turn.tracing), or None: its code is loaded only
+    when a variable of OpenTelemetry's is set (OTEL_*), which tracing.start() reads."""
+    if not any(name.startswith("OTEL_") for name in os.environ):
+        return None
+    from agentctl.turn import tracing  # (start-up: 0.5 ms, only with an OTEL_ variable)
+    return tracing.start(lambda line: warn("agent-run", line))
 
 
 def _terminals():

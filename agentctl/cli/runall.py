@@ -45,7 +45,7 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     if not ids:
         conn.close()
         return 1
-    env = {**os.environ, HANDED: lease.owner_token()}
+    env = {**os.environ, lease.HANDED: lease.owner_token()}
     extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
         + ["--max-steps", str(max_steps), "--json"]
 
@@ -116,7 +116,6 @@ def _replies(records, label):
 
 
 POLL = 0.05     # seconds: how often --all looks again for room when none was found
-HANDED = "AGENTCTL_HANDED_BY"   # to a run --all starts: the holder of the claim it takes over
 
 
 def dispatch(conn, ids, jobs, model, one, ended):

@@ -12,26 +12,26 @@ is imported when a call is made.
 import re
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from ..modelspec import BY_NAME
 from .. import endpoint as where
-from .base import Model
+from .base import Model, Value
 
 # What the APIs (OpenAI, Anthropic, vLLM, llama.cpp's server) say of a conversation too long for
-# the model, in a 400's message or error code.
-CONTEXT_TOO_LONG = re.compile(r"context.length|maximum context|too long|exceeds the (available )?"
-                              r"context|context size", re.IGNORECASE)
+# the model, in a 400's message or error code. A pattern as text: re compiles it at its first use.
+CONTEXT_TOO_LONG = (r"(?i)context.length|maximum context|too long|exceeds the (available )?"
+                    r"context|context size")
 CONTEXT_HINT = "a smaller context window may help: agent-fork -w TOKENS or AGENTCTL_CONTEXT_WINDOW"
 
 
-@dataclass
-class Endpoint:
+class Endpoint(Value):
     """What one call reads from the environment, checked: read again at every call, never kept."""
+    __slots__ = ("url", "key", "options")
 
-    url: str                # the base URL, without a trailing slash
-    key: str                # "" for a loopback server without one
-    options: dict = field(default_factory=dict)     # the provider's own settings
+    def __init__(self, url, key, options=None):
+        self.url = url              # the base URL, without a trailing slash
+        self.key = key              # "" for a loopback server without one
+        self.options = {} if options is None else options   # the provider's own settings
 
 
 class HTTPModel(Model):
@@ -77,7 +77,7 @@ class HTTPModel(Model):
         """What the message of a refusal (HTTP `status`, body `text`) should end with."""
         if status == 401 and not endpoint.key:
             return f" (set {self.row.key})"
-        if status == 400 and CONTEXT_TOO_LONG.search(text):
+        if status == 400 and re.search(CONTEXT_TOO_LONG, text):
             return f" ({CONTEXT_HINT})"
         return ""
 

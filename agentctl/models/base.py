@@ -1,10 +1,9 @@
 """What every model shares: the reply types, the error for a refused request, usage estimates.
 
 Kept free of requests and json: `import agentctl.models` must stay cheap, since the programs run in
-shell loops and most invocations never talk to a model.
+shell loops and most invocations never talk to a model. Its types are plain classes, not
+dataclasses: making a dataclass costs every turn's start (a value, its equality, its repr).
 """
-
-from dataclasses import dataclass, field
 
 from .. import jsonin
 from ..errors import UNAVAILABLE, AgentctlError
@@ -33,43 +32,64 @@ class Unusable(Exception):
     """
 
 
-@dataclass
-class ToolCall:
-    id: str
-    name: str
-    arguments: str      # the JSON text as the model wrote it; may be invalid, the caller validates
+class Value:
+    """A value of named fields (`__slots__`): equal to another of its class with equal
+    fields, shown as Class(field=value, ...)."""
+    __slots__ = ()
 
-    def __post_init__(self):
-        self.id, self.name, self.arguments = valid(self.id), valid(self.name), valid(self.arguments)
+    def fields(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
 
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.fields() == other.fields()
 
-@dataclass
-class Reply:
-    text: str
-    tool_calls: list = field(default_factory=list)
-    usage: dict = field(default_factory=dict)
-    stop_reason: str = "stop"
-    api_url: str = ""       # the API that answered (its base URL), for its price; "" offline
-    response_id: str = ""   # the id the API gave its response ("" when it gave none)
-    response_model: str = ""    # the model that answered, as the API names it ("": unsaid)
+    __hash__ = None
 
-    def __post_init__(self):
-        self.text = valid(self.text)      # a JSON escape such as \udcff is no UTF-8 to store
-        # Names, one line each, cut as any text from a server is (they go on spans)
-        self.response_id = first_line(valid(self.response_id), 200)
-        self.response_model = first_line(valid(self.response_model), 200)
+    def __repr__(self):
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(self.__slots__, self.fields()))
+        return f"{self.__class__.__name__}({shown})"
 
 
-@dataclass(frozen=True)
-class Cache:
+class ToolCall(Value):
+    __slots__ = ("id", "name", "arguments")
+
+    def __init__(self, id, name, arguments):
+        # arguments: the JSON text as the model wrote it; may be invalid, the caller validates
+        self.id, self.name, self.arguments = valid(id), valid(name), valid(arguments)
+
+
+class Reply(Value):
+    __slots__ = ("text", "tool_calls", "usage", "stop_reason", "api_url", "response_id",
+                 "response_model")
+
+    def __init__(self, text, tool_calls=None, usage=None, stop_reason="stop", api_url="",
+                 response_id="", response_model=""):
+        self.text = valid(text)      # a JSON escape such as \udcff is no UTF-8 to store
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.usage = {} if usage is None else usage
+        self.stop_reason = stop_reason
+        self.api_url = api_url      # the API that answered (its base URL), for its price; "" offline
+        # The id the API gave its response, and the model that answered as the API names
+        # it ("": unsaid): names, one line each, cut as any text from a server is (spans)
+        self.response_id = first_line(valid(response_id), 200)
+        self.response_model = first_line(valid(response_model), 200)
+
+
+class Cache(Value):
     """Where a request's prefix is stable, for a provider's prompt cache: `marks` are
     indexes of messages that each end a prefix a later request sends again (the fork
     point siblings share, the end of the previous request, the end of this one); `key`
     names the family of requests that share prefixes (OpenAI's prompt_cache_key).
-    The system prompt and the tools are always a stable prefix."""
+    The system prompt and the tools are always a stable prefix. Read-only."""
+    __slots__ = ("marks", "key")
 
-    marks: tuple = ()
-    key: str = ""
+    def __init__(self, marks=(), key=""):
+        self.marks, self.key = marks, key
+
+    def __hash__(self):
+        return hash(self.fields())
 
 
 class Gate:

@@ -23,8 +23,9 @@ import time
 
 from ..modelspec import PROVIDERS
 
-SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
-GO_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s|us|µs|ns)")
+# Patterns as text: re compiles each at its first use (and keeps it), not at every turn's start.
+SECONDS = r"\s*([0-9]+(?:\.[0-9]+)?)\s*"
+GO_PART = r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s|us|µs|ns)"
 GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 LONGEST = 10 ** 7       # seconds: a wait or a reset beyond it is no answer at all
 TOKEN_KINDS = ("tokens", "input-tokens", "output-tokens")
@@ -110,8 +111,8 @@ def reset_seconds(value, now=None):
         return None
     value = value.strip()
     now = time.time() if now is None else now
-    if GO_PART.match(value):
-        parts = GO_PART.findall(value)
+    if re.match(GO_PART, value):
+        parts = re.findall(GO_PART, value)
         if "".join(n + u for n, u in parts) == value:
             return _bounded(sum(float(n) * GO_UNITS[u] for n, u in parts))
     seconds = _number(value)
@@ -127,7 +128,7 @@ def reset_seconds(value, now=None):
 
 
 def _number(value):
-    found = SECONDS.fullmatch(value) if isinstance(value, str) else None
+    found = re.fullmatch(SECONDS, value) if isinstance(value, str) else None
     return float(found.group(1)) if found else None
 
 

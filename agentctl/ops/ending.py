@@ -2,8 +2,6 @@
 with the signal that waited for it; and what the turn's record says of it. Each
 ending is a step of the run: a transaction of its own (lease.holding)."""
 
-from dataclasses import dataclass
-
 from agentctl import mailloop, money, shape
 from agentctl.ops import lifecycle, signals, supervise
 from agentctl.ops.lease import holding
@@ -11,27 +9,23 @@ from agentctl.store import asks, events, history, registry, turnlog
 from agentctl.ops.turns import void
 
 
-@dataclass
 class Outcome:
     """What a turn came to: status is done, over_budget, stopped or killed; exited
     how the agent exited after it, if it did; cut whether a reply was cut at the
-    token limit; value the reply as a JSON value, for an agent with a schema."""
-    agent_id: str
-    turn_id: int
-    status: str
-    text: str = ""
-    steps: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    mail_read: int = 0
-    model: str = ""
-    exited: object = None
-    cut: bool = False
-    value: object = None
-    cached: int = 0
-    written: int = 0
-    cost: int = None
-    unpriced: int = 0
+    token limit; value the reply as a JSON value, for an agent with a schema. A plain
+    class, not a dataclass: making one costs every turn's start."""
+    __slots__ = ("agent_id", "turn_id", "status", "text", "steps", "input_tokens",
+                 "output_tokens", "mail_read", "model", "exited", "cut", "value", "cached",
+                 "written", "cost", "unpriced")
+
+    def __init__(self, agent_id, turn_id, status, text="", steps=0, input_tokens=0,
+                 output_tokens=0, mail_read=0, model="", exited=None, cut=False, value=None,
+                 cached=0, written=0, cost=None, unpriced=0):
+        self.agent_id, self.turn_id, self.status, self.text = agent_id, turn_id, status, text
+        self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
+        self.mail_read, self.model, self.exited, self.cut = mail_read, model, exited, cut
+        self.value, self.cached, self.written = value, cached, written
+        self.cost, self.unpriced = cost, unpriced
 
     def record(self):
         """agent-run --format json's record: cost in dollars, null when no call had a
@@ -44,13 +38,15 @@ class Outcome:
                 "exited": self.exited, "text": self.text, "cut": self.cut, "value": self.value}
 
 
-def outcome(conn, agent_id, turn_id, status, spec, exited=None):
+def outcome(conn, agent_id, turn_id, status, spec, exited=None, text=None, agent=None):
+    """The turn's Outcome, read once it is committed; `text` (its final text) and `agent`
+    (the agent's row) when the caller has read them in that transaction."""
     turn = turnlog.get(conn, turn_id)
-    text = turnlog.final_text(conn, turn_id)
+    text = turnlog.final_text(conn, turn_id) if text is None else text
     return Outcome(agent_id, turn_id, status, text, turn["steps"],
                    turn["input_tokens"], turn["output_tokens"], turn["mail_read"], spec, exited,
                    turn["stop_reason"] == "length",
-                   shape.reply_value(registry.get(conn, agent_id)["schema"], text)
+                   shape.reply_value((agent or registry.get(conn, agent_id))["schema"], text)
                    if status == "done" else None,
                    turn["cache_read_tokens"], turn["cache_write_tokens"], turn["cost"],
                    turn["unpriced"])
@@ -91,8 +87,7 @@ def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
     does not exit on it."""
     if registry.get(conn, agent_id)["pending_signal"] == "KILL":
         return killed(conn, agent_id, turn_id, spec)
-    with holding(conn, agent_id):
-        before = registry.get(conn, agent_id)
+    with holding(conn, agent_id) as before:
         signal = before["pending_signal"]
         turnlog.finish(conn, turn_id, status)
         history.clear_if_pending(conn, agent_id)
@@ -118,7 +113,8 @@ def commit(conn, agent_id, turn_id, spec, ending, result, status="done"):
         elif agent["role"] == "architect" and ending != "sleep":
             # An architect sleeps on its result until new mail wakes it.
             registry.update(conn, agent_id, wake_at=None)
-    return outcome(conn, agent_id, turn_id, status, spec, exited)
+    return outcome(conn, agent_id, turn_id, status, spec, exited, text,
+                   agent if exited is None else None)
 
 
 def killed(conn, agent_id, turn_id, spec):

@@ -16,6 +16,7 @@ from agentctl.store import registry
 from agentctl.store.db import connect, path_of, transaction
 
 LEASE_SECONDS = 300.0       # renewed at every step; a crashed run's lease expires
+HANDED = "AGENTCTL_HANDED_BY"   # to a run --all starts: the holder of the claim it takes over
 
 
 LEASE_LONGEST = 10 ** 7     # seconds (115 days): the heartbeat's wait must be a real timeout
@@ -143,7 +144,8 @@ class KilledMidTurn(LostClaim):
 def holding(conn, agent_id):
     """A write transaction of the run that holds the agent's claim. The claim
     is checked inside it, so no write of a run that lost its claim can land
-    beside those of the run that took the agent over: LostClaim instead."""
+    beside those of the run that took the agent over: LostClaim instead. Gives the
+    agent's row as the transaction found it (`with holding(...) as agent`)."""
     with transaction(conn):
         row = registry.get(conn, agent_id)
         if row["lease_owner"] != owner_token():
@@ -152,7 +154,7 @@ def holding(conn, agent_id):
                                     "while this run held it; it wrote nothing more")
             raise LostClaim(f"{registry.label(row)}: claimed by another agent-run while this "
                             "one ran (its lease ran out); it wrote nothing more")
-        yield conn
+        yield row
 
 
 class KillPending(Exception):
@@ -163,10 +165,11 @@ class KillPending(Exception):
 def check_not_killed(conn, agent_id):
     """Raise KillPending when a KILL waits for the agent's run, or its grace period
     (agent-kill --grace) has ended; inside the run's transaction, so that nothing
-    starts after the KILL is recorded."""
+    starts after the KILL is recorded. Returns the agent's row it read."""
     row = registry.get(conn, agent_id)
     if row["pending_signal"] == "KILL" or lifecycle.overdue(row) == "KILL":
         raise KillPending()
+    return row
 
 
 def renew(conn, agent_id):

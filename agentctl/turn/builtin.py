@@ -21,7 +21,6 @@ from agentctl.ops import asks, authority, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
 from agentctl.text import valid_json
-from agentctl.tools.catalog import Catalog
 from agentctl.turn import watch
 
 
@@ -224,6 +223,7 @@ def _answer(conn, agent_id, args, call):
 
 def _program_names():
     """The external tools a grant may name."""
+    from agentctl.tools.catalog import Catalog  # (start-up: 3 ms, only for a fork that grants)
     return Catalog().names()
 
 

@@ -177,11 +177,13 @@ class Interruptible:
 
     def __init__(self, conn, agent_id, model, watch=NOBODY):
         self.conn, self.agent_id, self.model, self.watch = conn, agent_id, model, watch
+        self.calls = 0          # the calls made: a step's own, and a compaction's summary
 
     def complete(self, messages, tools, on_text=None, cache=None, step=False):
         """The model's reply; a `step` of the turn (not a compaction's summary) streams
         its text to the watchers that want it."""
         lease.check_not_killed(self.conn, self.agent_id)
+        self.calls += 1
         self.watch.calling(messages, tools)
         try:
             reply = self._complete(messages, tools,
@@ -262,8 +264,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
     schema = client.model.schema
     misfits = 0
     while True:
-        lease.check_not_killed(conn, agent_id)     # a KILL, or a grace period's end
-        signal = registry.get(conn, agent_id)["pending_signal"]
+        # a KILL, or a grace period's end
+        signal = lease.check_not_killed(conn, agent_id)["pending_signal"]
         if signal == "KILL":
             return ending.killed(conn, agent_id, turn_id, spec)
         pending = turnlog.unanswered(conn, turn_id)
@@ -283,14 +285,18 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
             break
         if budget.over(conn, agent_id):
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
-        with lease.holding(conn, agent_id):
+        with lease.holding(conn, agent_id) as agent:     # (its context is the same after)
             if steps:
                 mail.take_into_turn(conn, agent_id, turn_id, voice.MID_TURN)
             lease.renew(conn, agent_id)
-        system, rows = compaction.prepare(conn, registry.get(conn, agent_id), turn_id, client)
-        if budget.over(conn, agent_id):        # the summary's call spent the rest
-            return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
-        messages, cache = context.request(conn, registry.get(conn, agent_id), system, rows)
+        calls = client.calls
+        system, rows = compaction.prepare(conn, agent, turn_id, client)
+        if client.calls != calls:               # a summary's call: it may have spent the rest
+            if budget.over(conn, agent_id):
+                return ending.commit(conn, agent_id, turn_id, spec, None, None,
+                                     status="over_budget")
+            agent = registry.get(conn, agent_id)
+        messages, cache = context.request(conn, agent, system, rows)
         reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache,
                                 step=True)
         misfit = schema is not None and not reply.tool_calls and \

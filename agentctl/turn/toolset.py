@@ -17,13 +17,15 @@ from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, events, registry, toolruns
-from agentctl.tools import calls, mcp, mcpsession, programs, sandbox
-from agentctl.tools.catalog import Catalog
 from agentctl.turn import builtin as tools
+
+# The external tools' modules (tools/) are imported where a turn uses one: a turn of an
+# agent with no grant, or that calls none of its external tools, loads none of them.
 
 
 def _peers():
     """Who a sandboxed tool's process is: the operator, or as root the sandbox's user."""
+    from agentctl.tools import sandbox  # (start-up: 3 ms, only for a sandboxed call)
     if os.geteuid() != 0:
         return {os.getuid()}
     try:
@@ -49,6 +51,7 @@ class Toolset:
         self.mcp_states = {}        # server name -> (transport, state, error): mcp_servers()
         self.proxy = self._sandbox = self._environment = None
         if agent["allow"]:          # no grant, no search of the tool path
+            from agentctl.tools.catalog import Catalog  # (start-up: 3 ms, only with a grant)
             usable = Catalog(self.warnings).usable(conn, agent["id"], self.builtin)
             self.programs = usable.programs
             self._mcp(usable)
@@ -60,6 +63,7 @@ class Toolset:
         """The environment of its tools (and of the programs they call, through the
         proxy): the operator's, without the keys, as the agent."""
         if self._environment is None:
+            from agentctl.tools import programs  # (start-up: 0.5 ms, only for an external tool)
             self._environment = programs.environment(self.agent["id"], db.path_of(self.conn))
         return self._environment
 
@@ -70,7 +74,7 @@ class Toolset:
         if self.agent["unconfined"]:
             return None
         if self._sandbox is None:
-            from agentctl.tools import proxy  # (start-up: 3 ms, only for a sandboxed call)
+            from agentctl.tools import proxy, sandbox  # (start-up: 6 ms, only for a sandboxed call)
             self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
@@ -84,6 +88,7 @@ class Toolset:
         that can't be started is a warning, and offers nothing this turn."""
         if not usable.servers:
             return
+        from agentctl.tools import mcp, mcpsession  # (start-up: 3 ms, only with MCP servers)
         self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox)
         for server, entry in usable.servers.items():
             offered = mcp.cached(entry, self.environment())
@@ -139,6 +144,7 @@ class Toolset:
         for agent-run --list-tools to say loudly."""
         if self.agent["unconfined"] or not (self.programs or self.mcp_tools):
             return None
+        from agentctl.tools import sandbox  # (start-up: 3 ms, only for a tool's sandbox)
         return sandbox.problem()
 
     def is_external(self, name):
@@ -225,6 +231,7 @@ class Toolset:
         return row
 
     def _external(self, conn, agent_id, turn_id, call):
+        from agentctl.tools import calls  # (start-up: 3 ms, only for an external tool's call)
         started = time.monotonic()
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
         if left is not None:                # a run that died with its agent-run
@@ -266,6 +273,7 @@ class Toolset:
             events.record(conn, agent_id, "net", turn=turn_id, tool=by or tool, **made)
 
     def _run(self, conn, agent_id, call, arguments, run_id):
+        from agentctl.tools import calls, sandbox  # (start-up: 3 ms, only for an external call)
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
         if name in self.programs:
