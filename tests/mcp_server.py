@@ -28,6 +28,16 @@ def whoami() -> str:
            f"key={'OPENAI_API_KEY' in os.environ}"
 
 
+@server.tool(description="GET a URL (through the proxy of the environment, if any).")
+def fetch(url: str) -> str:
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=20) as reply:
+            return reply.read().decode()
+    except Exception as e:      # (the refusal, as the model would see it)
+        return f"failed: {e}"
+
+
 @server.tool(description="Fail on purpose.")
 def broken() -> str:
     raise ValueError("it broke")

@@ -312,3 +312,27 @@ def test_an_old_yes_is_every_public_host(tmp_path):
     rows = {r["name"]: r["net"] for r in json.loads(
         agent("ps", "--db", path, "-o", "name,net", "--format", "json").out)}
     assert rows == {"init": [], "a": ["*"], "b": []}
+
+
+def test_an_mcp_servers_net_list_is_its_way_out(tmp_path, monkeypatch, site):
+    """A stdio server's "net" in the operator's configuration: the hosts it reaches
+    besides its agent's (none here); a server without one reaches nothing, and its
+    connections are its agent's net events, by the server's name."""
+    from .test_mcp import configure, notes, work_dir
+    from .conftest import calling, script, tool_results
+    work = work_dir(tmp_path)
+    url = f"http://127.0.0.1:{site}/hello.txt"
+    configure(tmp_path, monkeypatch, {
+        "open": notes(work / "one", net=[f"127.0.0.1:{site}"]),
+        "shut": notes(work / "two")})
+    model = script(tmp_path, calling([("open__fetch", {"url": url}),
+                                      ("shut__fetch", {"url": url})]))
+    fork("-n", "w", "--allow", "open__*", "--allow", "shut__*", "-m", model, "go")
+    ran = agent("run", "w")
+    assert ran.code == 0, ran.err
+    opened, shut = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
+    assert "MCP server" not in ran.err, ran.err
+    assert opened == "hello through the proxy\n", opened
+    assert shut.startswith("failed:") and "hello" not in shut, shut
+    events = net_events("w")
+    assert [(e["data"]["tool"], e["data"]["outcome"]) for e in events] == [("open", "allowed")]
