@@ -11,12 +11,15 @@ where the host meets it is an allowlist, decided when the call starts:
 - the environment: a few variables (ENVIRONMENT, LC_*) and those the operator granted
   by name (--env); never the keys or a password otherwise;
 - the kernel: no capabilities; /proc of its own, its knobs read-only and its secrets
-  hidden; a seccomp filter (seccomp.py); its own pid, ipc, uts and network namespaces
-  (no network without --net); no new namespaces; a session of its own; killed with
-  agent-run. As root, its tools run as an unprivileged user (AGENTCTL_SANDBOX_USER,
-  else nobody): uid 0 in a user namespace is still root to every file it can reach;
-- its limits (--limit): rlimits set inside (prlimit); processes counted in its own
-  user namespace, or, for root, by a pids cgroup of its own (pids.py);
+  hidden; a seccomp filter (seccomp.py); its own user, pid, ipc, uts and network
+  namespaces (no network without --net); no new namespaces; a session of its own;
+  killed with agent-run. As root, its tools run as an unprivileged user
+  (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
+  every file it can reach; bwrap sets the call up as root, in a user namespace that
+  maps root and that user alone (handles.Users: agentctl writes its maps);
+- its limits (--limit): rlimits set inside (prlimit); RLIMIT_NPROC counts a user's
+  processes in one user namespace, so in the call's own it counts the call's (never
+  root's, which it does not bind: hence the tools' user);
 - agentctl's programs: through its own proxy's socket (proxy.py), bound read-only.
 
 Where bwrap is missing or can't make namespaces, a call fails with a message that
@@ -32,8 +35,8 @@ import zlib
 
 from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
-from agentctl.tools import bwrap, confine, cover, handles, pids
-from agentctl.tools.handles import Handle, Readable
+from agentctl.tools import bwrap, confine, cover, handles
+from agentctl.tools.handles import Handle, Readable, Users
 
 PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -53,7 +56,7 @@ NO_PRLIMIT = "the sandbox needs prlimit (util-linux) to set a call's limits"
 NO_SETPRIV = "as root, the sandbox needs setpriv (util-linux) to run tools as another user"
 
 
-Unavailable = pids.Unavailable     # the sandbox can't be made here; the message names the fix
+Unavailable = bwrap.Unavailable    # the sandbox can't be made here; the message names the fix
 _made = {}          # what is worked out once a process
 
 
@@ -147,14 +150,24 @@ def _readable(path):
 
 class Prepared:
     """One call's sandbox: its argv (bwrap's, with the handles still to open), and what
-    it holds until the call has ended (the placeholders, root's pids cgroup)."""
+    it holds until the call has ended (the placeholders; as root, the handshake that
+    gives its user namespace its maps)."""
 
-    def __init__(self, argv, placeholders, group):
-        self.argv, self.placeholders, self.group = argv, placeholders, group
+    def __init__(self, argv, placeholders):
+        self.argv, self.placeholders, self.handshake = argv, placeholders, None
 
     def opened(self):
-        """(argv, descriptors to pass): each handle opened now, as bwrap gets it."""
-        return handles.opened(self.argv)
+        """(argv, descriptors to pass, to be closed once bwrap has started): each handle
+        opened now, as bwrap gets it."""
+        argv, fds, self.handshake = handles.opened(self.argv)
+        return argv, fds
+
+    def started(self):
+        """bwrap has started: as root, its user namespace gets its maps now (until
+        then, bwrap waits)."""
+        if self.handshake is not None:
+            self.handshake.give()
+            self.handshake = None
 
     def launcher(self):
         """argv that opens the handles itself (for a starter that passes no
@@ -163,9 +176,9 @@ class Prepared:
 
     def close(self):
         self.placeholders.release()
-        if self.group is not None:
-            self.group.remove()
-            self.group = None
+        if self.handshake is not None:
+            self.handshake.close()
+            self.handshake = None
 
 
 class Sandbox:
@@ -269,12 +282,14 @@ class Sandbox:
         """The call of `argv` in the sandbox, prepared (Prepared): `program`, a file
         the command needs that may be in a hidden place (a tool on the tool path);
         `ro`, `net`: more read-only paths, the network (an MCP server's, from the
-        operator's configuration). For root, a shell first moves itself into a pids
-        cgroup of its own (pids.py), which bounds its processes."""
+        operator's configuration). As root, bwrap makes a user namespace whose maps
+        agentctl gives (Prepared.started), in which RLIMIT_NPROC counts the call's
+        processes."""
         self._check()
         net = self.net or net
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces(net) + ["--die-with-parent", "--new-session"]
+        args = [bwrap.path()] + self._namespaces(net) + self._users()
+        args += ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
         args += self._system(net)
         fsize = self.limits["fsize"]
@@ -308,15 +323,13 @@ class Sandbox:
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
         args += self._drop() + self._limits(per_call) + list(argv)
-        if os.geteuid() != 0 or self.limits["procs"] is None:
-            return Prepared(args, placeholders, None)
-        try:
-            group = pids.Group(self.limits["procs"])
-        except Unavailable:
-            placeholders.release()
-            raise
-        return Prepared(["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs_file]
-                        + args, placeholders, group)
+        return Prepared(args, placeholders)
+
+    def _users(self):
+        """As root: bwrap's user namespace, mapping root (bwrap, to set the call up)
+        and the user the tools run as (setpriv's, _drop), whose processes RLIMIT_NPROC
+        then counts in this namespace alone."""
+        return [Users(*user())] if os.geteuid() == 0 else []
 
     def _drop(self):
         """As root: setpriv's command that makes the tool another user, for good."""
@@ -328,17 +341,17 @@ class Sandbox:
 
     def _limits(self, per_call):
         """prlimit's command for the limits: per call (cpu, mem) only for a call, not
-        for a server that lives a whole turn; processes by rlimit unless root."""
+        for a server that lives a whole turn; processes (nproc) counted in the call's
+        own user namespace. A limit lifted is not set: the call keeps agent-run's own
+        (which only a privileged process could raise)."""
         prlimit = bwrap.program("prlimit")
         if prlimit is None:
             raise Unavailable(NO_PRLIMIT)
-        given = {"fsize": "fsize", "files": "nofile"}
+        given = {"fsize": "fsize", "files": "nofile", "procs": "nproc"}
         if per_call:
             given.update(cpu="cpu", mem="as")
-        if os.geteuid() != 0:
-            given["procs"] = "nproc"
         args = [prlimit]
         for key, option in given.items():
-            value = self.limits[key]
-            args.append(f"--{option}={'unlimited' if value is None else value}")
+            if self.limits[key] is not None:
+                args.append(f"--{option}={self.limits[key]}")
         return args + ["--"]
