@@ -112,3 +112,13 @@ def test_the_handshake_waits_for_no_bwrap_that_is_gone():
         os.close(fd)
     handshake.give()
     assert handshake.info is None and handshake.block is None
+
+
+def test_a_limit_that_cant_be_set_runs_nothing(world, tmp_path):
+    """More open files than the kernel allows any process (fs.nr_open): the call fails
+    with why, and the tool never ran."""
+    with open("/proc/sys/fs/nr_open") as f:
+        beyond = int(f.read()) + 1
+    result = attempt(world, tmp_path, "touch ran", "--limit", f"files={beyond}")
+    assert result.startswith("error:") and "limit" in result.lower(), result
+    assert not (tmp_path / "work" / "ran").exists()

@@ -8,7 +8,9 @@ and the bind is refused, never followed.
 As root, bwrap makes the call a user namespace of its own (`Users`) whose maps
 agentctl writes (`Handshake`): bwrap would map one id alone, its own (root), but the
 namespace must also hold the user the tools run as, whose processes RLIMIT_NPROC
-then counts in that namespace alone (the call's, not all of that user's).
+then counts in that namespace alone (the call's, not all of that user's). While
+bwrap waits for its maps, its child gets the call's rlimits too (inherited by all
+it starts: no prlimit to run).
 
 A call started by agent-run gets the descriptors from it (`opened`); an MCP server,
 started by the MCP SDK (which passes no descriptors), through `launcher`: a small
@@ -17,6 +19,7 @@ maps). Standard library only: the launcher starts for every stdio server.
 """
 
 import os
+import resource
 import sys
 
 from agentctl import paths, spawn
@@ -35,20 +38,32 @@ class Readable(Handle):
 
 class Users(str):
     """bwrap's --unshare-user, as root: a user namespace whose maps agentctl writes
-    (Handshake), root for bwrap's set-up and `uid`, `gid` (whom the tools run as)."""
+    (Handshake), root for bwrap's set-up and `uid`, `gid` (whom the tools run as);
+    `limits`, (RLIMIT_*, value) pairs, set on bwrap's child meanwhile."""
 
-    def __new__(cls, uid, gid):
+    def __new__(cls, uid, gid, limits=()):
         word = super().__new__(cls, "--unshare-user")
-        word.ids = (uid, gid)
+        word.ids, word.limits = (uid, gid), tuple(limits)
         return word
+
+    def coded(self):
+        """As the launcher's first argument names it: UID:GID[:RLIMIT=VALUE;...]."""
+        return ":".join([str(self.ids[0]), str(self.ids[1])]
+                        + [";".join(f"{r}={v}" for r, v in self.limits)])
+
+    @classmethod
+    def decoded(cls, text):
+        uid, gid, limits = (text.split(":") + [""])[:3]
+        return cls(int(uid), int(gid), [tuple(int(n) for n in pair.split("="))
+                                        for pair in limits.split(";") if pair])
 
 
 class Handshake:
     """The maps of the user namespace bwrap makes: `give` them once bwrap has started,
     and it goes on; until then it waits (a call never runs with a map of bwrap's)."""
 
-    def __init__(self, ids):
-        self.ids = ids
+    def __init__(self, ids, limits=()):
+        self.ids, self.limits = ids, limits
         self.info, info_w = os.pipe()       # where bwrap says its child's pid
         block_r, self.block = os.pipe()     # and where it waits for a byte
         self.theirs = [info_w, block_r]     # (bwrap's ends: passed, then closed)
@@ -56,9 +71,10 @@ class Handshake:
                           str(block_r)]
 
     def give(self):
-        """Read the pid of bwrap's child (its info: a JSON object), write its maps, let
-        it go on. A bwrap that ended first is let be (its status says why); a map that
-        can't be written leaves the child unmapped, and bwrap fails."""
+        """Read the pid of bwrap's child (its info: a JSON object), set its limits,
+        write its maps, let it go on. A bwrap that ended first is let be (its status
+        says why). A limit that can't be set: no maps (the child, unmapped, can't
+        become the tools' user: it fails), and OSError, once bwrap goes on to fail."""
         said = b""
         while not said.endswith(b"}\n"):      # (its child holds the pipe open: no EOF)
             chunk = os.read(self.info, 4096)
@@ -66,18 +82,23 @@ class Handshake:
                 break
             said += chunk
         pid = said.partition(b'"child-pid":')[2].split(b",")[0].split(b"\n")[0].strip()
+        refused = None
         if pid.isdigit():
-            for name, own in zip(("uid_map", "gid_map"), self.ids):
-                try:
+            try:
+                for limit, value in self.limits:
+                    resource.prlimit(int(pid), limit, (value, value))
+                for name, own in zip(("uid_map", "gid_map"), self.ids):
                     with open(f"/proc/{int(pid)}/{name}", "w") as f:
                         f.write(f"0 0 1\n{own} {own} 1\n")
-                except OSError:
-                    break
+            except OSError as e:
+                refused = e
         try:
             os.write(self.block, b"1")
         except OSError:
             pass
         self.close()
+        if refused is not None:
+            raise refused
 
     def close(self):
         for fd in (self.info, self.block):
@@ -97,7 +118,7 @@ def opened(argv):
                 fds.append(paths.opened(str(word), word.flags))
                 out.append(str(fds[-1]))
             elif isinstance(word, Users):
-                handshake = Handshake(word.ids)
+                handshake = Handshake(word.ids, word.limits)
                 fds += handshake.theirs
                 out += handshake.arguments
             else:
@@ -116,7 +137,7 @@ def opened(argv):
 def launcher(argv):
     """argv that opens the handles in `argv` in a process of its own, then runs it: the
     launcher's first argument lists where the handles stand (2,7,...)."""
-    where = ",".join(f"{n}u{w.ids[0]}:{w.ids[1]}" if isinstance(w, Users) else
+    where = ",".join(f"{n}u{w.coded()}" if isinstance(w, Users) else
                      f"{n}{'r' if isinstance(w, Readable) else ''}"
                      for n, w in enumerate(argv) if isinstance(w, (Handle, Users)))
     return spawn.python("from agentctl.tools.handles import launch; launch()", site=False) \
@@ -127,10 +148,9 @@ def launch():
     """The launcher's body: open, then exec (a child of its own gives the maps)."""
     where = {}
     for entry in sys.argv[1].split(","):
-        n, users, ids = entry.partition("u")
+        n, users, coded = entry.partition("u")
         if users:
-            uid, gid = ids.split(":")
-            where[int(n)] = lambda w, ids=(int(uid), int(gid)): Users(*ids)
+            where[int(n)] = lambda w, coded=coded: Users.decoded(coded)
         elif n.rstrip("r").isdigit():
             where[int(n.rstrip("r"))] = Readable if n.endswith("r") else Handle
     given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[2:])]
@@ -146,7 +166,10 @@ def launch():
                 for fd in fds:
                     os.close(fd)
                 if os.fork() == 0:      # (a grandchild: bwrap is not its parent)
-                    handshake.give()
+                    try:
+                        handshake.give()
+                    except OSError as e:
+                        sys.stderr.write(f"bwrap: not started: its limits: {e}\n")
             finally:
                 os._exit(0)
         os.waitpid(helper, 0)

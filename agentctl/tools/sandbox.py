@@ -17,9 +17,10 @@ where the host meets it is an allowlist, decided when the call starts:
   (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
   every file it can reach; bwrap sets the call up as root, in a user namespace that
   maps root and that user alone (handles.Users: agentctl writes its maps);
-- its limits (--limit): rlimits set inside (prlimit); RLIMIT_NPROC counts a user's
-  processes in one user namespace, so in the call's own it counts the call's (never
-  root's, which it does not bind: hence the tools' user);
+- its limits (--limit): rlimits (prlimit; as root, set on bwrap's child while it
+  waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
+  so in the call's own it counts the call's (never root's, which it does not bind:
+  hence the tools' user);
 - agentctl's programs: through its own proxy's socket (proxy.py), bound read-only.
 
 Where bwrap is missing or can't make namespaces, a call fails with a message that
@@ -30,6 +31,7 @@ import glob
 import json
 import os
 import pwd
+import resource
 import subprocess
 import zlib
 
@@ -50,6 +52,10 @@ PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list
 # The environment every tool gets, from agent-run's (with LC_*); others by --env.
 ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM",
                "NO_COLOR")
+# Each limit (limits.KEYS) as prlimit names it (and RLIMIT_ + its name); cpu and mem
+# bind a call alone, not a server that lives a whole turn.
+RLIMITS = {"cpu": "cpu", "mem": "as", "procs": "nproc", "fsize": "fsize", "files": "nofile"}
+PER_CALL = ("cpu", "mem")
 USER = "AGENTCTL_SANDBOX_USER"      # as root: whom tools run as (default nobody)
 NOBODY = 65534
 NO_PRLIMIT = "the sandbox needs prlimit (util-linux) to set a call's limits"
@@ -65,7 +71,7 @@ def problem():
     agent-run --list-tools and the tests, which say so loudly."""
     try:
         path = bwrap.path()
-        if bwrap.program("prlimit") is None:
+        if os.geteuid() != 0 and bwrap.program("prlimit") is None:
             return NO_PRLIMIT
         _seccomp()
         if os.geteuid() == 0:
@@ -163,11 +169,16 @@ class Prepared:
         return argv, fds
 
     def started(self):
-        """bwrap has started: as root, its user namespace gets its maps now (until
-        then, bwrap waits)."""
-        if self.handshake is not None:
-            self.handshake.give()
-            self.handshake = None
+        """bwrap has started: as root, its child gets the call's limits and its user
+        namespace its maps now (until then, bwrap waits). Unavailable when a limit
+        can't be set (then bwrap fails: the call does not run)."""
+        handshake, self.handshake = self.handshake, None
+        if handshake is not None:
+            try:
+                handshake.give()
+            except OSError as e:
+                raise Unavailable(f"the call's limits could not be set ({e.strerror or e}): "
+                                  "lower them (agent-set ID limits=...)") from None
 
     def launcher(self):
         """argv that opens the handles itself (for a starter that passes no
@@ -288,7 +299,7 @@ class Sandbox:
         self._check()
         net = self.net or net
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces(net) + self._users()
+        args = [bwrap.path()] + self._namespaces(net) + self._users(per_call)
         args += ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
         args += self._system(net)
@@ -325,11 +336,15 @@ class Sandbox:
         args += self._drop() + self._limits(per_call) + list(argv)
         return Prepared(args, placeholders)
 
-    def _users(self):
+    def _users(self, per_call):
         """As root: bwrap's user namespace, mapping root (bwrap, to set the call up)
         and the user the tools run as (setpriv's, _drop), whose processes RLIMIT_NPROC
-        then counts in this namespace alone."""
-        return [Users(*user())] if os.geteuid() == 0 else []
+        then counts in this namespace alone; the call's rlimits, set on bwrap's child
+        while it waits for its maps."""
+        if os.geteuid() != 0:
+            return []
+        return [Users(*user(), [(getattr(resource, f"RLIMIT_{RLIMITS[key].upper()}"), value)
+                                for key, value in self._set(per_call)])]
 
     def _drop(self):
         """As root: setpriv's command that makes the tool another user, for good."""
@@ -339,19 +354,20 @@ class Sandbox:
         return [bwrap.program("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
+    def _set(self, per_call):
+        """(key, value) of each limit the call gets: cpu and mem for a call alone, not
+        a server that lives a whole turn. A limit lifted is not set: the call keeps
+        agent-run's own (which only a privileged process could raise)."""
+        return [(key, self.limits[key]) for key in RLIMITS
+                if self.limits[key] is not None and (per_call or key not in PER_CALL)]
+
     def _limits(self, per_call):
-        """prlimit's command for the limits: per call (cpu, mem) only for a call, not
-        for a server that lives a whole turn; processes (nproc) counted in the call's
-        own user namespace. A limit lifted is not set: the call keeps agent-run's own
-        (which only a privileged process could raise)."""
+        """prlimit's command for the limits, unless root (Users sets them); processes
+        (nproc) are counted in the call's own user namespace."""
+        if os.geteuid() == 0:
+            return []
         prlimit = bwrap.program("prlimit")
         if prlimit is None:
             raise Unavailable(NO_PRLIMIT)
-        given = {"fsize": "fsize", "files": "nofile", "procs": "nproc"}
-        if per_call:
-            given.update(cpu="cpu", mem="as")
-        args = [prlimit]
-        for key, option in given.items():
-            if self.limits[key] is not None:
-                args.append(f"--{option}={self.limits[key]}")
-        return args + ["--"]
+        return [prlimit] + [f"--{RLIMITS[key]}={value}" for key, value in self._set(per_call)] \
+            + ["--"]
