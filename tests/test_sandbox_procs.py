@@ -122,3 +122,25 @@ def test_a_limit_that_cant_be_set_runs_nothing(world, tmp_path):
     result = attempt(world, tmp_path, "touch ran", "--limit", f"files={beyond}")
     assert result.startswith("error:") and "limit" in result.lower(), result
     assert not (tmp_path / "work" / "ran").exists()
+
+
+def test_a_shipped_tool_is_not_bound_again(tmp_path):
+    """A tool shipped with agentctl is in agentctl's code, bound read-only already: its
+    call binds it no second time (a mount the fewer); a tool from elsewhere is bound."""
+    from agentctl.tools import sandbox
+    from .conftest import ROOT
+    work = tmp_path / "work"
+    work.mkdir()
+    box = sandbox.Sandbox({"cwd": str(work), "ro": None, "net": None, "limits": None,
+                           "rw": None, "env": None}, {"PATH": "/usr/bin:/bin"})
+    shipped = os.path.join(ROOT, "agentctl", "toolbox", "read_file")
+    other = make_tool(tmp_path, "other", "true")
+    for program, binds in ((shipped, 0), (str(other), 1)):
+        prepared = box.wrap([program], program=program)
+        argv = prepared.argv
+        try:
+            assert sum(1 for n in range(2, len(argv)) if argv[n] == program
+                       and argv[n - 2] == "--ro-bind-fd") == binds, argv
+            assert argv[-1] == program
+        finally:
+            prepared.close()

@@ -143,6 +143,15 @@ def _python():
     return _made["python"]
 
 
+def _within(program, bound):
+    """Whether `program` is seen already, and as itself, in what is bound read-only
+    ((real, named) pairs): a tool shipped with agentctl (a bind the fewer a call)."""
+    real = os.path.realpath(program)
+    return any(paths.inside(program, [named]) and
+               real == os.path.join(top, os.path.relpath(program, named))
+               for top, named in bound)
+
+
 def _readable(path):
     """Whether a sandboxed tool could read `path`: by its mode for another user (as
     root, tools run as one), else as agent-run can."""
@@ -319,10 +328,11 @@ class Sandbox:
             placeholders.release()
             raise Unavailable(str(e.strerror or e)) from None
         args += covering
-        for real, named in _python():
-            if not paths.inside(named, [self.cwd] + shown):
-                args += ["--ro-bind-fd", Handle(real), named]
-        if program:
+        bound = [(real, named) for real, named in _python()
+                 if not paths.inside(named, [self.cwd] + shown)]
+        for real, named in bound:
+            args += ["--ro-bind-fd", Handle(real), named]
+        if program and not _within(program, bound):
             args += ["--ro-bind-fd", Handle(os.path.realpath(program)), program]
         if self.proxy is not None:
             args += ["--ro-bind-fd", Handle(self.proxy.dir), PROXY]
