@@ -24,8 +24,10 @@ def add(a: int, b: int) -> str:
 
 @server.tool(description="Say who and where the server is.")
 def whoami() -> str:
+    import resource
     return f"agent={os.environ.get('AGENT_ID')} cwd={os.getcwd()} " \
-           f"key={'OPENAI_API_KEY' in os.environ}"
+           f"key={'OPENAI_API_KEY' in os.environ} " \
+           f"procs={resource.getrlimit(resource.RLIMIT_NPROC)[0]}"
 
 
 @server.tool(description="GET a URL (through the proxy of the environment, if any).")

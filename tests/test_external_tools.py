@@ -311,7 +311,7 @@ def test_mcp_tools_from_a_real_server(mcp_config, tmp_path, conn):
     assert f"'notes__dotted.name': {rule}" in result.err
     added, who, broken = tool_results(conn, "w")
     assert added == "42"
-    assert who == f"agent={w} cwd={os.getcwd()} key=False"
+    assert who == f"agent={w} cwd={os.getcwd()} key=False procs=256"   # (the default limit)
     assert broken.startswith("error:") and "broken" in broken
     assert mcp_config.read_text() == "start\n"          # one server, for the one turn
 

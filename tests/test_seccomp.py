@@ -22,7 +22,7 @@ from errno import EACCES, EINVAL, ENOSYS, ENOTTY, EPERM
 import pytest
 
 from agentctl.tools import seccomp
-from agentctl.tools.pids import Unavailable
+from agentctl.tools.bwrap import Unavailable
 
 from .conftest import ROOT, needs
 

@@ -4,5 +4,5 @@ agent may use (catalog.py), and what the tools shipped with agentctl share
 (confine.py). Every call runs in the sandbox (agentctl(7), SANDBOX): its policy
 (sandbox.py), bubblewrap's mechanics (bwrap.py), the covers of protected paths
 (cover.py), the handles a call binds (handles.py), the syscall filter (seccomp.py),
-the proxy through which a tool's agentctl programs reach the database (proxy.py,
-forward.py), and, for root, the cgroup that limits a call's processes (pids.py)."""
+and the proxy through which a tool's agentctl programs reach the database (proxy.py,
+forward.py)."""

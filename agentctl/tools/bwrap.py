@@ -6,7 +6,11 @@ import shutil
 import subprocess
 
 from agentctl import paths
-from agentctl.tools.pids import Unavailable
+
+
+class Unavailable(Exception):
+    """A sandbox can't be made here; the message names the fix."""
+
 
 NO_BWRAP = ("the sandbox needs bubblewrap (bwrap), 0.8 or later: install Debian's or "
             "Ubuntu's bubblewrap package (apt-get install bubblewrap), or Fedora's; or "

@@ -65,6 +65,12 @@ class Call:
             os.close(fd)
         self.pgid = self.proc.pid
         self.arguments = arguments
+        if self.prepared is not None:
+            try:
+                self.prepared.started()     # (as root: its user namespace's maps)
+            except BaseException:
+                self.kill()
+                raise
 
     def _close_sandbox(self, *fds):
         for fd in fds + ((self.status,) if self.status is not None else ()):

@@ -15,10 +15,11 @@ import array
 import os
 import shutil
 import socket
+import tempfile
 import threading
 import time
 
-from agentctl import hosts
+from agentctl import hosts, paths
 from agentctl.tools.outlet import PORT, SOCKET_DIR, pump
 
 HEAD_MOST = 64 * 1024       # the bytes of a request's head
@@ -50,6 +51,29 @@ class Server:
         self.listeners = {}         # (list as stored, who) -> (socket, its name)
         self.records = []
         self.closed = False
+
+    @classmethod
+    def beside(cls, proxy_dir, hosts, agent):
+        """The egress proxy of `agent`'s sandbox (its label; `hosts` its list as stored):
+        its sockets in a directory in `proxy_dir` (the program proxy's, which the sandbox
+        binds already), else in one of its own in the run-time directory."""
+        if proxy_dir is not None:
+            directory = os.path.join(proxy_dir, os.path.basename(SOCKET_DIR))
+            os.mkdir(directory)
+            os.chmod(directory, 0o755)      # (a tool of another uid reaches them)
+        else:
+            directory = tempfile.mkdtemp(prefix=f"net-{os.getpid()}-",
+                                         dir=paths.runtime(make=True))
+
+        def grant(stored, wanted, who):
+            """What would allow a host refused: the agent's list with it (agent-set), or
+            an MCP server's "net" with it."""
+            if who is not None:
+                return f'add "{wanted}" to the "net" of MCP server {who} to allow it'
+            given = ",".join((hosts.split("\n") if hosts else []) + [wanted])
+            return (f"agent-set {agent} net={given} would allow it (given by an ancestor "
+                    "or the operator)")
+        return cls(directory, grant)
 
     def socket_for(self, stored, who):
         """The socket's path inside the sandbox for the list `stored` (one pattern a

@@ -5,13 +5,21 @@ link) only when the call starts, then given to bwrap as a descriptor (--bind-fd,
 the mount is that file: a directory swapped for a link, or renamed, between the check
 and the bind is refused, never followed.
 
+As root, bwrap makes the call a user namespace of its own (`Users`) whose maps
+agentctl writes (`Handshake`): bwrap would map one id alone, its own (root), but the
+namespace must also hold the user the tools run as, whose processes RLIMIT_NPROC
+then counts in that namespace alone (the call's, not all of that user's). While
+bwrap waits for its maps, its child gets the call's rlimits too (inherited by all
+it starts: no prlimit to run).
+
 A call started by agent-run gets the descriptors from it (`opened`); an MCP server,
 started by the MCP SDK (which passes no descriptors), through `launcher`: a small
-process that opens them itself, then becomes bwrap. Standard library only: the
-launcher starts for every stdio server.
+process that opens them itself, then becomes bwrap (a child of its own writes the
+maps). Standard library only: the launcher starts for every stdio server.
 """
 
 import os
+import resource
 import sys
 
 from agentctl import paths, spawn
@@ -28,44 +36,181 @@ class Readable(Handle):
     flags = os.O_RDONLY
 
 
+class Users(str):
+    """bwrap's --unshare-user, as root: a user namespace whose maps agentctl writes
+    (Handshake), root for bwrap's set-up and `uid`, `gid` (whom the tools run as);
+    `limits`, (RLIMIT_*, value) pairs, set on bwrap's child meanwhile."""
+
+    def __new__(cls, uid, gid, limits=()):
+        word = super().__new__(cls, "--unshare-user")
+        word.ids, word.limits = (uid, gid), tuple(limits)
+        return word
+
+    def coded(self):
+        """As the launcher's first argument names it: UID:GID[:RLIMIT=VALUE;...]."""
+        return ":".join([str(self.ids[0]), str(self.ids[1])]
+                        + [";".join(f"{r}={v}" for r, v in self.limits)])
+
+    @classmethod
+    def decoded(cls, text):
+        uid, gid, limits = (text.split(":") + [""])[:3]
+        return cls(int(uid), int(gid), [tuple(int(n) for n in pair.split("="))
+                                        for pair in limits.split(";") if pair])
+
+
+class Handshake:
+    """The maps of the user namespace bwrap makes: `give` them once bwrap has started,
+    and it goes on; until then it waits (a call never runs with a map of bwrap's)."""
+
+    def __init__(self, ids, limits=()):
+        self.ids, self.limits = ids, limits
+        self.info, info_w = os.pipe()       # where bwrap says its child's pid
+        block_r, self.block = os.pipe()     # and where it waits for a byte
+        self.theirs = [info_w, block_r]     # (bwrap's ends: passed, then closed)
+        self.arguments = ["--unshare-user", "--info-fd", str(info_w), "--userns-block-fd",
+                          str(block_r)]
+
+    def give(self):
+        """Read the pid of bwrap's child (its info: a JSON object), set its limits,
+        write its maps, let it go on. A bwrap that ended first is let be (its status
+        says why). A limit that can't be set: no maps (the child, unmapped, can't
+        become the tools' user: it fails), and OSError, once bwrap goes on to fail."""
+        said = b""
+        while not said.endswith(b"}\n"):      # (its child holds the pipe open: no EOF)
+            chunk = os.read(self.info, 4096)
+            if not chunk:
+                break
+            said += chunk
+        pid = said.partition(b'"child-pid":')[2].split(b",")[0].split(b"\n")[0].strip()
+        refused = None
+        if pid.isdigit():
+            try:
+                for limit, value in self.limits:
+                    resource.prlimit(int(pid), limit, (value, value))
+                for name, own in zip(("uid_map", "gid_map"), self.ids):
+                    with open(f"/proc/{int(pid)}/{name}", "w") as f:
+                        f.write(f"0 0 1\n{own} {own} 1\n")
+            except OSError as e:
+                refused = e
+        try:
+            os.write(self.block, b"1")
+        except OSError:
+            pass
+        self.close()
+        if refused is not None:
+            raise refused
+
+    def close(self):
+        for fd in (self.info, self.block):
+            if fd is not None:
+                os.close(fd)
+        self.info = self.block = None
+
+
 def opened(argv):
     """(argv with each Handle replaced by the number of a descriptor opened for it,
-    those descriptors). LinkOnTheWay or OSError when a path has a link on its way, or is
-    gone: the call must not start."""
-    fds, out = [], []
+    those descriptors, the Handshake of its Users or None). LinkOnTheWay or OSError
+    when a path has a link on its way, or is gone: the call must not start."""
+    fds, out, handshake = [], [], None
     try:
         for word in argv:
             if isinstance(word, Handle):
                 fds.append(paths.opened(str(word), word.flags))
                 out.append(str(fds[-1]))
+            elif isinstance(word, Users):
+                handshake = Handshake(word.ids, word.limits)
+                fds += handshake.theirs
+                out += handshake.arguments
             else:
                 out.append(word)
     except BaseException:
         for fd in fds:
             os.close(fd)
+        if handshake is not None:
+            handshake.close()
         raise
     for fd in fds:
         os.set_inheritable(fd, True)
-    return out, fds
+    return out, fds, handshake
 
 
 def launcher(argv):
     """argv that opens the handles in `argv` in a process of its own, then runs it: the
     launcher's first argument lists where the handles stand (2,7,...)."""
-    where = ",".join(f"{n}{'r' if isinstance(w, Readable) else ''}"
-                     for n, w in enumerate(argv) if isinstance(w, Handle))
+    where = ",".join(f"{n}u{w.coded()}" if isinstance(w, Users) else
+                     f"{n}{'r' if isinstance(w, Readable) else ''}"
+                     for n, w in enumerate(argv) if isinstance(w, (Handle, Users)))
     return spawn.python("from agentctl.tools.handles import launch; launch()", site=False) \
         + [where or "-"] + [str(w) for w in argv]
 
 
 def launch():
-    """The launcher's body: open, then exec."""
-    where = {int(n.rstrip("r")): Readable if n.endswith("r") else Handle
-             for n in sys.argv[1].split(",") if n.rstrip("r").isdigit()}
+    """The launcher's body: open, then exec (a child of its own gives the maps)."""
+    where = {}
+    for entry in sys.argv[1].split(","):
+        n, users, coded = entry.partition("u")
+        if users:
+            where[int(n)] = lambda w, coded=coded: Users.decoded(coded)
+        elif n.rstrip("r").isdigit():
+            where[int(n.rstrip("r"))] = Readable if n.endswith("r") else Handle
     given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[2:])]
     try:
-        argv, _ = opened(given)
+        argv, fds, handshake = opened(given)
     except OSError as e:
         sys.stderr.write(f"bwrap: not started: {e.strerror or e}\n")
         sys.exit(126)
-    os.execv(argv[0], argv)
+    if handshake is not None:
+        helper = os.fork()
+        if helper == 0:
+            try:
+                for fd in fds:
+                    os.close(fd)
+                if os.fork() == 0:      # (a grandchild: bwrap is not its parent)
+                    try:
+                        handshake.give()
+                    except OSError as e:
+                        sys.stderr.write(f"bwrap: not started: its limits: {e}\n")
+            finally:
+                os._exit(0)
+        os.waitpid(helper, 0)
+    os.execv(argv[0], argv)         # (our ends of the handshake close here)
+
+
+class Prepared:
+    """One call's sandbox (sandbox.Sandbox.wrap's): its argv (bwrap's, with the handles still to open), and what
+    it holds until the call has ended (the placeholders; as root, the handshake that
+    gives its user namespace its maps)."""
+
+    def __init__(self, argv, placeholders, env=None):
+        self.argv, self.placeholders, self.handshake = argv, placeholders, None
+        self.env = env or {}        # what its environment needs besides the sandbox's
+
+    def opened(self):
+        """(argv, descriptors to pass, to be closed once bwrap has started): each handle
+        opened now, as bwrap gets it."""
+        argv, fds, self.handshake = opened(self.argv)
+        return argv, fds
+
+    def started(self):
+        """bwrap has started: as root, its child gets the call's limits and its user
+        namespace its maps now (until then, bwrap waits). Unavailable when a limit
+        can't be set (then bwrap fails: the call does not run)."""
+        handshake, self.handshake = self.handshake, None
+        if handshake is not None:
+            try:
+                handshake.give()
+            except OSError as e:
+                from agentctl.tools.bwrap import Unavailable  # (start-up: 1 ms, only for a limit refused)
+                raise Unavailable(f"the call's limits could not be set ({e.strerror or e}): "
+                                  "lower them (agent-set ID limits=...)") from None
+
+    def launcher(self):
+        """argv that opens the handles itself (for a starter that passes no
+        descriptors: the MCP SDK's)."""
+        return launcher(self.argv)
+
+    def close(self):
+        self.placeholders.release()
+        if self.handshake is not None:
+            self.handshake.close()
+            self.handshake = None

@@ -11,14 +11,18 @@ where the host meets it is an allowlist, decided when the call starts:
 - the environment: a few variables (ENVIRONMENT, LC_*) and those the operator granted
   by name (--env); never the keys or a password otherwise;
 - the kernel: no capabilities; /proc of its own, its knobs read-only and its secrets
-  hidden; a seccomp filter (seccomp.py); its own pid, ipc, uts and network namespaces
-  (no route out, no host's abstract socket); no new namespaces;
+  hidden; a seccomp filter (seccomp.py); its own user, pid, ipc, uts and network
+  namespaces (no route out, no host's abstract socket); no new namespaces; a session
+  of its own; killed with agent-run. As root, its tools run as an unprivileged user
+  (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
+  every file it can reach; bwrap sets the call up as root, in a user namespace that
+  maps root and that user alone (handles.Users: agentctl writes its maps);
 - the network: only the hosts of its --net list (an MCP server's "net"), through its
-  outlet (outlet.py) to the egress proxy in agent-run (egress.py); a session of its own; killed with
-  agent-run. As root, its tools run as an unprivileged user (AGENTCTL_SANDBOX_USER,
-  else nobody): uid 0 in a user namespace is still root to every file it can reach;
-- its limits (--limit): rlimits set inside (prlimit); processes counted in its own
-  user namespace, or, for root, by a pids cgroup of its own (pids.py);
+  outlet (outlet.py) to the egress proxy in agent-run (egress.py);
+- its limits (--limit): rlimits (prlimit; as root, set on bwrap's child while it
+  waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
+  so in the call's own it counts the call's (never root's, which it does not bind:
+  hence the tools' user);
 - agentctl's programs: through its own proxy's socket (proxy.py), bound read-only.
 
 Where bwrap is missing or can't make namespaces, a call fails with a message that
@@ -29,14 +33,14 @@ import glob
 import json
 import os
 import pwd
+import resource
 import subprocess
-import tempfile
 import zlib
 
 from agentctl import limits as limits_, paths, settings, spawn
 from agentctl.store import db
-from agentctl.tools import bwrap, confine, cover, handles, pids
-from agentctl.tools.handles import Handle, Readable
+from agentctl.tools import bwrap, confine, cover, handles
+from agentctl.tools.handles import Handle, Prepared, Readable, Users  # noqa: F401 (Prepared: a wrap's)
 
 PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -50,13 +54,17 @@ PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list
 # The environment every tool gets, from agent-run's (with LC_*); others by --env.
 ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM",
                "NO_COLOR")
+# Each limit (limits.KEYS) as prlimit names it (and RLIMIT_ + its name); cpu and mem
+# bind a call alone, not a server that lives a whole turn.
+RLIMITS = {"cpu": "cpu", "mem": "as", "procs": "nproc", "fsize": "fsize", "files": "nofile"}
+PER_CALL = ("cpu", "mem")
 USER = "AGENTCTL_SANDBOX_USER"      # as root: whom tools run as (default nobody)
 NOBODY = 65534
 NO_PRLIMIT = "the sandbox needs prlimit (util-linux) to set a call's limits"
 NO_SETPRIV = "as root, the sandbox needs setpriv (util-linux) to run tools as another user"
 
 
-Unavailable = pids.Unavailable     # the sandbox can't be made here; the message names the fix
+Unavailable = bwrap.Unavailable    # the sandbox can't be made here; the message names the fix
 _made = {}          # what is worked out once a process
 
 
@@ -65,7 +73,7 @@ def problem():
     agent-run --list-tools and the tests, which say so loudly."""
     try:
         path = bwrap.path()
-        if bwrap.program("prlimit") is None:
+        if os.geteuid() != 0 and bwrap.program("prlimit") is None:
             return NO_PRLIMIT
         _seccomp()
         if os.geteuid() == 0:
@@ -137,6 +145,15 @@ def _python():
     return _made["python"]
 
 
+def _within(program, bound):
+    """Whether `program` is seen already, and as itself, in what is bound read-only
+    ((real, named) pairs): a tool shipped with agentctl (a bind the fewer a call)."""
+    real = os.path.realpath(program)
+    return any(paths.inside(program, [named]) and
+               real == os.path.join(top, os.path.relpath(program, named))
+               for top, named in bound)
+
+
 def _readable(path):
     """Whether a sandboxed tool could read `path`: by its mode for another user (as
     root, tools run as one), else as agent-run can."""
@@ -148,30 +165,6 @@ def _readable(path):
         return False
 
 
-class Prepared:
-    """One call's sandbox: its argv (bwrap's, with the handles still to open), and what
-    it holds until the call has ended (the placeholders, root's pids cgroup)."""
-
-    def __init__(self, argv, placeholders, group, env=None):
-        self.argv, self.placeholders, self.group = argv, placeholders, group
-        self.env = env or {}        # what its environment needs besides the sandbox's
-
-    def opened(self):
-        """(argv, descriptors to pass): each handle opened now, as bwrap gets it."""
-        return handles.opened(self.argv)
-
-    def launcher(self):
-        """argv that opens the handles itself (for a starter that passes no
-        descriptors: the MCP SDK's)."""
-        return handles.launcher(self.argv)
-
-    def close(self):
-        self.placeholders.release()
-        if self.group is not None:
-            self.group.remove()
-            self.group = None
-
-
 class Sandbox:
     """The sandbox of one agent's calls: `wrap()` prepares the command that runs a
     program in it; `environment` is the environment it gets."""
@@ -180,7 +173,7 @@ class Sandbox:
         self.cwd = agent["cwd"] or os.path.realpath(os.getcwd())
         self.ro = settings.listed(agent["ro"])
         self.hosts = agent["net"]       # its list, one pattern a line (None: none)
-        self.agent_label = agent["name"] or agent["id"]
+        self.agent = agent
         self.egress = None              # egress.Server, made at the first call with hosts
         self.limits = limits_.read(agent["limits"])
         self.granted = set(settings.listed(agent["rw"]))
@@ -226,9 +219,9 @@ class Sandbox:
     def _namespaces(self):
         """bwrap's options for the namespaces, a network of its own always (its way out
         is its outlet): unprivileged, a user namespace of its own (no new ones inside);
-        as root, none (the tools run as another user, and seccomp refuses new
-        namespaces), and only the capabilities setpriv needs to become that user (gone
-        once it has)."""
+        as root, the user namespace _users() gives (the tools run as another user, and
+        seccomp refuses new namespaces), and only the capabilities setpriv needs to
+        become that user (gone once it has)."""
         if os.geteuid() != 0:
             return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         return ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
@@ -272,13 +265,14 @@ class Sandbox:
         the command needs that may be in a hidden place (a tool on the tool path);
         `ro`, `net`: more read-only paths, more hosts (an MCP server's, `who`, from the
         operator's configuration: a list of patterns). Given hosts, the call starts
-        behind its outlet, and its Prepared.env points its programs at it. For root, a
-        shell first moves itself into a pids cgroup of its own (pids.py), which bounds
-        its processes."""
+        behind its outlet, and its Prepared.env points its programs at it. As root,
+        bwrap makes a user namespace whose maps agentctl gives (Prepared.started), in
+        which RLIMIT_NPROC counts the call's processes."""
         self._check()
         hosts = settings.listing(settings.listed(self.hosts) + list(net or ()))
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces() + ["--die-with-parent", "--new-session"]
+        args = [bwrap.path()] + self._namespaces() + self._users(per_call)
+        args += ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
         args += self._system()
         fsize = self.limits["fsize"]
@@ -297,10 +291,11 @@ class Sandbox:
             placeholders.release()
             raise Unavailable(str(e.strerror or e)) from None
         args += covering
-        for real, named in _python():
-            if not paths.inside(named, [self.cwd] + shown):
-                args += ["--ro-bind-fd", Handle(real), named]
-        if program:
+        bound = [(real, named) for real, named in _python()
+                 if not paths.inside(named, [self.cwd] + shown)]
+        for real, named in bound:
+            args += ["--ro-bind-fd", Handle(real), named]
+        if program and not _within(program, bound):
             args += ["--ro-bind-fd", Handle(os.path.realpath(program)), program]
         if self.proxy is not None:
             args += ["--ro-bind-fd", Handle(self.proxy.dir), PROXY]
@@ -320,39 +315,16 @@ class Sandbox:
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
         args += self._drop() + outlet + self._limits(per_call) + list(argv)
-        if os.geteuid() != 0 or self.limits["procs"] is None:
-            return Prepared(args, placeholders, None, env)
-        try:
-            group = pids.Group(self.limits["procs"])
-        except Unavailable:
-            placeholders.release()
-            raise
-        return Prepared(["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs_file]
-                        + args, placeholders, group, env)
+        return Prepared(args, placeholders, env)
 
     def _egress(self):
         """The egress proxy of its calls (egress.py), started at the first call given
-        hosts."""
+        hosts, its sockets in the proxy's directory (else one of its own)."""
         if self.egress is None:
             from agentctl.tools import egress  # (start-up: 4 ms, only for a call given hosts)
-            if self.proxy is not None:
-                directory = os.path.join(self.proxy.dir, os.path.basename(egress.SOCKET_DIR))
-                os.mkdir(directory)
-                os.chmod(directory, 0o755)      # (a tool of another uid reaches them)
-            else:
-                directory = tempfile.mkdtemp(prefix=f"net-{os.getpid()}-",
-                                             dir=paths.runtime(make=True))
-            self.egress = egress.Server(directory, self._grant)
+            self.egress = egress.Server.beside(self.proxy and self.proxy.dir, self.hosts,
+                                               self.agent["name"] or self.agent["id"])
         return self.egress
-
-    def _grant(self, stored, wanted, who):
-        """What would allow a host refused: the agent's list with it (agent-set), or an
-        MCP server's "net" with it."""
-        if who is not None:
-            return f'add "{wanted}" to the "net" of MCP server {who} to allow it'
-        given = ",".join(settings.listed(self.hosts) + [wanted])
-        return (f"agent-set {self.agent_label} net={given} would allow it (given by an "
-                "ancestor or the operator)")
 
     def connections(self):
         """The connections its calls made (or were refused) since the last ask: the net
@@ -364,6 +336,16 @@ class Sandbox:
             self.egress.close()
             self.egress = None
 
+    def _users(self, per_call):
+        """As root: bwrap's user namespace, mapping root (bwrap, to set the call up)
+        and the user the tools run as (setpriv's, _drop), whose processes RLIMIT_NPROC
+        then counts in this namespace alone; the call's rlimits, set on bwrap's child
+        while it waits for its maps."""
+        if os.geteuid() != 0:
+            return []
+        return [Users(*user(), [(getattr(resource, f"RLIMIT_{RLIMITS[key].upper()}"), value)
+                                for key, value in self._set(per_call)])]
+
     def _drop(self):
         """As root: setpriv's command that makes the tool another user, for good."""
         if os.geteuid() != 0:
@@ -372,19 +354,20 @@ class Sandbox:
         return [bwrap.program("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
+    def _set(self, per_call):
+        """(key, value) of each limit the call gets: cpu and mem for a call alone, not
+        a server that lives a whole turn. A limit lifted is not set: the call keeps
+        agent-run's own (which only a privileged process could raise)."""
+        return [(key, self.limits[key]) for key in RLIMITS
+                if self.limits[key] is not None and (per_call or key not in PER_CALL)]
+
     def _limits(self, per_call):
-        """prlimit's command for the limits: per call (cpu, mem) only for a call, not
-        for a server that lives a whole turn; processes by rlimit unless root."""
+        """prlimit's command for the limits, unless root (Users sets them); processes
+        (nproc) are counted in the call's own user namespace."""
+        if os.geteuid() == 0:
+            return []
         prlimit = bwrap.program("prlimit")
         if prlimit is None:
             raise Unavailable(NO_PRLIMIT)
-        given = {"fsize": "fsize", "files": "nofile"}
-        if per_call:
-            given.update(cpu="cpu", mem="as")
-        if os.geteuid() != 0:
-            given["procs"] = "nproc"
-        args = [prlimit]
-        for key, option in given.items():
-            value = self.limits[key]
-            args.append(f"--{option}={'unlimited' if value is None else value}")
-        return args + ["--"]
+        return [prlimit] + [f"--{RLIMITS[key]}={value}" for key, value in self._set(per_call)] \
+            + ["--"]

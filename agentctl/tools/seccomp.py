@@ -27,7 +27,7 @@ import termios
 import zlib
 from errno import ENOSYS, EPERM
 
-from agentctl.tools.pids import Unavailable
+from agentctl.tools.bwrap import Unavailable
 
 NO_SECCOMP = ("the sandbox needs libseccomp (apt-get install libseccomp2) and the "
               "pyseccomp package (pip install pyseccomp)")
