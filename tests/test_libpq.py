@@ -2,6 +2,7 @@
 ends, a server that never answers, libpq's notices kept off the terminal. On the worker's
 PostgreSQL server whatever --backend says (as tests/test_postgresql.py)."""
 
+import gc
 import math
 import os
 import signal
@@ -13,7 +14,7 @@ import pytest
 
 from agentctl.store.db import connect, transaction
 
-from .conftest import agent, postgresql_server, wait_until
+from .conftest import PATIENCE, agent, postgresql_server, wait_until
 
 
 @pytest.fixture
@@ -93,3 +94,28 @@ def test_a_server_that_never_answers_is_75_at_connect_timeout(monkeypatch):
         silent.close()
     assert result.code == 75 and "timeout" in result.err and result.err.count("\n") == 1
 
+
+
+def test_a_connection_nobody_closed_frees_its_server_slot(pg):
+    conn, watcher = connect(pg), connect(pg)
+    pid = conn.raw.backend_pid
+    del conn
+    gc.collect()
+    wait_until(lambda: watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ?",
+                                       (pid,)).fetchone()[0] == 0, "the server's backend to end")
+    watcher.close()
+
+
+def test_a_wait_for_a_change_without_bound_ends_at_the_change(pg):
+    waiter, writer = connect(pg), connect(pg)
+    waiter.changes()                                # LISTEN from here
+    came = []
+    thread = threading.Thread(target=lambda: came.append(waiter.wait_for_change(1e12)),
+                              daemon=True)
+    thread.start()
+    with transaction(writer):
+        writer.execute("UPDATE agents SET name = name WHERE id = 'none'")
+    thread.join(PATIENCE)
+    assert came == [True]
+    for conn in (waiter, writer):
+        conn.close()

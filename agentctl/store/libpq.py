@@ -225,16 +225,17 @@ class Connection:
                 self._wait(state == _POLL_WRITE, left)
                 state = lib.PQconnectPoll(self._pg)
             if lib.PQstatus(self._pg) != _OK:
-                raise self._failed()
+                raise self._failed("connection failed: ")
         except BaseException:
             self.close()
             raise
         lib.PQsetNoticeProcessor(self._pg, _QUIET, None)     # (libpq's own prints them)
         self.backend_pid = lib.PQbackendPID(self._pg)
 
-    def _failed(self):
-        text = _text(_lib.PQerrorMessage(self._pg)).strip() if self._pg else "closed"
-        return Error(f"connection failed: {text or 'no reason given'}")
+    def _failed(self, prefix=""):
+        text = _text(_lib.PQerrorMessage(self._pg)).strip() if self._pg else \
+            "the connection is closed"
+        return Error(f"{prefix}{text or 'the connection failed'}")
 
     def _wait(self, write, timeout):
         """Until the socket can be written (`write`) or read, at most `timeout` seconds
@@ -244,7 +245,10 @@ class Connection:
             raise self._failed()
         poller = select.poll()
         poller.register(fd, select.POLLOUT if write else select.POLLIN)
-        return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+        # (in whole milliseconds, rounded up: no turn that waits for nothing; an hour at
+        # most, which poll() can count: the callers wait again until their deadline)
+        return bool(poller.poll(None if timeout is None else
+                                max(0, min(int(timeout * 1000) + 1, 3_600_000))))
 
     def execute(self, sql, params=None):
         """Run one statement (several, without `params`); its Result. `sql` holds
@@ -270,10 +274,7 @@ class Connection:
         outcome = error = None
         try:
             while True:
-                while lib.PQisBusy(pg):
-                    self._wait(False, None)
-                    if not lib.PQconsumeInput(pg):
-                        raise self._failed()
+                self._arrived()
                 res = lib.PQgetResult(pg)
                 if not res:
                     break
@@ -282,24 +283,31 @@ class Connection:
                 finally:
                     lib.PQclear(res)
         except BaseException:
-            self._cancel()
+            while True:         # what is left of the results, for the next statement
+                res = lib.PQgetResult(pg)   # (blocks: a cancelled statement ends at once)
+                if not res:
+                    break
+                lib.PQclear(res)
             raise
         if error is not None:
             raise error
         return outcome or Result(None, [], -1)
 
-    def _cancel(self):
-        """Cancel what is under way and read what is left of its results (a signal came)."""
+    def _arrived(self):
+        """Wait until the next result has come; cancel the statement when the wait ends
+        otherwise (a signal's exception, the connection lost)."""
         lib, pg = _lib, self._pg
-        cancel = lib.PQgetCancel(pg)
-        if cancel:
-            lib.PQcancel(cancel, ctypes.create_string_buffer(256), 256)
-            lib.PQfreeCancel(cancel)
-        while True:
-            res = lib.PQgetResult(pg)       # (blocking: the server answers a cancel at once)
-            if not res:
-                return
-            lib.PQclear(res)
+        try:
+            while lib.PQisBusy(pg):
+                self._wait(False, None)
+                if not lib.PQconsumeInput(pg):
+                    raise self._failed()
+        except BaseException:
+            cancel = lib.PQgetCancel(pg)
+            if cancel:
+                lib.PQcancel(cancel, ctypes.create_string_buffer(256), 256)
+                lib.PQfreeCancel(cancel)
+            raise
 
     def transaction_status(self):
         with self._lock:
@@ -331,6 +339,11 @@ class Connection:
             if self._pg is not None:
                 _lib.PQfinish(self._pg)
                 self._pg = None
+
+    def __del__(self):      # one nobody closed (as psycopg's): its server slot freed
+        pg, self._pg = getattr(self, "_pg", None), None
+        if pg and _lib is not None:
+            _lib.PQfinish(pg)
 
 
 def _read(lib, res, outcome, error):
