@@ -1,9 +1,9 @@
 """PostgreSQL (agentctl(5), BACKENDS): a database named by a postgresql:// URL.
 
 Imported only for such a URL; it speaks to the server through libpq (store/libpq.py),
-which is loaded at the first connection. The connection it returns is used by the rest of the storage layer as SQLite's is: the same
-statements, the same transactions, rows read by name or position. What differs
-is kept here:
+loaded at the first connection. The connection it returns is used by the rest of the
+storage layer as SQLite's is: the same statements, the same transactions, rows read by
+name or position. What differs is kept here:
 
 - SQL: `?` placeholders and `IS ?` (translate(), once per statement text); where
   the two backends' SQL differs, a module writes conn.sql's spelling
@@ -82,11 +82,11 @@ def translated(exc):
 @lru_cache(maxsize=1024)
 def translate(sql):
     """The storage layer's statement with %s placeholders (libpq.py numbers them):
-    (text, whether it
-    returns the new row's id). Only what any statement needs: `?` as %s and `IS ?` as
-    IS NOT DISTINCT FROM (outside quotes), a literal % doubled, RETURNING id for a
-    table whose ids a sequence hands out. What is SQLite's own the statement no longer
-    holds: it was written with conn.sql's PostgreSQL spellings (store/dialect.py)."""
+    (text, whether it returns the new row's id). Only what any statement needs: `?`
+    as %s and `IS ?` as IS NOT DISTINCT FROM (outside quotes), a literal % doubled,
+    RETURNING id for a table whose ids a sequence hands out. What is SQLite's own the
+    statement no longer holds: it was written with conn.sql's PostgreSQL spellings
+    (store/dialect.py)."""
     parts = _QUOTED.split(sql)
     for i in range(0, len(parts), 2):       # outside quotes only
         part = parts[i].replace("%", "%%")
