@@ -4,6 +4,7 @@ second pass, pytest --backend postgresql.) And what needs no server: no SQL of
 SQLite's own outside its places, the two schemas as written alike."""
 
 import ast
+import ctypes
 import json
 import os
 import re
@@ -39,17 +40,24 @@ def one_line(result):
     return result.err.count("\n") == 1 and "Traceback" not in result.err
 
 
-def test_without_psycopg_the_error_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "psycopg", None)       # import psycopg fails
-    monkeypatch.delitem(sys.modules, "agentctl.store.pg", raising=False)
-    import agentctl.store       # (the package keeps a submodule imported before as its own)
-    monkeypatch.delattr(agentctl.store, "pg", raising=False)
+def test_without_libpq_the_error_names_the_extra(monkeypatch):
+    from agentctl.store import libpq
+    monkeypatch.setattr(libpq, "NAMES", ("libpq-none.so.5",))      # no system libpq
+    monkeypatch.setattr(libpq, "_bundled", lambda: None)            # nor psycopg's
+    monkeypatch.setattr(libpq, "_lib", None)
     monkeypatch.setenv("AGENTCTL_DB", "postgresql://me:s3cret@127.0.0.1:9/agents")
     result = agent("ps")
     assert (result.code, result.err) == (74, (
-        "agent-ps: postgresql://me@127.0.0.1:9/agents: PostgreSQL needs psycopg 3, which is "
-        "not installed: from agentctl's checkout, make install EXTRAS=postgres (or pip "
-        "install '.[postgres]')\n"))
+        "agent-ps: postgresql://me@127.0.0.1:9/agents: PostgreSQL needs libpq, which is not "
+        "installed: the system's (Debian: libpq5), or from agentctl's checkout, make install "
+        "EXTRAS=postgres (or pip install '.[postgres]')\n"))
+
+
+def test_the_libpq_psycopg_bundles_is_found():
+    from agentctl.store import libpq
+    found = libpq._bundled()
+    assert found and os.path.basename(found).startswith("libpq")
+    ctypes.CDLL(found).PQlibVersion()
 
 
 def test_a_password_is_never_printed(monkeypatch):

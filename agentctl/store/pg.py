@@ -1,9 +1,9 @@
 """PostgreSQL (agentctl(5), BACKENDS): a database named by a postgresql:// URL.
 
-Imported only for such a URL (psycopg is an optional extra). The connection it
-returns is used by the rest of the storage layer as SQLite's is: the same
-statements, the same transactions, rows read by name or position. What differs
-is kept here:
+Imported only for such a URL; it speaks to the server through libpq (store/libpq.py),
+loaded at the first connection. The connection it returns is used by the rest of the
+storage layer as SQLite's is: the same statements, the same transactions, rows read by
+name or position. What differs is kept here:
 
 - SQL: `?` placeholders and `IS ?` (translate(), once per statement text); where
   the two backends' SQL differs, a module writes conn.sql's spelling
@@ -28,14 +28,10 @@ import time
 from contextlib import contextmanager
 from functools import lru_cache
 
-import psycopg
-from psycopg import pq
-from psycopg.rows import tuple_row
-
 from agentctl import clock
 from agentctl.errors import DatabaseFault
 from agentctl.ids import INIT_ID
-from agentctl.store import pgschema
+from agentctl.store import libpq, pgschema
 from agentctl.store.dialect import PostgreSQL
 
 CHANNEL = "agentctl"
@@ -63,29 +59,34 @@ def _first_line(exc):
     return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
 
 
+# SQLSTATEs: lock_not_available, query_canceled (lock_timeout), disk_full
+_LOCKED, _FULL = ("55P03", "57014"), "53100"
+
+
 def translated(exc):
-    """A psycopg error as the storage layer's error; an error in our SQL (a bug)
+    """A libpq error as the storage layer's error; an error in our SQL (a bug)
     is raised as it is."""
-    if isinstance(exc, psycopg.IntegrityError):
+    if exc.kind == "integrity":
         return IntegrityError(_first_line(exc))
-    if isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)):
+    if exc.sqlstate in _LOCKED:
         return Error("database is locked")
-    if isinstance(exc, psycopg.errors.DiskFull):
+    if exc.sqlstate == _FULL:
         return Error("database or disk is full")
-    if isinstance(exc, psycopg.OperationalError):
+    if exc.kind == "operational":
         return Error(f"the database server can't be reached: {_first_line(exc)}", tempfail=True)
-    if isinstance(exc, psycopg.DatabaseError) and not isinstance(exc, psycopg.ProgrammingError):
+    if exc.kind == "database":
         return Error(f"database error: {_first_line(exc)}")
     return exc
 
 
 @lru_cache(maxsize=1024)
 def translate(sql):
-    """The storage layer's statement in psycopg's parameter style: (text, whether it
-    returns the new row's id). Only what any statement needs: `?` as %s and `IS ?` as
-    IS NOT DISTINCT FROM (outside quotes), a literal % doubled, RETURNING id for a
-    table whose ids a sequence hands out. What is SQLite's own the statement no longer
-    holds: it was written with conn.sql's PostgreSQL spellings (store/dialect.py)."""
+    """The storage layer's statement with %s placeholders (libpq.py numbers them):
+    (text, whether it returns the new row's id). Only what any statement needs: `?`
+    as %s and `IS ?` as IS NOT DISTINCT FROM (outside quotes), a literal % doubled,
+    RETURNING id for a table whose ids a sequence hands out. What is SQLite's own the
+    statement no longer holds: it was written with conn.sql's PostgreSQL spellings
+    (store/dialect.py)."""
     parts = _QUOTED.split(sql)
     for i in range(0, len(parts), 2):       # outside quotes only
         part = parts[i].replace("%", "%%")
@@ -126,12 +127,6 @@ def _row_class(names):
     return type("Row", (_Row,), {"__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
 
 
-def _rows(cursor):
-    if cursor.description is None:
-        return tuple
-    return _row_class(tuple(d.name for d in cursor.description))
-
-
 class Cursor:
     """What the storage layer uses of sqlite3's cursor."""
 
@@ -140,7 +135,7 @@ class Cursor:
         self.row_factory = conn.row_factory
         self.lastrowid = None
         self.rowcount = -1
-        self._cur = None
+        self._rows = []
 
     def execute(self, sql, params=()):
         conn = self.connection
@@ -151,19 +146,21 @@ class Cursor:
         if control is not None:
             try:
                 getattr(conn, control)()
-            except psycopg.Error as e:
+            except libpq.Error as e:
                 raise translated(e) from e
             return self
         with self._alone(query):
-            cur = conn.raw.cursor(row_factory=_rows if self.row_factory else tuple_row)
-            cur.execute(query + " RETURNING id" if returning else query,
-                        [_param(p) for p in params])
-            self.rowcount = cur.rowcount
+            result = conn.raw.execute(query + " RETURNING id" if returning else query,
+                                      [_param(p) for p in params])
+            self.rowcount = result.rowcount
             if returning:
-                ids = cur.fetchall()
-                self.lastrowid = ids[-1][0] if ids else None
-            elif cur.description is not None:       # a statement that returns rows
-                self._cur = cur
+                self.lastrowid = result.rows[-1][0] if result.rows else None
+            elif result.names is not None:       # a statement that returns rows
+                rows = result.rows
+                if self.row_factory:
+                    make = _row_class(result.names)
+                    rows = [make(row) for row in rows]
+                self._rows = rows
         return self
 
     def executemany(self, sql, seq):
@@ -172,9 +169,8 @@ class Cursor:
         if self.connection.tracer is not None:
             self.connection.tracer(query, seq)
         with self._alone(query):
-            cur = self.connection.raw.cursor()
-            cur.executemany(query, seq)
-            self.rowcount = cur.rowcount
+            self.rowcount = sum(self.connection.raw.execute(query, params).rowcount
+                                for params in seq)
         return self
 
     @contextmanager
@@ -188,19 +184,21 @@ class Cursor:
             yield
             if alone:
                 conn.commit()
-        except psycopg.Error as e:
+        except libpq.Error as e:
             if alone and conn.in_transaction:
                 conn.rollback()
             raise translated(e) from e
 
     def fetchmany(self, size):
-        return self._cur.fetchmany(size) if self._cur else []
+        taken, self._rows = self._rows[:size], self._rows[size:]
+        return taken
 
     def fetchone(self):
-        return self._cur.fetchone() if self._cur else None
+        return self.fetchmany(1)[0] if self._rows else None
 
     def fetchall(self):
-        return self._cur.fetchall() if self._cur else []
+        taken, self._rows = self._rows, []
+        return taken
 
     def __iter__(self):
         return iter(self.fetchall())
@@ -244,7 +242,7 @@ class Connection:
 
     @property
     def in_transaction(self):
-        return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+        return self.raw.transaction_status() != libpq.IDLE
 
     def begin_write(self):
         self.raw.execute("BEGIN")
@@ -278,22 +276,20 @@ class Connection:
         connection's own commits are not counted, as SQLite's data_version does not."""
         try:
             self._listen()
-            self._changes += self._others(self.raw.notifies(timeout=0))
-        except psycopg.Error as e:
+            self._changes += self._others(self.raw.notifies(0))
+        except libpq.Error as e:
             raise translated(e) from e
         return self._changes
 
-    def _others(self, notices):
-        return sum(1 for n in notices if n.pid != self.raw.info.backend_pid)
+    def _others(self, pids):
+        return sum(1 for pid in pids if pid != self.raw.backend_pid)
 
     def wait_for_change(self, timeout):
         """Block until a change is committed or `timeout` seconds pass."""
         try:
             self._listen()
-            # (the generator run to its end: one left suspended would hold the
-            # connection's lock until it is collected)
-            came = self._others(self.raw.notifies(timeout=max(timeout, 0), stop_after=1))
-        except psycopg.Error as e:
+            came = self._others(self.raw.notifies(max(timeout, 0)))
+        except libpq.Error as e:
             raise translated(e) from e
         self._changes += came
         return came > 0
@@ -304,15 +300,19 @@ def connect(url, shown, busy_seconds):
     clock is measured (clock.skew), a lock waited for at most `busy_seconds`."""
     options = {} if "connect_timeout" in url else {"connect_timeout": max(1, int(busy_seconds))}
     try:
-        raw = psycopg.connect(url, autocommit=True, **options)
-    except psycopg.Error as e:
+        raw = libpq.Connection(url, client_encoding="UTF8", **options)
+    except libpq.Missing:
+        raise DatabaseFault(f"{shown}: PostgreSQL needs libpq, which is not installed: the "
+                            "system's (Debian: libpq5), or from agentctl's checkout, make "
+                            "install EXTRAS=postgres (or pip install '.[postgres]')") from None
+    except libpq.Error as e:
         raise _unreachable(e, shown, url) from None
     try:
         raw.execute(f"SET lock_timeout = {max(1, int(busy_seconds * 1000))}")
         before = time.time()
-        server = raw.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()[0]
+        server = raw.execute("SELECT extract(epoch from clock_timestamp())::float8").rows[0][0]
         clock.skew = server - (before + time.time()) / 2
-    except psycopg.Error as e:
+    except libpq.Error as e:
         raw.close()
         raise translated(e) from e
     return Connection(raw, url)
@@ -342,10 +342,10 @@ _HAS_SCHEMA = ("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE "
 def version(conn):
     """The schema version of the database (0: none yet)."""
     try:
-        if not conn.raw.execute(_HAS_SCHEMA).fetchone()[0]:
+        if not conn.raw.execute(_HAS_SCHEMA).rows[0][0]:
             return 0
-        return conn.raw.execute("SELECT max(version) FROM agentctl_schema").fetchone()[0] or 0
-    except psycopg.Error as e:
+        return conn.raw.execute("SELECT max(version) FROM agentctl_schema").rows[0][0] or 0
+    except libpq.Error as e:
         raise translated(e) from e
 
 
@@ -354,8 +354,8 @@ def tables(conn):
     try:
         return [r[0] for r in conn.raw.execute(
             "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = current_schema() ORDER BY table_name LIMIT 4")]
-    except psycopg.Error as e:
+            "WHERE table_schema = current_schema() ORDER BY table_name LIMIT 4").rows]
+    except libpq.Error as e:
         raise translated(e) from e
 
 
@@ -365,12 +365,11 @@ def migrate(conn, newest):
         conn.begin_write()
         current = version(conn)
         if current < newest:
-            cursor = conn.raw.cursor()
-            pgschema.apply(cursor, current, lambda: cursor.execute(
+            pgschema.apply(conn.raw, current, lambda: conn.raw.execute(
                 "INSERT INTO agents (id, name, role, status, created_at) "
                 "VALUES (%s, 'init', 'kernel', 'S', %s)", (INIT_ID, clock.now())))
         conn.commit()
-    except psycopg.Error as e:
+    except libpq.Error as e:
         raise translated(e) from e
     finally:
         if conn.in_transaction:
