@@ -91,6 +91,7 @@ test-live: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench.py
+	$(VENV)/bin/python bench/ps.py
 	$(VENV)/bin/python bench/compaction.py
 	$(VENV)/bin/python bench/events.py
 	$(VENV)/bin/python bench/tools.py

@@ -93,8 +93,8 @@ def test_the_storage_reads_and_writes_every_setting(conn):
     assert columns <= registry.FORK_COLUMNS
     assert columns <= {c.strip() for c in registry.AGENT_COLUMNS.split(",")}
     assert registry.SETTABLE == columns - {"role"}
-    row = proctable.rows(conn)[0]
-    assert columns <= set(row), columns - set(row)
+    assert len(proctable.rows(conn)[0]) == len(proctable.FIELDS)
+    assert columns <= set(proctable.FIELDS), columns - set(proctable.FIELDS)
 
 
 def test_agent_ps_has_a_column_for_each_setting_with_a_header():

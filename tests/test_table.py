@@ -5,7 +5,7 @@ agent-ps's start-up)."""
 from hypothesis import given, settings, strategies as st
 from tabulate import tabulate
 
-from agentctl.cli.output import UNPRINTABLE, plain_table
+from agentctl.cli.output import UNPRINTABLE, shown_column, plain_table
 
 # What reaches the table: printable text (control characters are already ?), with
 # the spaces, tabs and wide or combining characters that names and subjects hold.
@@ -27,3 +27,11 @@ def test_the_table_is_tabulates_plain_format(case):
 def test_a_table_as_agent_ps_prints_it():
     assert plain_table([["a", "bb  x"], ["ccc", "d"]], ["H1", "HEADER2"]) == \
         "H1    HEADER2\na     bb  x\nccc   d"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=8), max_size=6))
+def test_a_column_shows_as_each_of_its_cells_would(texts):
+    """A column whose cells are all printable is shown as it is, with no translate of
+    each (agent-ps's 100,000): the same text as each cell translated."""
+    assert shown_column(texts) == [text.translate(UNPRINTABLE) for text in texts]

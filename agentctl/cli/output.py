@@ -1,12 +1,13 @@
 """One rendering path for every listing program (agentctl(7), OUTPUT).
 
-A listing is rows (dicts) and columns. The table is for people and may
+A listing is rows (dicts, or a Table held column by column) and columns. The table is for people and may
 change; tsv, json and jsonl are for programs: keys are the lower-case column
 names and, once released, keep their meaning. -q prints ids, -0 ends records
 with NUL.
 """
 
 import sys
+from itertools import repeat
 
 from agentctl import jsonin
 from agentctl.errors import UsageError
@@ -31,6 +32,63 @@ class Column:
             return self.human(row)
         value = self.value(row)
         return "-" if value is None else str(value)
+
+    def values(self, rows):
+        """Every row's value, in order."""
+        return [self.value(row) for row in rows]
+
+    def texts(self, rows):
+        return [self.text(row) for row in rows]
+
+
+class Table:
+    """Rows held column by column, for a listing of 100,000 (agent-ps): table[key] is
+    every row's value of `key` in order (None in a row without it), read once when first
+    asked. `rows` are tuples of `fields`, or dicts when no `fields` are given; `made`
+    ({key: table -> column}) makes the columns that no row holds from others."""
+
+    def __init__(self, rows, fields=None, made=None):
+        self.rows, self.made, self.columns = rows, made or {}, {}
+        self.index = None if fields is None else {f: i for i, f in enumerate(fields)}
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, key):
+        if key not in self.columns:
+            self.columns[key] = self._read(key)
+        return self.columns[key]
+
+    def _read(self, key):
+        if key in self.made:
+            return self.made[key](self)
+        if self.index is None:
+            return [row.get(key) for row in self.rows]
+        if key not in self.index:
+            return [None] * len(self.rows)
+        i = self.index[key]
+        return [row[i] for row in self.rows]
+
+
+class Whole(Column):
+    """A column of a Table, made whole: `human` (table -> its texts) and `machine`
+    (table -> its values) read the table's columns, not row after row; by default its
+    values are table[key]."""
+
+    __slots__ = ()
+
+    def values(self, table):
+        return self.machine(table) if self.machine else table[self.key]
+
+    def texts(self, table):
+        if self.human:
+            return self.human(table)
+        return ["-" if value is None else str(value) for value in self.values(table)]
+
+
+def each(function, *keys):
+    """A Whole column's human or machine: `function` of each row's `keys`."""
+    return lambda table: list(map(function, *(table[key] for key in keys)))
 
 
 def pick(columns, spec, default):
@@ -63,20 +121,23 @@ def _tsv_field(value):
 
 def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=False,
            out=None):
+    """Write `rows` (dicts, or a Table whose columns are Whole) in `fmt`."""
     out = out or sys.stdout
     if fmt not in FORMATS:
         raise UsageError(f"unknown format: {fmt} (one of {', '.join(FORMATS)})")
     end = "\0" if null else "\n"
     if quiet or (null and fmt in ("table", "json")):
-        out.write("".join(f"{row['id']}{end}" for row in rows))
+        ids = rows["id"] if isinstance(rows, Table) else [row["id"] for row in rows]
+        out.write("".join(f"{i}{end}" for i in ids))
         return
     if fmt == "tsv":
+        fields = [list(map(_tsv_field, c.values(rows))) for c in columns]
         lines = [] if no_headers else ["\t".join(c.key for c in columns)]
-        lines += ["\t".join(_tsv_field(c.value(row)) for c in columns) for row in rows]
+        lines += map("\t".join, zip(*fields))
         out.write("".join(line + end for line in lines))
         return
     if fmt in ("json", "jsonl"):
-        objects = [{c.key: c.value(row) for c in columns} for row in rows]
+        objects = _objects(rows, columns)
         if fmt == "json":
             out.write(jsonin.dumps(objects, indent=2) + "\n")
         else:
@@ -84,8 +145,23 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
         return
     if not rows:
         return
-    table = [[c.text(row).translate(UNPRINTABLE) for c in columns] for row in rows]
-    out.write(plain_table(table, () if no_headers else [c.header for c in columns]) + "\n")
+    cells = [shown_column(c.texts(rows)) for c in columns]
+    out.write(plain_columns(cells, () if no_headers else [c.header for c in columns]) + "\n")
+
+
+def _objects(rows, columns):
+    """Each row as a JSON object: a dict of each made as it is read (the quickest from a
+    dict), or of a Table from its columns."""
+    if not isinstance(rows, Table):
+        return [{c.key: c.value(row) for c in columns} for row in rows]
+    values = zip(*(c.values(rows) for c in columns))
+    return list(map(dict, map(zip, repeat([c.key for c in columns]), values)))
+
+
+def shown_column(texts):
+    """A column's texts with what a terminal would act on as ? (UNPRINTABLE): as they are
+    when all are printable (no translate of each of 100,000)."""
+    return texts if "".join(texts).isprintable() else [t.translate(UNPRINTABLE) for t in texts]
 
 
 def plain_table(rows, headers=()):
@@ -93,8 +169,14 @@ def plain_table(rows, headers=()):
     "plain" format, byte for byte (a test holds them equal), without the cost of
     importing tabulate (about 28 ms: it loads importlib.metadata) in every agent-ps."""
     count = len(headers) if headers else len(rows[0])
-    widths = [max([len(headers[i]) + 2 if headers else 0] + [len(r[i]) for r in rows])
-              for i in range(count)]
-    lines = [headers] if headers else []
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in lines + rows)
+    return plain_columns([[row[i] for row in rows] for i in range(count)], headers)
+
+
+def plain_columns(columns, headers=()):
+    """plain_table() of cells given column by column."""
+    widths = [max(len(headers[i]) + 2 if headers else 0, max(map(len, column), default=0))
+              for i, column in enumerate(columns)]
+    line = "  ".join(f"%-{width}s" for width in widths)     # each cell padded to its width
+    lines = [(line % tuple(headers)).rstrip()] if headers else []
+    lines += [(line % cells).rstrip() for cells in zip(*columns)]
+    return "\n".join(lines)

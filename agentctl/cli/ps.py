@@ -2,11 +2,11 @@
 
 import click
 
-from agentctl import money, settings
+from agentctl import clock, money, settings
 from agentctl.clock import age, iso, until
 from agentctl.cli.graph import graph
 from agentctl.cli.options import complete_agents, complete_words, output_options
-from agentctl.cli.output import Column, pick, render
+from agentctl.cli.output import Table, Whole, each, pick, render
 from agentctl.cli.program import connect, program, run
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES, short
@@ -48,64 +48,71 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
             raise UsageError(f"unknown status: {bad[0]} ({', '.join(known[:-1])} or {known[-1]})")
     conn = connect(db_path, create=False)
     parent_id = registry.resolve(conn, parent)["id"] if parent else None
-    rows = proctable.rows(conn, everything=everything, statuses=statuses,
-                          parent=parent_id, role=role)
+    found = proctable.rows(conn, everything=everything, statuses=statuses,
+                           parent=parent_id, role=role)
     if fmt == "dot":        # a picture of the agents listed: no columns to choose
-        return graph(conn, rows)
+        return graph(conn, proctable.items(found))
+    items = None        # the rows as dicts, only for what reads them by name
     if forest:
-        rows = proctable.as_tree(rows)
+        items = proctable.as_tree(proctable.items(found))
     default = DEFAULT
     if forest:      # a table shows spent/budget as one column; a machine, two values
         default = LONG + (["spent"] if fmt != "table" else [])
         if fmt == "table":
-            proctable.mark_providers(conn, rows)
-            if any(r["provider"] for r in rows):
+            proctable.mark_providers(conn, items)
+            if any(r["provider"] for r in items):
                 default = default + ["provider"]    # who waits for its provider, when any does
     chosen = pick(COLUMNS, columns, default)
-    if any(c.key in ("provider", "provider_until") for c in chosen) and \
-            not (forest and fmt == "table"):    # (only then: it reads the endpoints)
-        proctable.mark_providers(conn, rows)
     keys = [c.key for c in chosen]
+    providers = any(k in ("provider", "provider_until") for k in keys) and \
+        not (forest and fmt == "table")     # (only then: it reads the endpoints)
+    trees = "tree_cost" in keys or "tree_unpriced" in keys  # (only then: it reads every agent)
+    if items is None and (providers or trees):
+        items = proctable.items(found)
+    if providers:
+        proctable.mark_providers(conn, items)
     if "tree_cost" in keys and "tree_unpriced" not in keys and fmt != "table":
         # a machine reads a total as whole only beside the calls it lacks (the table's +?)
         chosen.insert(keys.index("tree_cost") + 1, BY_KEY["tree_unpriced"])
-    if "tree_cost" in keys or "tree_unpriced" in keys:  # (only then: it reads every agent)
-        mark_tree_costs(conn, rows)
+    if trees:
+        mark_tree_costs(conn, items)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
-        chosen = chosen + [Column("depth", "DEPTH")]
-    render(rows, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+        chosen = chosen + [Whole("depth", "DEPTH")]
+    now = clock.now()
+    made = {"age": lambda t: [int(now - created) for created in t["created_at"]],
+            "wake": each(proctable.wake, "wake_at", "mail_at")}
+    table = Table(found, proctable.FIELDS, made) if items is None else Table(items, made=made)
+    render(table, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
 
 
-def _label(item):
-    name = item["name"] or short(item["id"])
-    depth = item.get("depth")
+def _label(name, agent_id, depth):
+    name = name or short(agent_id)
     return name if not depth else "    " * (depth - 1) + "\\_ " + name
 
 
-def _parent(item):
-    if item["parent_id"] is None:
+def _parent(parent_id, parent_name):
+    if parent_id is None:
         return "-"
-    return item["parent_name"] or short(item["parent_id"])
+    return parent_name or short(parent_id)
 
 
-def _budget(item):
+def _budget(budget, unit, spent, budget_id, agent_id, account_name):
     """SPENT/BUDGET of the account it is charged to, in its unit; an account it shares
     with an ancestor (its own use is the tokens and cost columns) is marked with that
     account's owner."""
-    if item["budget"] is None:
+    if budget is None:
         return "-"
-    unit = item["budget_unit"] or "tokens"
-    shown = f"{Budget(item['spent'], unit)}/{Budget(item['budget'], unit)}"
-    if item["budget_id"] != item["id"]:
-        shown += f" ({item['account_name'] or short(item['budget_id'])})"
+    unit = unit or "tokens"
+    shown = f"{Budget(spent, unit)}/{Budget(budget, unit)}"
+    if budget_id != agent_id:
+        shown += f" ({account_name or short(budget_id)})"
     return shown
 
 
-def _account(item, key):
+def _account(key):
     """An account's number for programs: tokens, or dollars."""
-    if item["budget"] is None:
-        return None
-    return settings.get("budget").json(Budget(item[key], item["budget_unit"] or "tokens"))
+    return each(lambda amount, budget, unit: None if budget is None else settings.get(
+        "budget").json(Budget(amount, unit or "tokens")), key, "budget", "budget_unit")
 
 
 def mark_tree_costs(conn, rows):
@@ -127,68 +134,17 @@ def mark_tree_costs(conn, rows):
         row["tree_cost"], row["tree_unpriced"] = cost, unpriced
 
 
-def _exit(item):
-    if item["exit_signal"]:
-        return item["exit_signal"]
-    return None if item["exit_code"] is None else str(item["exit_code"])
+def _exit(signal, code):
+    if signal:
+        return signal
+    return None if code is None else str(code)
 
 
-def _setting(name, human=None):
-    """The column of a setting (agentctl.settings), shown as declared there unless
-    `human` (row -> str) says otherwise."""
+def _setting(name):
+    """The column of a setting (agentctl.settings), shown as declared there."""
     setting = settings.get(name)
-    return Column(name, setting.header, human=human or (lambda r: setting.text(r[name])),
-                  machine=lambda r: setting.json(r[name]))
-
-
-_PLACED = ("role", "model", "budget")     # settings shown among the agent's own columns
-COLUMNS = [
-    Column("id", "ID", human=lambda r: short(r["id"])),
-    Column("name", "NAME", human=_label),
-    Column("parent", "PARENT", human=_parent, machine=lambda r: r["parent_id"]),
-    Column("stat", "STAT", machine=proctable.stat_text, human=proctable.stat_text),
-    _setting("role"),
-    Column("msgs", "MSGS"),
-    Column("mail", "MAIL"),
-    Column("age", "AGE", human=lambda r: age(r["age"])),
-    _setting("model"),
-    Column("created", "CREATED", machine=lambda r: iso(r["created_at"])),
-    Column("exit_code", "EXIT", human=lambda r: _exit(r) or "-"),
-    Column("signal", "SIGNAL", machine=lambda r: r["exit_signal"]),
-    Column("forked_from", "FORKED_FROM",
-           human=lambda r: short(r["forked_from"]) if r["forked_from"] else "-"),
-    Column("fork_msg", "FORK_MSG", machine=lambda r: r["fork_msg_id"]),
-    Column("wake", "WAKE", human=lambda r: until(r["wake"]), machine=lambda r: iso(r["wake"])),
-    Column("budget", settings.get("budget").header, human=_budget,
-           machine=lambda r: _account(r, "budget")),
-    Column("spent", "SPENT", machine=lambda r: _account(r, "spent")),
-    Column("budget_unit", "UNIT", machine=lambda r: r["budget"] is not None and (
-        r["budget_unit"] or "tokens") or None),
-    Column("tokens", "TOKENS"),
-    Column("cached", "CACHED", machine=lambda r: r["tokens_cached"]),
-    Column("cost", "COST", human=lambda r: money.cost_text(r["cost"], r["unpriced"]),
-           machine=lambda r: money.dollars(r["cost"])),
-    Column("unpriced", "UNPRICED"),
-    Column("tree_cost", "TREE_COST",
-           human=lambda r: money.cost_text(r["tree_cost"], r["tree_unpriced"]),
-           machine=lambda r: money.dollars(r["tree_cost"])),
-    Column("tree_unpriced", "TREE_UNPRICED"),
-    Column("failures", "FAILURES"),
-    Column("restarts", "RESTARTS"),
-    Column("retry", "RETRY", human=lambda r: until(r["retry_at"]) if r["retry_at"] else "-",
-           machine=lambda r: iso(r["retry_at"])),
-    Column("held", "HELD", human=lambda r: "held" if r["held_at"] is not None else "-",
-           machine=lambda r: iso(r["held_at"])),
-    Column("failure", "FAILURE", machine=lambda r: r["last_failure"],
-           human=lambda r: first_line(r["last_failure"]) or "-"),
-    *(_setting(s.name) for s in settings.SETTINGS if s.header and s.name not in _PLACED),
-    Column("endpoint", "ENDPOINT"),
-    Column("provider", "PROVIDER", human=lambda r: _provider(r["provider"]),
-           machine=lambda r: r["provider"] and r["provider"].why),
-    Column("provider_until", "PROVIDER_UNTIL",
-           human=lambda r: until(r["provider"].until) if r["provider"] and r["provider"].until
-           else "-", machine=lambda r: r["provider"] and iso(r["provider"].until)),
-]
+    return Whole(name, setting.header, human=each(setting.text, name),
+                 machine=each(setting.json, name))
 
 
 def _provider(wait):
@@ -198,6 +154,59 @@ def _provider(wait):
     if wait.why == "full":
         return f"full {wait.busy}/{wait.count}"
     return f"{wait.why} ({until(wait.until)})"
+
+
+_PLACED = ("role", "model", "budget")     # settings shown among the agent's own columns
+COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 100,000 long
+    Whole("id", "ID", human=each(short, "id")),
+    Whole("name", "NAME", human=each(_label, "name", "id", "depth")),
+    Whole("parent", "PARENT", human=each(_parent, "parent_id", "parent_name"),
+          machine=lambda t: t["parent_id"]),
+    Whole("stat", "STAT", machine=each(proctable.stat, "status", "held_at", "unconfined"),
+          human=each(proctable.stat, "status", "held_at", "unconfined")),
+    _setting("role"),
+    Whole("msgs", "MSGS"),
+    Whole("mail", "MAIL"),
+    Whole("age", "AGE", human=each(age, "age")),
+    _setting("model"),
+    Whole("created", "CREATED", machine=each(iso, "created_at")),
+    Whole("exit_code", "EXIT",
+          human=each(lambda signal, code: _exit(signal, code) or "-", "exit_signal", "exit_code")),
+    Whole("signal", "SIGNAL", machine=lambda t: t["exit_signal"]),
+    Whole("forked_from", "FORKED_FROM",
+          human=each(lambda source: short(source) if source else "-", "forked_from")),
+    Whole("fork_msg", "FORK_MSG", machine=lambda t: t["fork_msg_id"]),
+    Whole("wake", "WAKE", human=each(until, "wake"), machine=each(iso, "wake")),
+    Whole("budget", settings.get("budget").header, machine=_account("budget"),
+          human=each(_budget, "budget", "budget_unit", "spent", "budget_id", "id",
+                     "account_name")),
+    Whole("spent", "SPENT", machine=_account("spent")),
+    Whole("budget_unit", "UNIT", machine=each(lambda budget, unit: budget is not None and (
+        unit or "tokens") or None, "budget", "budget_unit")),
+    Whole("tokens", "TOKENS"),
+    Whole("cached", "CACHED", machine=lambda t: t["tokens_cached"]),
+    Whole("cost", "COST", human=each(money.cost_text, "cost", "unpriced"),
+          machine=each(money.dollars, "cost")),
+    Whole("unpriced", "UNPRICED"),
+    Whole("tree_cost", "TREE_COST", human=each(money.cost_text, "tree_cost", "tree_unpriced"),
+          machine=each(money.dollars, "tree_cost")),
+    Whole("tree_unpriced", "TREE_UNPRICED"),
+    Whole("failures", "FAILURES"),
+    Whole("restarts", "RESTARTS"),
+    Whole("retry", "RETRY", human=each(lambda at: until(at) if at else "-", "retry_at"),
+          machine=each(iso, "retry_at")),
+    Whole("held", "HELD", human=each(lambda at: "held" if at is not None else "-", "held_at"),
+          machine=each(iso, "held_at")),
+    Whole("failure", "FAILURE", machine=lambda t: t["last_failure"],
+          human=each(lambda failure: first_line(failure) or "-", "last_failure")),
+    *(_setting(s.name) for s in settings.SETTINGS if s.header and s.name not in _PLACED),
+    Whole("endpoint", "ENDPOINT"),
+    Whole("provider", "PROVIDER", human=each(_provider, "provider"),
+          machine=each(lambda wait: wait and wait.why, "provider")),
+    Whole("provider_until", "PROVIDER_UNTIL",
+          human=each(lambda wait: until(wait.until) if wait and wait.until else "-", "provider"),
+          machine=each(lambda wait: wait and iso(wait.until), "provider")),
+]
 
 
 DEFAULT = ["id", "name", "parent", "stat", "role", "msgs", "mail", "age"]

@@ -6,9 +6,15 @@ from agentctl.ops import endpoints, lease, lifecycle, signals, turns
 from agentctl.store import endpoints as endpoint_rows, proctable, registry
 
 
+FIELDS = proctable.FIELDS       # what each row holds, in order
+_STATUS, _KILL_AT = FIELDS.index("status"), FIELDS.index("kill_at")
+_CHANGING = frozenset("RZ")     # a stored status seen() may change without a grace ended
+
+
 def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
     """The agents not dead (every one with `everything`), or those whose status as
-    seen is one of `statuses`; of `parent`, of `role`; oldest first."""
+    seen is one of `statuses`; of `parent`, of `role`; oldest first: tuples of FIELDS,
+    each as seen now (seen())."""
     if statuses:
         wanted = set(statuses)
         stored = wanted | ({"R"} if {"S", "T"} & wanted else set())     # a dead run
@@ -16,16 +22,21 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         stored |= set(registry.LIVE) if {"Z", "X"} & wanted else set()  # a grace ended
     else:
         stored = None if everything else registry.NOT_DEAD
-    now = clock.now()
-    found = []
-    for row in proctable.rows(conn, statuses=stored, parent=parent, role=role):
-        item = seen(row, now)
-        if item["status"] == "X" and not (everything or statuses):
-            continue
-        if statuses and item["status"] not in statuses:
-            continue
-        found.append(item)
+    found = as_seen(proctable.rows(conn, statuses=stored, parent=parent, role=role),
+                    clock.now())
+    if statuses:
+        return [row for row in found if row[_STATUS] in wanted]
+    if not everything:
+        return [row for row in found if row[_STATUS] != "X"]
     return found
+
+
+def as_seen(stored, now):
+    """Each stored tuple of FIELDS as seen `now`: seen() of each row it may change (an R,
+    a Z, a grace period set); every other row as it is, with no dict made of it (a
+    listing of 100,000 agents). tests/test_ps_many.py holds it to seen() row by row."""
+    return [row if row[_KILL_AT] is None and row[_STATUS] not in _CHANGING
+            else tuple(map(seen(dict(zip(FIELDS, row)), now).get, FIELDS)) for row in stored]
 
 
 def seen(row, now):
@@ -42,6 +53,21 @@ def seen(row, now):
     elif due == "reap":
         item["status"] = "X"
     return item
+
+
+def items(found):
+    """Rows (tuples of FIELDS) as dicts, for what reads them by name (a tree, the
+    providers, a picture)."""
+    return [dict(zip(FIELDS, row)) for row in found]
+
+
+def wake(wake_at, mail_at):
+    """When an agent wakes: its timer or its first deferred mail, whichever is first;
+    None for neither. An agent that has exited has neither: its timer ends with it, and
+    mail that comes due after its exit is never delivered (store.mailbox.deferred)."""
+    if wake_at is None or mail_at is None:
+        return mail_at if wake_at is None else wake_at
+    return min(wake_at, mail_at)
 
 
 # The colour of each state as agent-top and agent-ps --format dot show it (one of the
@@ -61,8 +87,12 @@ def state(r):
 def stat_text(r):
     """STAT as agent-ps and agent-top show it: the status, H for an agent held (after a
     failure, in a mail loop), ! for one whose tools run unconfined."""
-    return (r["status"] + ("H" if r["held_at"] is not None else "")
-            + ("!" if r["unconfined"] else ""))
+    return stat(r["status"], r["held_at"], r["unconfined"])
+
+
+def stat(status, held_at, unconfined):
+    """stat_text() of a row's three columns (agent-ps, column by column)."""
+    return status + ("H" if held_at is not None else "") + ("!" if unconfined else "")
 
 
 def as_tree(items):
