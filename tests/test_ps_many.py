@@ -20,7 +20,7 @@ def test_the_statement_reads_its_fields_in_that_order(conn, monkeypatch):
     monkeypatch.setattr(conn, "cursor", lambda: cursors.append(make()) or cursors[-1])
     found = stored.rows(conn)
     cursor = cursors[-1]
-    description = getattr(cursor, "_cur", cursor).description   # (PostgreSQL's wraps one)
+    description = cursor.description
     assert [d[0] for d in description] == list(stored.FIELDS)
     assert len(set(stored.FIELDS)) == len(stored.FIELDS)
     a = dict(zip(stored.FIELDS, found[-1]))

@@ -136,6 +136,7 @@ class Cursor:
         self.lastrowid = None
         self.rowcount = -1
         self._rows = []
+        self.description = None     # (name, None x 6) of each column of the rows, as sqlite3's
 
     def execute(self, sql, params=()):
         conn = self.connection
@@ -149,6 +150,7 @@ class Cursor:
             except libpq.Error as e:
                 raise translated(e) from e
             return self
+        self.description = None
         with self._alone(query):
             result = conn.raw.execute(query + " RETURNING id" if returning else query,
                                       [_param(p) for p in params])
@@ -156,6 +158,7 @@ class Cursor:
             if returning:
                 self.lastrowid = result.rows[-1][0] if result.rows else None
             elif result.names is not None:       # a statement that returns rows
+                self.description = [(name,) + (None,) * 6 for name in result.names]
                 rows = result.rows
                 if self.row_factory:
                     make = _row_class(result.names)
