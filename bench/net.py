@@ -50,7 +50,8 @@ def main():
         sockets = os.path.join(tmp, "net")
         os.mkdir(sockets)
         proxy = egress.Server(sockets, lambda *a: "")
-        path = proxy.socket_for(f"127.0.0.1:{port}", None).replace(egress.SOCKET_DIR, sockets)
+        directory, inside = proxy.socket_for(f"127.0.0.1:{port}", None)
+        path = inside.replace(egress.SOCKET_DIR, directory)
         through = spawn.python("from agentctl.tools.outlet import main; sys.exit(main())",
                                site=False) + [path, "--"]
         # (one outlet at a time: it listens on its fixed port, outside a sandbox too)

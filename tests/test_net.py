@@ -336,3 +336,43 @@ def test_an_mcp_servers_net_list_is_its_way_out(tmp_path, monkeypatch, site):
     assert shut.startswith("failed:") and "hello" not in shut, shut
     events = net_events("w")
     assert [(e["data"]["tool"], e["data"]["outcome"]) for e in events] == [("open", "allowed")]
+
+
+STEAL = """
+import glob, os, socket, stat
+for path in glob.glob("/run/**", recursive=True):
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            continue
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(b"\\0GET {url} HTTP/1.0\\r\\n\\r\\n")
+        print(path, s.recv(4096).decode(errors="replace").splitlines()[-1:])
+    except OSError as e:
+        print(path, "failed", e)
+print("looked")
+"""
+
+
+def test_a_tool_cant_borrow_an_mcp_servers_wider_list(tmp_path, monkeypatch, site):
+    """An MCP server's socket to the egress proxy is bound into its own sandbox alone:
+    the agent's tools, with no network of their own, find no way out through it."""
+    from .test_mcp import configure, notes, work_dir
+    from .conftest import script, tool_results
+    work = work_dir(tmp_path)
+    url = f"http://127.0.0.1:{site}/hello.txt"
+    configure(tmp_path, monkeypatch, {"open": notes(work / "one", net=[f"127.0.0.1:{site}"])})
+    steal = work / "steal.py"
+    steal.write_text(STEAL.format(url=url))
+    model = script(tmp_path, {"steps": [
+        {"content": "", "tool_calls": [{"name": "open__fetch", "arguments": {"url": url}}]},
+        {"content": "", "tool_calls": [{"name": "run",
+                                        "arguments": {"command": f"{PYTHON} {steal}"}}]},
+        {"content": "done"}]})
+    fork("-n", "w", "--allow", "open__*", "--allow", "run", "-m", model, "go")
+    ran = agent("run", "w")
+    assert ran.code == 0, ran.err
+    fetched, stolen = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
+    assert fetched == "hello through the proxy\n", fetched
+    assert "looked" in stolen and "hello through the proxy" not in stolen, stolen

@@ -20,7 +20,7 @@ import threading
 import time
 
 from agentctl import hosts, paths
-from agentctl.tools.outlet import PORT, SOCKET_DIR, pump
+from agentctl.tools.outlet import PORT, SOCKET, SOCKET_DIR, pump
 
 HEAD_MOST = 64 * 1024       # the bytes of a request's head
 HEAD_SECONDS = 30.0         # to send it
@@ -37,33 +37,32 @@ VARIABLES["NODE_USE_ENV_PROXY"] = "1"
 
 
 class Server:
-    """The egress proxy of one turn's sandbox: a socket per list of hosts (the agent's,
-    an MCP server's), in `dir`, which the sandbox sees read-only at SOCKET_DIR (`dir`
-    is removed at close)."""
+    """The egress proxy of one turn's sandboxes: a socket per list of hosts (the
+    agent's, each MCP server's), each alone in a directory of its own in `dir`, which
+    only the sandboxes of that list see (at SOCKET_DIR, read-only): a tool can't reach
+    the socket of an MCP server's wider list. `dir` is removed at close."""
 
     SOCKET_DIR = SOCKET_DIR
     VARIABLES = VARIABLES
+    MOST = 256                  # connections at once, of all its sockets
 
     def __init__(self, directory, grant):
         self.dir = directory
         self.grant = grant          # (list, pattern, who) -> the grant that would allow it
         self.lock = threading.Lock()
-        self.listeners = {}         # (list as stored, who) -> (socket, its name)
+        self.listeners = {}         # (list as stored, who) -> (socket, its directory)
         self.records = []
         self.closed = False
+        self.slots = threading.BoundedSemaphore(self.MOST)
 
     @classmethod
-    def beside(cls, proxy_dir, hosts, agent):
-        """The egress proxy of `agent`'s sandbox (its label; `hosts` its list as stored):
-        its sockets in a directory in `proxy_dir` (the program proxy's, which the sandbox
-        binds already), else in one of its own in the run-time directory."""
-        if proxy_dir is not None:
-            directory = os.path.join(proxy_dir, os.path.basename(SOCKET_DIR))
-            os.mkdir(directory)
-            os.chmod(directory, 0o755)      # (a tool of another uid reaches them)
-        else:
-            directory = tempfile.mkdtemp(prefix=f"net-{os.getpid()}-",
-                                         dir=paths.runtime(make=True))
+    def made(cls, hosts, agent):
+        """The egress proxy of `agent`'s sandboxes (its label; `hosts` its list as
+        stored), in a new private directory of the run-time directory (one that a
+        crash leaves is swept as the program proxy's are)."""
+        directory = tempfile.mkdtemp(prefix=f"proxy-{os.getpid()}-net-",
+                                     dir=paths.runtime(make=True))
+        os.chmod(directory, 0o755)      # (a tool of another uid reaches its sockets)
 
         def grant(stored, wanted, who):
             """What would allow a host refused: the agent's list with it (agent-set), or
@@ -76,21 +75,24 @@ class Server:
         return cls(directory, grant)
 
     def socket_for(self, stored, who):
-        """The socket's path inside the sandbox for the list `stored` (one pattern a
-        line) of `who` (the agent's: None; an MCP server's name)."""
+        """(the directory to bind at SOCKET_DIR, the socket's path inside the sandbox)
+        for the list `stored` (one pattern a line) of `who` (the agent's: None; an MCP
+        server's name)."""
         key = (stored, who)
         with self.lock:
             if key not in self.listeners:
-                name = f"net{len(self.listeners)}"
+                directory = os.path.join(self.dir, str(len(self.listeners)))
+                os.mkdir(directory)
+                os.chmod(directory, 0o755)
                 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                path = os.path.join(self.dir, name)
+                path = os.path.join(directory, SOCKET)
                 listener.bind(path)
                 os.chmod(path, 0o666)   # (a tool may run as another uid)
                 listener.listen(64)
-                self.listeners[key] = (listener, name)
+                self.listeners[key] = (listener, directory)
                 threading.Thread(target=self._accept, args=(listener, stored, who),
                                  daemon=True, name="agentctl-egress").start()
-            return f"{SOCKET_DIR}/{self.listeners[key][1]}"
+            return self.listeners[key][1], f"{SOCKET_DIR}/{SOCKET}"
 
     def drain(self):
         """The connections ended since the last drain, each a dict of the net event's
@@ -120,6 +122,9 @@ class Server:
                 if self.closed:
                     return
                 time.sleep(0.05)
+                continue
+            if not self.slots.acquire(blocking=False):
+                conn.close()            # (too many at once: the tool sees a reset)
                 continue
             threading.Thread(target=self._serve, args=(conn, stored, patterns, who),
                              daemon=True).start()
@@ -176,6 +181,7 @@ class Server:
             conn.close()
             if stderr is not None:
                 os.close(stderr)
+            self.slots.release()
 
 
 def _pattern(host):

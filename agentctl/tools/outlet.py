@@ -17,7 +17,8 @@ import signal
 import sys
 
 PORT = 3128                     # on the sandbox's loopback
-SOCKET_DIR = "/run/agentctl/net"    # the egress proxy's sockets, in the sandbox
+SOCKET_DIR = "/run/agentctl-net"    # the egress proxy's socket of its list, in the sandbox
+SOCKET = "socket"
 CHUNK = 1 << 20                 # the bytes a splice moves at most
 F_SETPIPE_SZ = 1031
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)

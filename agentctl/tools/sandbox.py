@@ -302,10 +302,10 @@ class Sandbox:
         outlet, env = [], {}
         if hosts:
             egress = self._egress()
-            if self.proxy is None:      # (else in the proxy's directory, bound already)
-                args += ["--ro-bind-fd", Handle(egress.dir), egress.SOCKET_DIR]
+            directory, inside = egress.socket_for(hosts, who)
+            args += ["--ro-bind-fd", Handle(directory), egress.SOCKET_DIR]
             outlet = spawn.python("from agentctl.tools.outlet import main; sys.exit(main())",
-                                  site=False) + [egress.socket_for(hosts, who), "--"]
+                                  site=False) + [inside, "--"]
             env = dict(egress.VARIABLES)
         for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
             args += ["--remount-ro", path]              # enough for another user)
@@ -319,11 +319,10 @@ class Sandbox:
 
     def _egress(self):
         """The egress proxy of its calls (egress.py), started at the first call given
-        hosts, its sockets in the proxy's directory (else one of its own)."""
+        hosts."""
         if self.egress is None:
             from agentctl.tools import egress  # (start-up: 4 ms, only for a call given hosts)
-            self.egress = egress.Server.beside(self.proxy and self.proxy.dir, self.hosts,
-                                               self.agent["name"] or self.agent["id"])
+            self.egress = egress.Server.made(self.hosts, self.agent["name"] or self.agent["id"])
         return self.egress
 
     def connections(self):
