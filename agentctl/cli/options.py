@@ -92,7 +92,7 @@ def setting_options(fn):
         kwargs = {"metavar": setting.metavar, "help": setting.help}
         if setting.kind == "hosts":
             fn = click.option(f"--no-{setting.name}", f"no_{setting.name}", is_flag=True,
-                              help=f"No {setting.flag}.")(fn)
+                              help="Its tools reach no host (no network).")(fn)
             kwargs.update(is_flag=False, flag_value="*", default=None)   # (*: all)
         elif setting.kind == "flag":
             kwargs.update(is_flag=True, default=None)

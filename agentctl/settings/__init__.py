@@ -105,7 +105,7 @@ SETTINGS = (    # role first: the others' rules read the child's role
     Setting("net", "hosts", "The hosts its tools may reach, through the egress proxy: "
             "names, *.suffixes, * (every public host), addresses or networks, each with an "
             "optional :port (agentctl(7), NETWORK), within its parent's.", inherit=True,
-            narrows=HOSTS, header="NET", option=("--net",), metavar="HOSTS",
+            narrows=HOSTS, header="NET", option=("--net",), metavar="[HOSTS]",
             help="Its tools may reach HOSTS (comma-separated: pypi.org, *.github.com:443, "
                  "10.0.0.0/8; alone, every public host) through the egress proxy, within "
                  "the parent's (default: the parent's). --no-net: none."),
