@@ -51,8 +51,9 @@ pictures: $(STAMP)
 # end: mail, the event log, runs and leases, requests, lifecycle, timers, budgets,
 # endpoints, concurrent writers) on PostgreSQL, a server per worker started by the
 # fixture (tests/pgserver.py). The tests of parsing, rendering, the models' wire and
-# faults, tools and their sandbox, compaction's text, the docs' examples and the SQLite
-# file itself run once: their SQL is the same on both. Without the PostgreSQL server
+# faults, tools and their sandbox and network, compaction's text, the docs' examples,
+# the telemetry's wire, agent-top's screens and the SQLite file itself run once: their
+# SQL is the same on both. Without the PostgreSQL server
 # binaries the second pass says so loudly and skips.
 PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tests/test_man.py \
 	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
@@ -64,7 +65,8 @@ PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tes
 	tests/test_prefix.py tests/test_tool_pairing.py tests/test_streamjson.py \
 	tests/test_hostile_model.py tests/test_hostile_input.py tests/test_models_faults.py \
 	tests/test_models_openai.py tests/test_models_anthropic.py tests/test_models_offline.py \
-	tests/test_models_limits.py
+	tests/test_models_limits.py tests/test_net.py tests/test_sandbox_procs.py tests/test_shape.py \
+	tests/test_otlp.py tests/test_telemetry.py tests/test_tracing.py tests/test_top_views.py
 test: $(STAMP)
 	@# the official MCP reference servers, from npm once per machine (tests/npm/)
 	PYTHON=$(VENV)/bin/python sh tests/npm/install.sh

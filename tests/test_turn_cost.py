@@ -41,7 +41,7 @@ PLAIN_TURN = {
     "agentctl.turn.watch",
 }
 # On PostgreSQL, its connection and schema too (psycopg, an optional extra)
-POSTGRESQL = {"agentctl.store.pg", "agentctl.store.pgschema"}
+POSTGRESQL = {"agentctl.store.pg", "agentctl.store.libpq", "agentctl.store.pgschema"}
 # Nor any of these, which requests (the floor's own import) does not load either (but
 # psycopg imports dataclasses)
 NOT_LOADED = {"subprocess", "dataclasses"}
