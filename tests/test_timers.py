@@ -96,7 +96,7 @@ def test_a_time_in_the_past_delivers_at_once(conn):
 def test_deferred_mail_that_came_due_is_run_by_all(conn):
     fork("-n", "a", "-m", "echo")
     fork("-n", "b", "-m", "echo")
-    agent("send", "--in", "1", "a", "wake up")
+    agent("send", "--in", "2", "a", "wake up")     # (2: its times, in whole seconds, differ)
     agent("send", "--in", "1h", "b", "not yet")
     assert agent("run", "--all").code == 1
     assert agent("ps", "-f").lines[0].split()[-2:] == ["WAKE", "BUDGET"]
