@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agentctl import modelspec
 from agentctl.errors import UsageError
+from agentctl.text import host_port
 
 VISIBLE_ASCII = r"[!-~]*"     # a pattern as text: re compiles it at its first use
 FINGERPRINT = 12        # hex digits of the SHA-256 of the credentials
@@ -55,9 +56,7 @@ class Identity:
 
     def __init__(self, provider, url, key):
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        host = f"[{host}]" if ":" in host else host
-        netloc = f"{host}:{parts.port}" if parts.port else host
+        netloc = host_port(parts.hostname or "", parts.port)
         self.provider = provider
         self.url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         secret = "\n".join(x for x in (key, parts.username or "", parts.password or "",

@@ -10,6 +10,7 @@ it names other agents by what `names` (an agent id -> its label) makes of them."
 from agentctl import mailloop, money, voice
 from agentctl.clock import iso
 from agentctl.settings import Budget
+from agentctl.text import host_port
 
 
 class Kind:
@@ -157,7 +158,7 @@ def _bytes(n):
 def _net(d, actor, names):
     port = d.get("port")
     host = d.get("host", "")
-    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    target = host_port(host, port)
     by = f" ({d['tool']})" if d.get("tool") else ""
     if d.get("reason"):
         return f"net {target} {d.get('outcome')}: {d['reason']}{by}"

@@ -60,3 +60,9 @@ def first_line(text, width=CELL):
     knows (\\r, U+2028 ...), so what is returned is one line."""
     lines = (text or "").strip().splitlines()
     return cut(lines[0].rstrip() if lines else "", width)
+
+
+def host_port(host, port=None):
+    """A host as a URL writes it, an IPv6 address in brackets, with `port` if given."""
+    host = f"[{host}]" if ":" in host else host
+    return host if port is None else f"{host}:{port}"

@@ -203,7 +203,11 @@ for i in range(300):
             ended["at"] = time.monotonic()
     thread = threading.Thread(target=wait, daemon=True)
     thread.start()
-    time.sleep(i % 20 / 1000)          # now before, now in the middle of, its looks
+    deadline = time.monotonic() + 60    # until the call waits on the gate's connection
+    while not getattr(gate, "sleeping", True) and time.monotonic() < deadline:
+        pass
+    for _ in range(i % 20):             # and then into its looks, now few, now more
+        conn.execute("SELECT 1")
     closed = time.monotonic()
     gate.close()
     thread.join()

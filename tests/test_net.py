@@ -204,6 +204,21 @@ def test_a_host_outside_the_list_is_refused_with_a_line_that_names_the_list_and_
     assert "last minute: " in agent("top").out and "1 connection (1 refused)" in agent("top").out
 
 
+def test_a_listed_host_that_does_not_answer_is_a_failed_connection(world, tmp_path):  # noqa: F811
+    """Allowed, but nothing listens there: 502 with why, and a net event 'failed'."""
+    needs("curl", "curl")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()              # (a port just freed: nothing listens on it)
+    result = attempt(world, tmp_path, f"curl -fsS -m 20 http://127.0.0.1:{port}/",
+                     "--net", f"127.0.0.1:{port}")
+    assert "error: exit status 22" in result, result
+    event, = net_events("a")
+    assert event["data"]["outcome"] == "failed", event
+    assert "can't connect to 127.0.0.1" in event["data"]["reason"], event
+
+
 @pytest.mark.parametrize("target, says", [
     ("http://localhost:{port}/hello.txt", "localhost resolves to 127.0.0.1, which is loopback"),
     ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local"),

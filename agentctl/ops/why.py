@@ -11,7 +11,7 @@ from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, proctable, supervise, turns
 from agentctl.ops.lease import effective_status, held
 from agentctl.store import accounts, asks, events, mailbox, registry, turnlog
-from agentctl.text import first_line
+from agentctl.text import first_line, host_port
 
 
 def kernel(conn, agent, now):
@@ -182,8 +182,7 @@ def refused_connection(conn, agent):
     if not found or found.get("outcome") != "refused":
         return None
     host, port = found.get("host", ""), found.get("port")
-    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return (f"its tools' last connection was refused{_turn(found)}: {target}: "
+    return (f"its tools' last connection was refused{_turn(found)}: {host_port(host, port)}: "
             f"{found.get('reason')} (agent-log --kind net {registry.label(agent)}; "
             f"agent-set {registry.label(agent)} net=... gives hosts)")
 

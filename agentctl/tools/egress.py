@@ -20,6 +20,7 @@ import threading
 import time
 
 from agentctl import hosts, paths
+from agentctl.text import host_port
 from agentctl.tools.outlet import PORT, SOCKET, SOCKET_DIR, pump
 
 HEAD_MOST = 64 * 1024       # the bytes of a request's head
@@ -147,8 +148,8 @@ class Server:
             refusal, address = _decide(patterns, host, port)
             record = {"host": host, "port": port, "by": who}
             if refusal is not None:
-                wanted = _pattern(address or host)
-                line = (f"agentctl: net: refused {_target(host, port)}: {refusal}; "
+                wanted = host_port(str(address or host))
+                line = (f"agentctl: net: refused {host_port(host, port)}: {refusal}; "
                         f"{self.grant(stored, wanted, who)}\n")
                 _say(stderr, line)
                 conn.sendall(_response(403, line))
@@ -160,7 +161,7 @@ class Server:
                 upstream = socket.create_connection((str(address), port), CONNECT_SECONDS)
             except OSError as e:
                 why = f"can't connect to {address}: {e.strerror or e}"
-                conn.sendall(_response(502, f"agentctl: net: {_target(host, port)}: {why}\n"))
+                conn.sendall(_response(502, f"agentctl: net: {host_port(host, port)}: {why}\n"))
                 self._note(dict(record, outcome="failed", reason=why, sent=0, received=0,
                                 seconds=round(time.monotonic() - started, 3)))
                 return
@@ -182,16 +183,6 @@ class Server:
             if stderr is not None:
                 os.close(stderr)
             self.slots.release()
-
-
-def _pattern(host):
-    """The pattern that names `host` (a name, or an address: a refused one's)."""
-    host = str(host)
-    return f"[{host}]" if ":" in host else host
-
-
-def _target(host, port):
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _decide(patterns, host, port):
