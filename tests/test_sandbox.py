@@ -134,8 +134,9 @@ def test_connect_to_a_server_on_127_0_0_1(world, tmp_path, server, mode):
         assert result.startswith("hello from 127.0.0.1")
 
 
-FORKS = f"""{PYTHON} -c "
-import os, signal
+# Forks until refused (at most 100), each child held until the call's end kills it, so
+# that each one counts: n is how many it got.
+FORK_LOOP = """
 n = 0
 for i in range(100):
     try:
@@ -143,10 +144,12 @@ for i in range(100):
     except OSError:
         break
     if pid == 0:
-        signal.pause()      # held until the call's end kills it: each one counts
+        signal.pause()
         os._exit(0)
     n += 1
-print('forked', n)
+"""
+FORKS = f"""{PYTHON} -c "
+import os, signal{FORK_LOOP}print('forked', n)
 " """
 
 

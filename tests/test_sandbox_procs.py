@@ -16,25 +16,14 @@ from agentctl.store.db import connect
 
 from .conftest import calling, fork, needs, script, shell, tool_results
 from .test_external_tools import make_tool
-from .test_sandbox import attempt, world  # noqa: F401  (world: the fixture)
+from .test_sandbox import FORK_LOOP, attempt, world  # noqa: F401  (world: the fixture)
 
 PYTHON = sys.executable
 
 # Forks until refused, holding each child, then waits (at most 50 s) until every agent
 # given the tool holds its own: what each got while the others held theirs.
 HOLD = f"""{PYTHON} -c "
-import glob, os, signal, time
-n = 0
-for i in range(100):
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        signal.pause()
-        os._exit(0)
-    n += 1
-open('held-' + os.environ['AGENT_ID'], 'w').close()
+import glob, os, signal, time{FORK_LOOP}open('held-' + os.environ['AGENT_ID'], 'w').close()
 deadline = time.monotonic() + 50
 while len(glob.glob('held-*')) < 2 and time.monotonic() < deadline:
     time.sleep(0.01)
