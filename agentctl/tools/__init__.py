@@ -1,5 +1,5 @@
 """External tools (agentctl(7), TOOLS): programs on the tool path (programs.py, run by
-calls.py), MCP servers (mcp.py, their sessions mcpsession.py), which exist and which an
+calls.py), MCP servers (mcp.py, their sessions mcpsession.py, why one failed mcpreasons.py), which exist and which an
 agent may use (catalog.py), and what the tools shipped with agentctl share
 (confine.py). Every call runs in the sandbox (agentctl(7), SANDBOX): its policy
 (sandbox.py), bubblewrap's mechanics (bwrap.py), the covers of protected paths

@@ -18,13 +18,12 @@ import threading
 import time
 
 from agentctl import keys, paths, voice
-from agentctl.text import cut
 from agentctl.tools import mcp
+from agentctl.tools import mcpreasons
 from agentctl.tools.calls import POLL, ToolFailed
 from agentctl.tools.sandbox import Unavailable
 
 START_SECONDS = 30.0
-STDERR_LINES = 3
 LIST_SECONDS = 30.0
 MAX_IMAGE = 5 << 20     # base64 characters of an image passed on (the providers' limits)
 
@@ -194,11 +193,11 @@ class Servers:
 
     def _why(self, entry, error, log):
         """One line: the server, the reason, the last lines of its standard error."""
-        reason = _reason(_Refused(*self.refused[entry.name]) if entry.name in self.refused
-                         else error, entry)
+        reason = mcpreasons.reason(mcpreasons.Refused(*self.refused[entry.name])
+                                   if entry.name in self.refused else error, entry)
         line = f"MCP server {entry.name}: can't start it: {reason}"
         if entry.transport == "stdio":
-            tail = _tail(log)
+            tail = mcpreasons.tail(log)
             line += f"; its stderr ({log}): {' | '.join(tail)}" if tail else \
                 f" (it wrote nothing on stderr: {log})"
         for secret in entry.secrets(self.environment):
@@ -214,7 +213,7 @@ class Servers:
             listed = self._run(client.list_tools(), LIST_SECONDS)
         except Exception as e:
             raise Failed(f"MCP server {entry.name}: can't list its tools: "
-                         f"{_reason(e, entry)}") from None
+                         f"{mcpreasons.reason(e, entry)}") from None
         found = [(t.name, t.description or "", t.input_schema) for t in listed.tools]
         mcp.remember(entry, found, self.environment)
         return found
@@ -248,7 +247,7 @@ class Servers:
         try:
             result = future.result()
         except Exception as e:
-            reason = _reason(e, entry)
+            reason = mcpreasons.reason(e, entry)
             if "unknown tool" in reason.lower() and tool not in self._names(entry):
                 raise ToolFailed(voice.mcp_tool_gone(entry.name, tool)) from None
             raise ToolFailed(reason) from None
@@ -305,15 +304,6 @@ class _Closing:
             self.file.close()
 
 
-class _Refused(Exception):
-    """An HTTP server's refusal, as the transport saw it."""
-
-    def __init__(self, status, authenticate):
-        super().__init__(f"HTTP {status}")
-        self.response = type("Response", (), {"status_code": status,
-                                              "headers": {"www-authenticate": authenticate}})
-
-
 def content(parts):
     """(text, media) of an MCP result's content: text, a text resource and a link as
     text; an image (or an image resource) up to MAX_IMAGE as a part the provider is given
@@ -345,46 +335,3 @@ def content(parts):
             texts.append(voice.media_note(kind, getattr(c, "mime_type", None),
                                           getattr(c, "data", "")))
     return "\n".join(texts), media
-
-
-def _leaves(error):
-    """The innermost exceptions of an exception group."""
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield error
-
-
-def _reason(error, entry):
-    """Why, in a few words, from what the SDK or the transport raised."""
-    for leaf in _leaves(error):
-        name = type(leaf).__name__
-        text = str(leaf).strip()
-        status = getattr(getattr(leaf, "response", None), "status_code", None)
-        if status == 401:
-            asks = getattr(leaf.response, "headers", {}).get("www-authenticate", "")
-            return ("it asks for an OAuth login, which agentctl does not do: give it a "
-                    'token in "headers" ("Authorization": "Bearer ${TOKEN}")'
-                    + (f" ({cut(asks, 80)})" if asks else ""))
-        if status is not None:
-            return f"HTTP {status} from {entry.spec.get('url')}"
-        if name in ("ConnectError", "ConnectTimeout", "ConnectionRefusedError"):
-            return f"can't connect to {entry.spec.get('url')}: {text or name}"
-        if name == "FileNotFoundError" and entry.transport == "stdio":
-            return f"no such program: {entry.spec['command']}"
-        if name in ("CancelledError",):
-            continue
-        if "Connection closed" in text and entry.transport == "stdio":
-            return "it exited (or closed its standard output) before it answered"
-        return f"{name}: {text}" if text else name
-    return type(error).__name__
-
-
-def _tail(log):
-    try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            lines = [line.rstrip() for line in f.read()[-8192:].splitlines() if line.strip()]
-    except OSError:
-        return []
-    return [cut(line, 200) for line in lines[-STDERR_LINES:]]
