@@ -180,8 +180,11 @@ KINDS = {
     # its cost in dollars (none: the model has no price)
     "call": Kind("turn model? input_tokens output_tokens cache_read_tokens cache_write_tokens "
                  "cost? estimated?", _call),
-    "tool": Kind("turn tool call outcome seconds", lambda d, actor, names:
-                 f"{d.get('tool')} {d.get('outcome')} in {d.get('seconds', 0):.2f}s{_turn(d)}"),
+    # a tool call's end; error: what failed, first line (a server down, a timeout, the
+    # tool's own error)
+    "tool": Kind("turn tool call outcome seconds error?", lambda d, actor, names:
+                 f"{d.get('tool')} {d.get('outcome')} in {d.get('seconds', 0):.2f}s{_turn(d)}"
+                 + (f": {d['error']}" if d.get("error") else "")),
     "mail": Kind("to mail type? at? | count first last", _mail),  # one mail | a batch
     "read": Kind("count first last turn?", _read),
     "signal": Kind("signal", lambda d, actor, names:

@@ -5,7 +5,9 @@ port of 127.0.0.1 and writes the port there; with $MCP_TOKEN, a request without
 "Authorization: Bearer $MCP_TOKEN" is refused as an OAuth-protected server refuses it).
 
 $MCP_STARTS counts its starts; with $MCP_EXTRA naming a file that holds "gone", it has
-no tool `extra` (a server whose program changed since it was listed). Its tool `grow`
+no tool `extra` (a server whose program changed since it was listed); with $MCP_CRASH
+naming a file that exists, it writes the file's text on stderr and exits 3 at its start
+(a server that broke since it was listed). Its tool `client` says who called it. Its tool `grow`
 adds a tool `fresh` and sends notifications/tools/list_changed."""
 
 import os
@@ -38,6 +40,13 @@ def fetch(url: str) -> str:
             return reply.read().decode()
     except Exception as e:      # (the refusal, as the model would see it)
         return f"failed: {e}"
+
+
+@server.tool(description="Say the client's name and version, as it introduced itself.")
+def client(ctx: Context) -> str:
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return f"{info.name} {info.version}" if info is not None else "unknown"
 
 
 @server.tool(description="Fail on purpose.")
@@ -131,6 +140,10 @@ if __name__ == "__main__":
     if os.environ.get("MCP_STARTS"):         # counts the starts, for the tests
         with open(os.environ["MCP_STARTS"], "a") as f:
             f.write("start\n")
+    if os.environ.get("MCP_CRASH") and os.path.exists(os.environ["MCP_CRASH"]):
+        with open(os.environ["MCP_CRASH"]) as f:
+            sys.stderr.write(f.read())
+        sys.exit(3)
     if sys.argv[1:2] in (["http"], ["sse"]):
         serve_http(sys.argv[1], sys.argv[2])
     else:

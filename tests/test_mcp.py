@@ -182,16 +182,21 @@ def test_a_server_over_http_with_a_token_from_the_environment(web_server, tmp_pa
 
 def test_a_server_that_wants_oauth_says_so_and_shows_no_token(web_server, tmp_path,
                                                                 monkeypatch):
+    """Given no token, a server that names its OAuth metadata asks for a login; given
+    one it refuses, the token was refused (wrong, expired or revoked), and is not shown."""
     kind, url = web_server
-    entry = {"type": kind, "url": url, "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}}
-    configure(tmp_path, monkeypatch, {"notes": entry})
-    monkeypatch.setenv("NOTES_TOKEN", "wrong-token-9876543210")
+    configure(tmp_path, monkeypatch, {"notes": {"type": kind, "url": url}})
     fork("-n", "w", "--allow", "notes__*", "-m", "echo", "hi")
     ran = agent("run", "w")
     assert ran.code == 0
     assert ran.err.startswith("agent-run: MCP server notes: can't start it: it asks for an "
                               "OAuth login, which agentctl does not do"), ran.err
-    assert "wrong-token" not in ran.err
+    entry = {"type": kind, "url": url, "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}}
+    configure(tmp_path, monkeypatch, {"notes": entry})
+    monkeypatch.setenv("NOTES_TOKEN", "wrong-token-9876543210")
+    listed = agent("run", "--list-tools", "w")
+    assert listed.err == ("agent-run: MCP server notes: can't start it: the server refused "
+                          "the token (HTTP 401): is it wrong, expired or revoked?\n")
 
 
 # -- the official reference servers, from npm --------------------------------------------------

@@ -42,9 +42,13 @@ from agentctl.voice import shown_call
 @click.option("--list-tools", is_flag=True,
               help="Run nothing: list the tools AGENT's next turn would offer (--format "
                    "json: with their schemas).")
+@click.option("--check", is_flag=True,
+              help="With --list-tools: contact every configured MCP server now, in AGENT's "
+                   "sandbox, and list each (ok and its tools, or why not); exit 1 when one "
+                   "fails.")
 @click.argument("agent", required=False, shell_complete=complete_agents)
 def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, list_tools,
-        agent):
+        check, agent):
     """Run one turn of AGENT (default self): take all its pending input at
     once, call the model, run its tool calls, persist, release. Prints the
     turn's final assistant text."""
@@ -63,6 +67,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         return runall.run_all(db_path, jobs, model, max_steps, as_json)
     if jobs != 1:
         raise UsageError("-j goes with --all")
+    if check and not list_tools:
+        raise UsageError("--check goes with --list-tools")
     agent = agent or os.environ.get("AGENT_ID")
     if not agent:
         raise UsageError("missing AGENT (and AGENT_ID is not set)")
@@ -70,7 +76,8 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
     if list_tools:
         if fmt == "stream-json":
             raise UsageError("--list-tools lists: --format table, json or jsonl")
-        return _list_tools(conn, agent, fmt if fmt != "text" or not as_json else "json")
+        fmt = fmt if fmt != "text" or not as_json else "json"
+        return _check(conn, agent, fmt) if check else _list_tools(conn, agent, fmt)
     deadlines.carry_out(conn)
     stream = sys.stdout.isatty() and not as_json
     streamed, interrupted = [], []
@@ -221,6 +228,28 @@ def _list_tools(conn, ref, fmt):
         columns.append(Column("parameters", "PARAMETERS"))
     render(rows, columns, fmt="table" if fmt == "text" else fmt)
     return 0
+
+
+def _check(conn, ref, fmt):
+    """Every configured MCP server contacted now: a row each, and a line on stderr for
+    each that fails; 1 when one does."""
+    toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
+    try:
+        rows = [{"id": name, "server": name, "transport": transport,
+                 "status": "ok" if error is None else "failed", "tools": tools,
+                 "seconds": seconds, "error": error}
+                for name, transport, tools, seconds, error in toolset.check()]
+    finally:
+        toolset.close()
+    for row in rows:
+        if row["error"]:
+            warn("agent-run", row["error"])
+    render(rows, [Column("server", "SERVER"), Column("transport", "TRANSPORT"),
+                  Column("status", "STATUS"), Column("tools", "TOOLS"),
+                  Column("seconds", "SECONDS", human=lambda r: f"{r['seconds']:.2f}"),
+                  Column("error", "ERROR", human=lambda r: first_line(r["error"] or "-", 60))],
+           fmt="table" if fmt == "text" else fmt)
+    return 1 if any(row["error"] for row in rows) else 0
 
 
 def main(argv=None):

@@ -1,13 +1,15 @@
 """MCP servers as the operator configures them (agent-run(1), MCP servers), and what
 each offers, kept between turns so that a turn starts no server it does not call.
 
-The configuration is the file other MCP clients write, {"mcpServers": {NAME: ENTRY}}:
+The configuration is the file other MCP clients write, {"mcpServers": {NAME: ENTRY}}
+(Claude Desktop's, Cursor's; VS Code's {"servers": {NAME: ENTRY}} too):
 - a stdio server: {"command", "args", "env", "cwd"}, and for its sandbox "ro", "net"
   (the hosts it may reach: a list of patterns, agentctl.hosts; true: every public host);
 - a Streamable HTTP server: {"url", "headers"} or {"type": "http", ...};
 - an SSE server (the older transport): {"type": "sse", "url", "headers"}.
-`${VAR}` and `${VAR:-default}` in the command, args, env, url and headers take their
-value from the environment when a server is started (a token is never stored).
+`${VAR}` and `${VAR:-default}` (VS Code's `${env:VAR}`) in the command, args, env, url
+and headers take their value from the environment when a server is started (a token is
+never stored); VS Code's `${input:NAME}`, which asks its user, is refused.
 
 An entry that is wrong breaks its own server only: it is skipped with a warning that
 says why, as is every server when the file can't be read. A server's tools are
@@ -29,7 +31,8 @@ from agentctl.text import cut
 
 TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http",
               "streamablehttp": "http", "sse": "sse"}
-VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+ASKED = re.compile(r"\$\{input:([^}]*)\}")       # VS Code's: asks its user
 
 
 class Entry:
@@ -156,6 +159,12 @@ def _check(name, spec):
         value = spec.get(field, {})
         if not isinstance(value, dict) or not all(map(_strings, value.values())):
             raise ValueError(f'"{field}" is an object of texts')
+    for text in [spec.get("command") or "", spec.get("url") or "", *spec.get("args", []),
+                 *spec.get("env", {}).values(), *spec.get("headers", {}).values()]:
+        asked = ASKED.search(text) if _strings(text) else None
+        if asked:
+            raise ValueError(f"${{input:{asked.group(1)}}} asks VS Code's user, which "
+                             f"agentctl can't: take it from the environment (${{VAR}})")
     return transport
 
 
@@ -177,10 +186,12 @@ def servers(warnings):
     except jsonin.JSONError as e:
         warnings.append(f"{path}: not JSON: {e}: no MCP server is offered")
         return {}
-    found = config.get("mcpServers") if isinstance(config, dict) else None
+    found = None
+    if isinstance(config, dict):        # VS Code's form where there is no other
+        found = config.get("mcpServers", config.get("servers"))
     if not isinstance(found, dict):
-        warnings.append(f'{path}: want {{"mcpServers": {{NAME: {{...}}}}}}: no MCP server '
-                        "is offered")
+        warnings.append(f'{path}: want {{"mcpServers": {{NAME: {{...}}}}}} (or VS Code\'s '
+                        '{"servers": ...}): no MCP server is offered')
         return {}
     entries = {}
     for name, spec in found.items():

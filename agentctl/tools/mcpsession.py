@@ -17,7 +17,7 @@ import os
 import threading
 import time
 
-from agentctl import keys, paths, voice
+from agentctl import __version__, keys, paths, voice
 from agentctl.tools import mcp
 from agentctl.tools import mcpreasons
 from agentctl.tools.calls import POLL, ToolFailed
@@ -32,6 +32,12 @@ class Failed(Exception):
     """A server could not be started or reached: the one-line reason names it."""
 
 
+def agentctl():
+    """Who the client is, said to each server (initialize, or each request's _meta)."""
+    from mcp.types import Implementation  # (an optional extra: mcp)
+    return Implementation(name="agentctl", version=__version__)
+
+
 def _sdk():
     try:
         from mcp import StdioServerParameters  # (an optional extra: mcp)
@@ -44,10 +50,14 @@ def _sdk():
 
 class Servers:
     """The MCP servers of one turn. `sandbox()` gives the sandbox a stdio server runs
-    in (None: an unconfined agent's), made at the first start that needs it."""
+    in (None: an unconfined agent's), made at the first start that needs it. `warn`
+    says a server's failure during a call, once a run (agent-run's standard error):
+    the tools of a server listed on an earlier turn are offered without starting it,
+    so nobody but the model would see it fail."""
 
-    def __init__(self, cwd, environment, sandbox=lambda: None):
+    def __init__(self, cwd, environment, sandbox=lambda: None, warn=None):
         self.cwd, self.environment, self.sandbox = cwd, environment, sandbox
+        self.warn, self.said = warn, set()
         self.loop = None        # made with the first server: a turn that starts none
         self.clients, self.stops, self.tasks, self.failed = {}, {}, {}, {}
         self.changed = set()        # servers that said their list of tools changed
@@ -166,7 +176,7 @@ class Servers:
             self.stops[entry.name] = stop
             try:
                 async with Client(transport, mode="auto", message_handler=note,
-                                  cache=None) as client:
+                                  cache=None, client_info=agentctl()) as client:
                     box["client"] = client
                     acked = self.asyncio.Event()
                     listening = self.asyncio.ensure_future(listen(client, acked))
@@ -200,6 +210,10 @@ class Servers:
             tail = mcpreasons.tail(log)
             line += f"; its stderr ({log}): {' | '.join(tail)}" if tail else \
                 f" (it wrote nothing on stderr: {log})"
+            hidden = mcpreasons.hidden(tail) if self.sandbox() is not None else None
+            if hidden is not None:
+                line += (f"; its sandbox shows it none of {hidden}: \"ro\": [\"{hidden}\"] "
+                         "in its entry would")
         for secret in entry.secrets(self.environment):
             line = line.replace(secret, "***")
         return keys.redact(line)
@@ -228,7 +242,7 @@ class Servers:
         try:
             client = self.client(entry)
         except Failed as e:
-            raise ToolFailed(str(e)) from None
+            raise self._fails(str(e)) from None
         future = self.asyncio.run_coroutine_threadsafe(client.call_tool(tool, arguments),
                                                        self.loop)
         deadline = time.monotonic() + timeout
@@ -236,7 +250,8 @@ class Servers:
             left = deadline - time.monotonic()
             if left <= 0:
                 future.cancel()
-                raise ToolFailed(voice.timed_out(timeout))
+                raise self._fails(f"MCP server {entry.name}: {tool}: no result in "
+                                  f"{timeout:g} s", voice.timed_out(timeout))
             concurrent.futures.wait([future], min(POLL, left))
             if not future.done():
                 try:
@@ -249,14 +264,22 @@ class Servers:
         except Exception as e:
             reason = mcpreasons.reason(e, entry)
             if "unknown tool" in reason.lower() and tool not in self._names(entry):
-                raise ToolFailed(voice.mcp_tool_gone(entry.name, tool)) from None
-            raise ToolFailed(reason) from None
+                raise self._fails(voice.mcp_tool_gone(entry.name, tool)) from None
+            raise self._fails(f"MCP server {entry.name}: {tool}: {reason}") from None
         text, parts = content(result.content)
         if getattr(result, "is_error", False):
             if "unknown tool" in text.lower() and tool not in self._names(entry):
-                raise ToolFailed(voice.mcp_tool_gone(entry.name, tool))
-            raise ToolFailed(text or voice.MCP_FAILED)
+                raise self._fails(voice.mcp_tool_gone(entry.name, tool))
+            raise ToolFailed(text or voice.MCP_FAILED)     # the tool's own error: its result
         return text, parts
+
+    def _fails(self, line, text=None):
+        """The ToolFailed of a server's failure (`text` for the model, else `line`),
+        `line` said once a run."""
+        if self.warn is not None and line not in self.said:
+            self.said.add(line)
+            self.warn(keys.redact(line))
+        return ToolFailed(text or line)
 
     def _names(self, entry):
         """The names of the tools `entry` offers now (listed again, and kept)."""

@@ -20,7 +20,7 @@ from agentctl.errors import AgentctlError
 from agentctl.ops import asks, authority, docs, lease, lifecycle, mail, signals
 from agentctl.store import events, history, mailbox, registry
 from agentctl.store.db import INTEGER_MAX
-from agentctl.text import valid_json
+from agentctl.text import first_line, valid_json
 from agentctl.turn import watch
 
 
@@ -182,9 +182,11 @@ def record_result(conn, agent_id, turn_id, call, text, started, outcome, media=N
                                                            separators=(",", ":")),
                        tool_name=call["tool_name"], tool_call_id=call["tool_call_id"],
                        turn_id=turn_id)
+    error = {"error": first_line(keys.redact(text.removeprefix(voice.ERROR)), 500)} \
+        if outcome == "error" else {}
     events.record(conn, agent_id, "tool", turn=turn_id, tool=call["tool_name"],
                   call=call["tool_call_id"], outcome=outcome,
-                  seconds=round(time.monotonic() - started, 3))
+                  seconds=round(time.monotonic() - started, 3), **error)
 
 
 def _descendant(conn, agent_id, ref):

@@ -42,7 +42,7 @@ class Toolset:
     """What one turn of `agent` offers."""
 
     def __init__(self, conn, agent, warn=None, prompt=None):
-        self.conn, self.agent, self.prompt = conn, agent, prompt
+        self.conn, self.agent, self.prompt, self.warn = conn, agent, prompt, warn
         self.warnings = []
         self.allowance = grants.Allowance(conn, agent["id"])
         self.builtin = {s["function"]["name"]: s for s in tools.specs()
@@ -89,7 +89,8 @@ class Toolset:
         if not usable.servers:
             return
         from agentctl.tools import mcp, mcpsession  # (start-up: 3 ms, only with MCP servers)
-        self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox)
+        self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox,
+                                          self.warn)
         for server, entry in usable.servers.items():
             offered = mcp.cached(entry, self.environment())
             self.mcp_states[server] = (entry.transport, "cached", None)
@@ -106,6 +107,30 @@ class Toolset:
                 if name is not None:
                     self.mcp_tools[name] = (entry, tool, description, schema)
 
+    def check(self):
+        """(name, transport, tools, seconds, error) of every MCP server the configuration
+        names, whether the agent's grants reach it or not: each contacted now, as the
+        agent's tools would be (its sandbox), and listed again (the list kept); tools
+        None and `error` why, for one that fails."""
+        from agentctl.tools import mcp, mcpsession  # (start-up: 3 ms, only with MCP servers)
+        warnings = []
+        entries = mcp.servers(warnings)
+        for line in warnings:
+            self.warn(line)
+        if self.servers is None:
+            self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox,
+                                              self.warn)
+        rows = []
+        for name, entry in entries.items():
+            started = time.monotonic()
+            try:
+                found, error = len(self.servers.tools(entry)), None
+            except mcpsession.Failed as e:
+                found, error = None, str(e)
+            rows.append((name, entry.transport, found,
+                         round(time.monotonic() - started, 2), error))
+        return rows
+
     def cwd(self):
         return self.agent["cwd"] or None
 
@@ -121,13 +146,14 @@ class Toolset:
         """(name, source, where, confined, description, schema) of every tool offered,
         in the order specs() offers them: its source built-in (where None), program
         (where its path) or mcp (where its server's name); an external tool is confined
-        when its calls run in the sandbox (unless the agent is --unconfined)."""
+        when its calls run in the sandbox (unless the agent is --unconfined; never an
+        HTTP or SSE server's: it runs elsewhere)."""
         confined = not self.agent["unconfined"]
         rows = [(n, "built-in", None, True, s["function"]["description"],
                  s["function"]["parameters"]) for n, s in self.builtin.items()]
         rows += [(n, "program", str(p.path), confined, p.description, p.parameters)
                  for n, p in self.programs.items()]
-        rows += [(n, "mcp", entry.name, confined, d, s)
+        rows += [(n, "mcp", entry.name, confined and entry.transport == "stdio", d, s)
                  for n, (entry, _, d, s) in self.mcp_tools.items()]
         return rows
 
