@@ -106,6 +106,11 @@ def mcp_cache():
     return os.path.join(cache_home(), "agentctl", "mcp-tools.json")
 
 
+def mcp_own(server):
+    """An MCP server's own directory, its launcher's package cache (tools/launchers.py)."""
+    return os.path.join(cache_home(), "agentctl", "mcp", f"{server}.cache")
+
+
 def mcp_log(server):
     """Where an MCP server's standard error goes (its latest start's)."""
     return os.path.join(cache_home(), "agentctl", "mcp", f"{server}.stderr")

@@ -233,7 +233,13 @@ def _list_tools(conn, ref, fmt):
 def _check(conn, ref, fmt):
     """Every configured MCP server contacted now: a row each, and a line on stderr for
     each that fails; 1 when one does."""
-    toolset = Toolset(conn, registry.resolve(conn, ref), lambda line: warn("agent-run", line))
+    said = set()        # (a server the turn's listing started, and failed, is said once)
+
+    def once(line):
+        if line not in said:
+            said.add(line)
+            warn("agent-run", line)
+    toolset = Toolset(conn, registry.resolve(conn, ref), once)
     try:
         rows = [{"id": name, "server": name, "transport": transport,
                  "status": "ok" if error is None else "failed", "tools": tools,
@@ -243,7 +249,7 @@ def _check(conn, ref, fmt):
         toolset.close()
     for row in rows:
         if row["error"]:
-            warn("agent-run", row["error"])
+            once(row["error"])
     render(rows, [Column("server", "SERVER"), Column("transport", "TRANSPORT"),
                   Column("status", "STATUS"), Column("tools", "TOOLS"),
                   Column("seconds", "SECONDS", human=lambda r: f"{r['seconds']:.2f}"),

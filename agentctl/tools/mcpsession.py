@@ -18,8 +18,7 @@ import threading
 import time
 
 from agentctl import __version__, keys, paths, voice
-from agentctl.tools import mcp
-from agentctl.tools import mcpreasons
+from agentctl.tools import launchers, mcp, mcpreasons
 from agentctl.tools.calls import POLL, ToolFailed
 from agentctl.tools.sandbox import Unavailable
 
@@ -58,6 +57,7 @@ class Servers:
     def __init__(self, cwd, environment, sandbox=lambda: None, warn=None):
         self.cwd, self.environment, self.sandbox = cwd, environment, sandbox
         self.warn, self.said = warn, set()
+        self.took = {}
         self.loop = None        # made with the first server: a turn that starts none
         self.clients, self.stops, self.tasks, self.failed = {}, {}, {}, {}
         self.changed = set()        # servers that said their list of tools changed
@@ -130,14 +130,17 @@ class Servers:
         argv, env = filled["argv"], {**environment, **filled["env"]}
         sandbox = self.sandbox()
         if sandbox is not None:
+            launched, hosts = launchers.given(argv[0], environment, paths.home())
             try:
-                prepared = sandbox.wrap(argv, per_call=False, ro=spec.get("ro", []),
-                                        net=mcp.hosts(spec), who=entry.name)
+                prepared = sandbox.wrap(
+                    argv, per_call=False, ro=spec.get("ro", []), who=entry.name,
+                    net=mcp.hosts(spec) if "net" in spec else hosts,
+                    own=(paths.mcp_own(entry.name), launchers.CACHE) if launched else None)
             except Unavailable as e:
                 raise Failed(f"MCP server {entry.name}: not started: {e}") from None
             self.groups.append(prepared)        # (closed when the servers are)
             argv = prepared.launcher()
-            env = {**sandbox.environment, **prepared.env, **filled["env"]}
+            env = {**sandbox.environment, **prepared.env, **launched, **filled["env"]}
         os.makedirs(os.path.dirname(log), exist_ok=True)
         errlog = open(log, "w", encoding="utf-8", errors="replace")
         from mcp.client.stdio import stdio_client  # (an optional extra: mcp)
@@ -221,13 +224,18 @@ class Servers:
     # -- what it offers, and calls ---------------------------------------------------------
 
     def tools(self, entry):
-        """What `entry` offers, listed now (and kept for the next turns)."""
-        client = self.client(entry)
+        """What `entry` offers, listed now (and kept for the next turns); the seconds
+        its first listing this run took, with its start, in took[name]."""
+        started = time.monotonic()
         try:
-            listed = self._run(client.list_tools(), LIST_SECONDS)
-        except Exception as e:
-            raise Failed(f"MCP server {entry.name}: can't list its tools: "
-                         f"{mcpreasons.reason(e, entry)}") from None
+            client = self.client(entry)
+            try:
+                listed = self._run(client.list_tools(), LIST_SECONDS)
+            except Exception as e:
+                raise Failed(f"MCP server {entry.name}: can't list its tools: "
+                             f"{mcpreasons.reason(e, entry)}") from None
+        finally:
+            self.took.setdefault(entry.name, round(time.monotonic() - started, 2))
         found = [(t.name, t.description or "", t.input_schema) for t in listed.tools]
         mcp.remember(entry, found, self.environment)
         return found

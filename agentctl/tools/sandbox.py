@@ -126,6 +126,21 @@ def _seccomp():
     return _made["seccomp"]
 
 
+def _own(directory):
+    """`directory` (agentctl's: its parent no tool can write), made if missing and, as
+    root, owned by the user tools run as (and by it alone: mode 0700)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    if os.geteuid() == 0:
+        uid, gid = user()
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            if os.fstat(fd).st_uid != uid:
+                os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
+    return directory
+
+
 def _empty():
     """An empty read-only file: what stands in for a hidden file."""
     path = os.path.join(paths.runtime(make=True), "empty")
@@ -260,11 +275,13 @@ class Sandbox:
         return _made[key]
 
     def wrap(self, argv, status_fd=None, program=None, per_call=True, ro=(), net=None,
-             who=None):
+             who=None, own=None):
         """The call of `argv` in the sandbox, prepared (Prepared): `program`, a file
         the command needs that may be in a hidden place (a tool on the tool path);
         `ro`, `net`: more read-only paths, more hosts (an MCP server's, `who`, from the
-        operator's configuration: a list of patterns). Given hosts, the call starts
+        operator's configuration: a list of patterns); `own`, (a directory of
+        agentctl's, where): a directory of its own it may write (made, and as root
+        given to the user it runs as), bound there. Given hosts, the call starts
         behind its outlet, and its Prepared.env points its programs at it. As root,
         bwrap makes a user namespace whose maps agentctl gives (Prepared.started), in
         which RLIMIT_NPROC counts the call's processes."""
@@ -282,6 +299,8 @@ class Sandbox:
             if os.path.exists(path):
                 args += ["--ro-bind-fd", Handle(path), path]
         args += ["--bind-fd", Handle(self.cwd), self.cwd]
+        if own is not None:
+            args += ["--bind-fd", Handle(_own(own[0])), own[1]]
         placeholders = cover.Placeholders()
         try:
             covering, hidden = cover.arguments(

@@ -111,7 +111,7 @@ class Toolset:
         """(name, transport, tools, seconds, error) of every MCP server the configuration
         names, whether the agent's grants reach it or not: each contacted now, as the
         agent's tools would be (its sandbox), and listed again (the list kept); tools
-        None and `error` why, for one that fails."""
+        None and `error` why, for one that fails; seconds, its start and listing's."""
         from agentctl.tools import mcp, mcpsession  # (start-up: 3 ms, only with MCP servers)
         warnings = []
         entries = mcp.servers(warnings)
@@ -122,13 +122,11 @@ class Toolset:
                                               self.warn)
         rows = []
         for name, entry in entries.items():
-            started = time.monotonic()
-            try:
+            try:        # (contacted already when the turn's listing needed it)
                 found, error = len(self.servers.tools(entry)), None
             except mcpsession.Failed as e:
                 found, error = None, str(e)
-            rows.append((name, entry.transport, found,
-                         round(time.monotonic() - started, 2), error))
+            rows.append((name, entry.transport, found, self.servers.took[name], error))
         return rows
 
     def cwd(self):

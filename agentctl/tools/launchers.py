@@ -1,0 +1,92 @@
+"""Package launchers as MCP servers' commands (agent-run(1), MCP servers): an entry
+pasted as its README gives it (`npx -y @modelcontextprotocol/server-everything`,
+`uvx mcp-server-fetch`, `pipx run ...`, `bunx ...`) runs in its sandbox with what the
+launcher needs and nothing more:
+
+- its package cache: a directory of that server's own under agentctl's cache,
+  writable by it alone (bound at CACHE in its sandbox), so that a package is
+  downloaded once and not on every start;
+- its registry: the one the operator configured (npm_config_registry or ~/.npmrc's
+  registry=; UV_DEFAULT_INDEX, UV_INDEX_URL or PIP_INDEX_URL), else the public one,
+  passed on to it and, unless its entry names its own "net", its hosts alone in
+  its network list (through the egress proxy, as every host).
+
+A table of launchers and two of registries; no I/O but reading ~/.npmrc.
+"""
+
+import os
+import urllib.parse
+
+CACHE = "/run/agentctl-cache"       # a server's own cache, in its sandbox
+
+NPM, PYPI = "npm", "pypi"
+# launcher (the command's file name) -> (its registry's kind, {variable: where in CACHE})
+LAUNCHERS = {
+    "npx": (NPM, {"npm_config_cache": "npm"}),
+    "npm": (NPM, {"npm_config_cache": "npm"}),
+    "bunx": (NPM, {"BUN_INSTALL_CACHE_DIR": "bun"}),
+    "bun": (NPM, {"BUN_INSTALL_CACHE_DIR": "bun"}),
+    "uvx": (PYPI, {"UV_CACHE_DIR": "uv"}),
+    "uv": (PYPI, {"UV_CACHE_DIR": "uv"}),
+    "pipx": (PYPI, {"PIPX_HOME": "pipx", "PIP_CACHE_DIR": "pip"}),
+}
+# the registry's variables, as the launchers read them (the first set is the one used)
+REGISTRY = {NPM: ("npm_config_registry", "NPM_CONFIG_REGISTRY"),
+            PYPI: ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")}
+PUBLIC = {NPM: ["registry.npmjs.org"], PYPI: ["pypi.org", "files.pythonhosted.org"]}
+
+
+def of(command):
+    """The launcher `command` is (its registry's kind, its cache variables), or None."""
+    return LAUNCHERS.get(os.path.basename(command))
+
+
+def given(command, environment, home):
+    """(environment, hosts) a server whose command is `command` gets as a launcher:
+    its cache's variables and its registry's (as the operator configured it), and the
+    registry's hosts; ({}, []) for another command."""
+    found = of(command)
+    if found is None:
+        return {}, []
+    kind, caches = found
+    env = {name: f"{CACHE}/{where}" for name, where in caches.items()}
+    urls = []
+    for name in REGISTRY[kind]:
+        value = environment.get(name)
+        if value:
+            env[name] = value
+            urls.append(value)
+    if kind == NPM and not urls:
+        configured = npmrc(os.path.join(home, ".npmrc"))
+        if configured:
+            env["npm_config_registry"] = configured
+            urls.append(configured)
+    hosts = [host for host in map(host_of, urls) if host] or list(PUBLIC[kind])
+    return env, hosts
+
+
+def npmrc(path):
+    """The registry= of an .npmrc, or None (a scope's registry is the scope's alone)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition("=")
+                if sep and key.strip() == "registry" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def host_of(url):
+    """The host pattern (agentctl.hosts) of a registry's URL: its host, with the
+    port when the URL names one; None for what is not an http(s) URL."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}" if port else host
