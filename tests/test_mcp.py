@@ -126,9 +126,8 @@ def test_a_server_that_fails_says_why_and_breaks_only_its_own_tools(tmp_path, mo
     assert ran.code == 0, ran.err
     log = tmp_path / "cache" / "agentctl" / "mcp" / "broken.stderr"
     assert ran.err.splitlines()[0] == (
-        f"agent-run: MCP server broken: can't start it: it exited (or closed its standard "
-        f"output) before it answered; its stderr ({log}): loading config | fatal: no such "
-        "database: notes.db")
+        f"agent-run: MCP server broken: can't start it: it exited with status 3 before it "
+        f"answered; its stderr ({log}): loading config | fatal: no such database: notes.db")
     assert "fatal: no such database" in log.read_text()
     assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["2"]
 

@@ -65,13 +65,13 @@ def test_a_listed_server_that_broke_is_said_once_logged_and_told(tmp_path, monke
     assert ran.code == 0, ran.err
     lines = [line for line in ran.err.splitlines() if "MCP server" in line]
     assert len(lines) == 1, ran.err                      # two calls, said once
-    assert lines[0].startswith("agent-run: MCP server notes: can't start it: it exited (or "
-                               "closed its standard output) before it answered; its stderr ")
+    assert lines[0].startswith("agent-run: MCP server notes: can't start it: it exited with "
+                               "status 3 before it answered; its stderr ")
     assert lines[0].endswith("loading config | fatal: no such database: notes.db")
     results = tool_results(db(), "w")
     assert len(results) == 2
-    assert all(r.startswith("error: MCP server notes: can't start it: it exited") for r in
-               results)
+    assert all(r.startswith("error: MCP server notes: can't start it: it exited with status 3")
+               for r in results)
     events = tool_events("w")
     assert len(events) == 2
     assert all("notes__add error in" in e and "fatal: no such database" in e for e in events)

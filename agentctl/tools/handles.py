@@ -36,6 +36,12 @@ class Readable(Handle):
     flags = os.O_RDONLY
 
 
+class Stderr(Handle):
+    """A copy of the starter's standard error, as bwrap's --json-status-fd (an MCP
+    server's: its exit status at the end of its log). bwrap closes that descriptor
+    in the sandbox, so it can't be the standard error itself."""
+
+
 class Users(str):
     """bwrap's --unshare-user, as root: a user namespace whose maps agentctl writes
     (Handshake), root for bwrap's set-up and `uid`, `gid` (whom the tools run as);
@@ -114,7 +120,10 @@ def opened(argv):
     fds, out, handshake = [], [], None
     try:
         for word in argv:
-            if isinstance(word, Handle):
+            if isinstance(word, Stderr):
+                fds.append(os.dup(2))
+                out.append(str(fds[-1]))
+            elif isinstance(word, Handle):
                 fds.append(paths.opened(str(word), word.flags))
                 out.append(str(fds[-1]))
             elif isinstance(word, Users):
@@ -137,11 +146,17 @@ def opened(argv):
 def launcher(argv):
     """argv that opens the handles in `argv` in a process of its own, then runs it: the
     launcher's first argument lists where the handles stand (2,7,...)."""
+    kinds = ((Readable, "r"), (Stderr, "s"), (Handle, ""))
     where = ",".join(f"{n}u{w.coded()}" if isinstance(w, Users) else
-                     f"{n}{'r' if isinstance(w, Readable) else ''}"
-                     for n, w in enumerate(argv) if isinstance(w, (Handle, Users)))
+                     n_kind(n, w, kinds) for n, w in enumerate(argv)
+                     if isinstance(w, (Handle, Users)))
     return spawn.python("from agentctl.tools.handles import launch; launch()", site=False) \
         + [where or "-"] + [str(w) for w in argv]
+
+
+def n_kind(n, word, kinds):
+    """A handle's place and kind in the launcher's first argument (7, 7r, 7s)."""
+    return f"{n}{next(mark for kind, mark in kinds if isinstance(word, kind))}"
 
 
 def launch():
@@ -151,8 +166,8 @@ def launch():
         n, users, coded = entry.partition("u")
         if users:
             where[int(n)] = lambda w, coded=coded: Users.decoded(coded)
-        elif n.rstrip("r").isdigit():
-            where[int(n.rstrip("r"))] = Readable if n.endswith("r") else Handle
+        elif n.rstrip("rs").isdigit():
+            where[int(n.rstrip("rs"))] = {"r": Readable, "s": Stderr}.get(n[-1], Handle)
     given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[2:])]
     try:
         argv, fds, handshake = opened(given)

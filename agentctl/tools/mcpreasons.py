@@ -8,6 +8,7 @@ import re
 from agentctl.text import cut
 
 STDERR_LINES = 3
+EXITED_EARLY = "it exited (or closed its standard output) before it answered"
 
 
 class Refused(Exception):
@@ -54,7 +55,7 @@ def reason(error, entry):
         if name in ("CancelledError",):
             continue
         if "Connection closed" in text and entry.transport == "stdio":
-            return "it exited (or closed its standard output) before it answered"
+            return EXITED_EARLY
         return f"{name}: {text}" if text else name
     return type(error).__name__
 
@@ -69,9 +70,21 @@ def _token(entry):
 # `throw err;`, the properties of its error object and its version line.
 NOISE = re.compile(r"\s+at \S|\s*File \"|\s*\^+\s*$|[\s\[\]{}(),;]*$|node:internal/"
                    r"|\s*throw \w+;\s*$|\s+(code|requireStack|errno|syscall|path): "
-                   r"|Node\.js v\d|Traceback \(most recent call last\):")
+                   r"|Node\.js v\d|Traceback \(most recent call last\):"
+                   r'|\{ "(child-pid|exit-code)": ')      # (the sandbox's status lines)
+EXITED = re.compile(r'\{ "exit-code": (\d+) \}')   # bwrap's, at the server's end
 FRAME = re.compile(r'\s*File "')      # a Python frame: its source line follows
 SAID = "agentctl: "         # a line agentctl's sandbox wrote (a refused host): kept
+
+
+def exit_status(log):
+    """The exit status the sandbox wrote at the end of a server's stderr, or None."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            found = EXITED.findall(f.read()[-16384:])
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
 
 
 def tail(log):

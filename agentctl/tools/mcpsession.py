@@ -20,6 +20,7 @@ import time
 from agentctl import __version__, keys, paths, voice
 from agentctl.tools import launchers, mcp, mcpreasons
 from agentctl.tools.calls import POLL, ToolFailed
+from agentctl.tools.handles import Stderr
 from agentctl.tools.sandbox import Unavailable
 
 START_SECONDS = 30.0
@@ -132,8 +133,8 @@ class Servers:
         if sandbox is not None:
             launched, hosts = launchers.given(argv[0], environment, paths.home())
             try:
-                prepared = sandbox.wrap(
-                    argv, per_call=False, ro=spec.get("ro", []), who=entry.name,
+                prepared = sandbox.wrap(        # (its status at the end of its stderr)
+                    argv, status_fd=Stderr("-"), per_call=False, ro=spec.get("ro", []), who=entry.name,
                     net=mcp.hosts(spec) if "net" in spec else hosts,
                     own=(paths.mcp_own(entry.name), launchers.CACHE) if launched else None)
             except Unavailable as e:
@@ -208,6 +209,9 @@ class Servers:
         """One line: the server, the reason, the last lines of its standard error."""
         reason = mcpreasons.reason(mcpreasons.Refused(*self.refused[entry.name])
                                    if entry.name in self.refused else error, entry)
+        status = mcpreasons.exit_status(log) if entry.transport == "stdio" else None
+        if status is not None and reason.startswith(mcpreasons.EXITED_EARLY):
+            reason = f"it exited with status {status} before it answered"
         line = f"MCP server {entry.name}: can't start it: {reason}"
         if entry.transport == "stdio":
             tail = mcpreasons.tail(log)

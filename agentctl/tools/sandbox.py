@@ -329,7 +329,8 @@ class Sandbox:
         for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
             args += ["--remount-ro", path]              # enough for another user)
         if status_fd is not None:
-            args += ["--json-status-fd", str(status_fd)]
+            args += ["--json-status-fd", status_fd if isinstance(status_fd, Handle)
+                     else str(status_fd)]
         args += ["--chdir", self.cwd, "--"]
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
