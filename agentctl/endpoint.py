@@ -3,7 +3,7 @@ checked, and the endpoint's name, by which every run that shares the database
 knows it (agentctl(5), endpoints): the base URL without the credentials it may
 hold, and a fingerprint of the key, never the key.
 
-Kept free of requests: agent-run --all names the endpoint of each agent it may
+Kept free of urllib3: agent-run --all names the endpoint of each agent it may
 run before it starts any run.
 """
 

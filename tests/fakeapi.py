@@ -11,6 +11,7 @@ It records every request (path, headers, parsed body) and answers from a queue o
     fakeapi.reply("text", delay=1.0)         # answer only after the client has timed out
     fakeapi.reply("text", drop=True)         # close the connection without answering
     fakeapi.reply(body=b"[[[1]]]")           # this body (to a stream: this one event's data)
+    fakeapi.reply("text", gzip=True)         # the body gzip'd (Content-Encoding), a stream too
     fakeapi.error(429, "slow down", retry_after=1)
 
 Every request body is checked first against the official SDKs' request types (openai's
@@ -23,6 +24,7 @@ Test modules import the fixture: `from tests.fakeapi import fakeapi`.
 """
 
 import copy
+import gzip
 import json
 import re
 import socket
@@ -30,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+import zlib
 from collections import deque
 
 import pytest
@@ -52,13 +55,13 @@ def split(text, pieces):
 
 
 class FakeAPI(localhttp.LocalServer):
-    def __init__(self):
+    def __init__(self, server_class=None, handler_class=None):
         Schemas.start()
         self.requests = []
         self.violations = []        # (path, problem) for each request body that broke the rules
         self.queue = deque()
         self.errors = []            # tracebacks of requests the fake failed to handle
-        super().__init__(Handler, Server)
+        super().__init__(handler_class or Handler, server_class or Server)
 
     def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, cached=(0, 0), timings=None,
               **faults):
@@ -68,6 +71,8 @@ class FakeAPI(localhttp.LocalServer):
         timings: an object llama.cpp's server adds to an OpenAI reply (and its last chunk).
 
         faults: cut_after=N events (clean=True ends the stream neatly but without its end mark),
+        gzip=True sends the body (a stream: each event as it goes) gzip'd (with body=bytes:
+        those bytes as they are, under Content-Encoding: gzip),
         malformed=True, delay=seconds before answering, hold=an Event to wait for first, stall_after=N events + stall=seconds,
         error_event="overloaded_error" sent after cut_after events (Anthropic streams),
         ignore_stream=True answers a stream request with a plain JSON body, drop=True closes the
@@ -178,13 +183,16 @@ class Handler(localhttp.Handler):
             self.send_json(status, obj, headers)
 
     def send_plain(self, flavour, behaviour, body):
+        gzipped = [("Content-Encoding", "gzip")] if behaviour.get("gzip") else []
         if behaviour.get("body") is not None:
-            return self.send_json(200, None, raw=behaviour["body"])
+            return self.send_json(200, None, gzipped, raw=behaviour["body"])
         if behaviour.get("malformed"):
             return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
         render = openai_plain if flavour == "openai" else anthropic_plain
-        self.send_json(200, render(behaviour, behaviour.get("served") or body.get("model")),
-                       cut=behaviour.get("cut_after") is not None)
+        obj = render(behaviour, behaviour.get("served") or body.get("model"))
+        if gzipped:
+            return self.send_json(200, None, gzipped, raw=gzip.compress(json.dumps(obj).encode()))
+        self.send_json(200, obj, cut=behaviour.get("cut_after") is not None)
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -207,6 +215,14 @@ class Handler(localhttp.Handler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        if behaviour.get("gzip") and behaviour.get("body") is not None:
+            self.send_header("Content-Encoding", "gzip")
+            events = [behaviour["body"]]                # as it is, whatever it claims
+        elif behaviour.get("gzip"):
+            self.send_header("Content-Encoding", "gzip")
+            packer = zlib.compressobj(wbits=31)     # gzip's format, each event flushed out
+            events = [packer.compress(e) + packer.flush(zlib.Z_SYNC_FLUSH) for e in events]
+            events.append(packer.flush())
         self.end_headers()
         cut_after = behaviour.get("cut_after")
         for number, event in enumerate(events):

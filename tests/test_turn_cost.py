@@ -24,7 +24,7 @@ PLAIN_TURN = {
     "agentctl.cli", "agentctl.cli.options", "agentctl.cli.output", "agentctl.cli.program",
     "agentctl.cli.run", "agentctl.cli.stdio",
     "agentctl.models", "agentctl.models.api", "agentctl.models.base", "agentctl.models.http",
-    "agentctl.models.limits", "agentctl.models.openai",
+    "agentctl.models.limits", "agentctl.models.openai", "agentctl.models.transport",
     "agentctl.ops", "agentctl.ops.asks", "agentctl.ops.authority", "agentctl.ops.budget",
     "agentctl.ops.confinement", "agentctl.ops.deadlines", "agentctl.ops.docs",
     "agentctl.ops.ending", "agentctl.ops.endpoints", "agentctl.ops.gate",
@@ -45,6 +45,9 @@ POSTGRESQL = {"agentctl.store.pg", "agentctl.store.libpq", "agentctl.store.pgsch
 # Nor any of these, which requests (the floor's own import) does not load either (but
 # psycopg imports dataclasses)
 NOT_LOADED = {"subprocess", "dataclasses"}
+# On either backend: requests, and what it adds to urllib3, which the model call speaks
+# through (models/transport.py); a call over plain http needs no certificates either.
+NOT_ON_A_CALLS_PATH = {"requests", "charset_normalizer", "idna", "http.cookiejar", "certifi"}
 # The statements of that turn, on each backend: a turn that takes one prompt, one call
 # whose response says its rate limits (the gate writes what it learnt), then commits.
 STATEMENTS = {"sqlite": 82, "postgresql": 76}
@@ -68,6 +71,7 @@ def test_a_plain_turn_loads_the_modules_it_needs_and_no_more(fakeapi):  # noqa: 
     fakeapi.reply("hi")
     status, modules = loaded_by(["a"])
     assert status == 0 and len(fakeapi.requests) == 1
+    assert modules & NOT_ON_A_CALLS_PATH == set()
     ours = {m for m in modules if m == "agentctl" or m.startswith("agentctl.")}
     expected = PLAIN_TURN | (POSTGRESQL if BACKEND["name"] == "postgresql" else set())
     assert sorted(ours - expected) == [], "new on a plain turn's path: add it, on purpose"

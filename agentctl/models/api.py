@@ -3,15 +3,14 @@
 A provider's row (modelspec.PROVIDERS) names its base URL's variable and default and its key's
 variable; its class names the path and gives four pieces: the request headers, the request body,
 the parser of a plain JSON reply and the parser of an event stream. The rest, reading and checking
-the environment, the session, the retries and the error text, is here and in http.py.
+the environment, the retries and the error text, is here and in http.py; the connections are
+transport.py's.
 
-Kept free of requests: naming an API model (get_model) must stay cheap; http.py, which needs it,
+Kept free of urllib3: naming an API model (get_model) must stay cheap; http.py, which needs it,
 is imported when a call is made.
 """
 
 import re
-import threading
-from contextlib import contextmanager
 
 from ..modelspec import BY_NAME
 from .. import endpoint as where
@@ -44,10 +43,6 @@ class HTTPModel(Model):
         self.row = provider or BY_NAME[self.provider]
         self.provider = self.row.name       # the name before the colon, and in messages
         self.name = f"{self.provider}:{model}"
-        # Sessions not in use: the calls of a turn reuse a kept-alive connection, and calls made
-        # at once from several threads never share one. Nothing is kept per thread.
-        self._idle = []
-        self._lock = threading.Lock()
 
     # -- what a provider fills in ----------------------------------------------------------------
 
@@ -95,7 +90,7 @@ class HTTPModel(Model):
         return where.Identity(self.provider, url, where.api_key(self.row.key, url, self.name))
 
     def complete(self, messages, tools, on_text=None, cache=None):
-        from . import http  # (start-up: 45 ms of requests, only for a call)
+        from . import http  # (start-up: 55 ms of urllib3, only for a call)
         endpoint = self.endpoint()
         headers = {"Content-Type": "application/json", **self.headers(endpoint)}
         body = self.request_body(messages, tools, on_text is not None, endpoint, cache)
@@ -105,21 +100,7 @@ class HTTPModel(Model):
                                    lambda obj: self.parse_plain(obj, messages),
                                    lambda events: self.parse_stream(events, messages, on_text))
 
-        with self._session() as session:
-            reply = http.post(session, self.provider, endpoint.url + self.path, headers, body,
-                              read, lambda status, text: self.hint(status, text, endpoint),
-                              gate=self.gate)
+        reply = http.post(self.provider, endpoint.url + self.path, headers, body, read,
+                          lambda status, text: self.hint(status, text, endpoint), gate=self.gate)
         reply.api_url = endpoint.url
         return reply
-
-    @contextmanager
-    def _session(self):
-        from . import http  # (start-up: 45 ms of requests, only for a call)
-        with self._lock:
-            session = self._idle.pop() if self._idle else None
-        session = session or http.new_session()
-        try:
-            yield session
-        finally:
-            with self._lock:
-                self._idle.append(session)

@@ -1,6 +1,6 @@
 """What every model shares: the reply types, the error for a refused request, usage estimates.
 
-Kept free of requests and json: `import agentctl.models` must stay cheap, since the programs run in
+Kept free of urllib3 and json: `import agentctl.models` must stay cheap, since the programs run in
 shell loops and most invocations never talk to a model. Its types are plain classes, not
 dataclasses: making a dataclass costs every turn's start (a value, its equality, its repr).
 """

@@ -4,20 +4,20 @@ One loop retries every fault of a call worth another try, whatever its layer: a 
 connection (a kept-alive one the server had closed among them), a timeout, a retryable status
 (waiting as long as Retry-After asks), a stream cut midway, a body that isn't JSON, an overload
 notice inside a stream. urllib3's own retries are off, so the tries and the time are counted in one
-place.
+place. The connections, the proxy and the certificates are transport.py's.
 """
 
+import json
 import random
 import time
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ConnectTimeoutError, ProtocolError, ReadTimeoutError
+from urllib3.exceptions import (ConnectTimeoutError, HTTPError, ProtocolError, ReadTimeoutError,
+                                SSLError)
 
 from .. import env, jsonin
 from ..errors import TempFail
 from ..keys import redact
-from . import limits
+from . import limits, transport
 from .base import ModelError, Transient, Unusable, load_json, said
 from ..endpoint import where
 
@@ -26,6 +26,10 @@ from ..endpoint import where
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 CONNECT_TIMEOUT = 10.0
 ERROR_BYTES = 64 * 1024     # of an error response's body, for its explanation
+
+
+class CutOff(Exception):
+    """A response's body that stopped before its end: the connection broke while it came."""
 
 
 # -- settings, read from the environment at each call and never kept --------------------------------
@@ -72,30 +76,25 @@ class Budget:
 
 # -- describing faults in one line, without secrets ------------------------------------------------------
 
-def root_cause(exc):
-    reason = exc.args[0] if getattr(exc, "args", None) else None
-    reason = getattr(reason, "reason", reason)      # urllib3's MaxRetryError holds the cause
-    return reason if isinstance(reason, BaseException) else exc
-
-
 def describe(exc, url, settings):
     """(kind, line) of a fault worth another try: its kind as an error's (errors.KINDS:
     unavailable, a reply the server could not finish; timeout; unreachable), and what
     happened in one line."""
     if isinstance(exc, Transient):
         return "unavailable", str(exc)
-    cause = root_cause(exc)
     host = where(url)
-    if isinstance(exc, requests.ConnectTimeout) or isinstance(cause, ConnectTimeoutError):
+    if isinstance(exc, ConnectTimeoutError):    # refused and unresolved too
         return "unreachable", f"cannot connect to {host}"
-    if isinstance(exc, requests.ReadTimeout) or isinstance(cause, ReadTimeoutError):
+    if isinstance(exc, ReadTimeoutError):
         return "timeout", (f"no answer from {host} within AGENTCTL_HTTP_TIMEOUT="
                            f"{settings.timeout:g} s")
-    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+    if isinstance(exc, CutOff):
         return "unreachable", f"response from {host} cut off"
-    if isinstance(cause, ProtocolError):
+    if isinstance(exc, ProtocolError):
         return "unreachable", f"connection to {host} dropped"
-    return "unreachable", f"cannot reach {host} ({type(cause).__name__})"
+    if isinstance(exc, transport.ProxyUnusable):
+        return "unreachable", f"cannot reach {host} ({exc})"
+    return "unreachable", f"cannot reach {host} ({type(exc).__name__})"
 
 
 def status_kind(status):
@@ -117,11 +116,11 @@ def api_error(response):
     """
     data = b""
     try:
-        for chunk in response.iter_content(chunk_size=None):
+        for chunk in body_chunks(response):
             data += chunk
             if len(data) >= ERROR_BYTES:
                 break
-    except requests.RequestException:
+    except (HTTPError, CutOff):
         pass                # what came before the fault is all there is to quote
     text = data[:ERROR_BYTES].decode("utf-8", "replace")
     try:
@@ -140,15 +139,7 @@ def plural(count):
 
 # -- the call --------------------------------------------------------------------------------------------
 
-def new_session():
-    """A session whose adapter never retries: post() does, in one place."""
-    session, adapter = requests.Session(), HTTPAdapter(max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-def post(session, provider, url, headers, body, read, hint=lambda status, text: "", gate=None):
+def post(provider, url, headers, body, read, hint=lambda status, text: "", gate=None):
     """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
 
     hint(status, body text) gives what a refusal's message should end with: " (set VARIABLE)".
@@ -163,6 +154,7 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
     """
     settings = Settings()
     budget = Budget(settings)
+    data = json.dumps(body, allow_nan=False).encode()
     while True:
         budget.tries += 1
         asked = None        # the wait a Retry-After asked for
@@ -174,16 +166,15 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
             gate.acquire()
         try:
             try:
-                response = session.post(url, json=body, headers=headers, stream=True,
-                                        timeout=settings.timeouts, allow_redirects=False)
-            except requests.exceptions.SSLError as exc:
+                response = transport.open_post(url, data, headers, settings.timeouts)
+            except SSLError as exc:
                 raise ModelError(f"model API error: {provider}: TLS failure with "
                                  f"{where(url)}") from exc
-            except requests.RequestException as exc:
+            except (HTTPError, OSError, transport.ProxyUnusable) as exc:
                 kind, fault = describe(exc, url, settings)
             else:
-                with response:
-                    code = response.status_code
+                try:
+                    code = response.status
                     said_limits = limits.read(code, response.headers)
                     if code in RETRY_STATUSES:
                         # 0 or a date gone by: our own backoff (a server can't make us spin)
@@ -197,11 +188,13 @@ def post(session, provider, url, headers, body, read, hint=lambda status, text: 
                     else:
                         try:
                             return read(response)
-                        except (Transient, requests.RequestException) as exc:
+                        except (Transient, CutOff, HTTPError) as exc:
                             kind, fault = describe(exc, url, settings)
                         except Unusable as exc:     # too deep, too large, an error event
                             raise ModelError(f"model API error: {provider}: "
                                              f"{redact(str(exc))}") from None
+                finally:
+                    transport.done(response)
         finally:
             if gate is not None:
                 shared = gate.release(said_limits, own)
@@ -249,6 +242,16 @@ def iter_sse(chunks):
                 data.append(value)
 
 
+def body_chunks(response):
+    """A response's body in the chunks it comes in (a gzip or deflate undone); CutOff when
+    the connection broke before its end. Each chunk as the server sends it, when chunked,
+    so that text reaches on_text at once."""
+    try:
+        yield from response.stream(None, decode_content=True)
+    except ProtocolError as exc:
+        raise CutOff(str(exc)) from exc
+
+
 def bounded(chunks, limit):
     """The chunks of a response body, refused (Unusable) once they add up to more than `limit`."""
     total = 0
@@ -265,8 +268,7 @@ def read_reply(response, on_text, parse_plain, parse_stream):
     A server that ignores "stream": true answers in one piece; its text goes to on_text at once.
     Either is read to jsonin.MAX_BYTES at most (counted after any gzip is undone).
     """
-    # chunk_size=None yields each chunk as the server sends it, so text reaches on_text at once.
-    chunks = bounded(response.iter_content(chunk_size=None), jsonin.MAX_BYTES)
+    chunks = bounded(body_chunks(response), jsonin.MAX_BYTES)
     content_type = response.headers.get("Content-Type", "")
     if on_text is None or content_type.startswith("application/json"):
         reply = parse_plain(load_json(b"".join(chunks)))

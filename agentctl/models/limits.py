@@ -61,7 +61,7 @@ class Limits:
 
 def read(status, headers, now=None):
     """The Limits of a response: its status and its headers (a mapping whose get() ignores
-    case, as requests' does)."""
+    case, as urllib3's does)."""
     now = time.time() if now is None else now
     requests = [b for family in FAMILIES
                 if (b := _budget(headers, family, "requests", now)) is not None]

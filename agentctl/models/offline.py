@@ -1,6 +1,6 @@
 """Models that need no key and no network: `echo`, and `scripted:FILE` which replays canned replies.
 
-They exist for tests, demos and shell pipelines, so they are deterministic and never import requests.
+They exist for tests, demos and shell pipelines, so they are deterministic and never import urllib3.
 """
 
 import json
