@@ -104,6 +104,11 @@ def reference_servers():
     return modules
 
 
+# The npm registry and the Python package index on 127.0.0.1 that a launcher (npx, uvx)
+# installs an MCP server from, with no network (tests/registries.py)
+from tests.registries import npm_registry, python_index  # noqa: E402,F401  (the fixtures)
+
+
 def needs(program, package):
     """The path of a system program the test needs (or of a file, given by its absolute
     path); without it the test is skipped, and the summary says so loudly."""
