@@ -2,17 +2,24 @@
 MCP servers): npx, bunx, uvx, pipx run get a package cache of their server's own and
 their registry, as the operator configured it, and its hosts alone by default."""
 
+import json
 import os
 import stat
 import sys
 
 import pytest
 
+from agentctl.store.db import connect
 from agentctl.tools import launchers
 
-from .conftest import agent, fork
+from .conftest import agent, calling, fork, script, tool_results
+from .registries import TEST_PACKAGE, uvx
 from .test_external_tools import work_dir
 from .test_mcp import configure
+
+
+def db():
+    return connect(os.environ["AGENTCTL_DB"])
 
 
 def test_a_launcher_gets_its_cache_and_the_public_registry_by_default(tmp_path):
@@ -83,3 +90,72 @@ def test_a_pasted_npx_entry_gets_a_cache_of_its_own_it_alone_writes(fake_npx, tm
     assert stat.S_IMODE(os.stat(own).st_mode) == 0o700
     if os.geteuid() == 0:           # the user its tools run as, not root
         assert os.stat(own).st_uid != 0
+
+
+# -- the documented entries, pasted, from registries on 127.0.0.1 ------------------------------
+
+def tarballs(registry):
+    return [path for path in registry.asked if path.endswith(".tgz")]
+
+
+def test_the_reference_servers_pasted_from_their_readmes_work_in_the_sandbox(
+        npm_registry, tmp_path, monkeypatch):
+    """npx for server-everything and server-filesystem, as their READMEs give them, with
+    no "ro" or "net": the registry the operator configured is reached through the
+    proxy, the packages are kept in the server's cache, the second start downloads
+    nothing."""
+    for name, value in npm_registry.env.items():
+        monkeypatch.setenv(name, value)
+    work = work_dir(tmp_path)
+    configure(tmp_path, monkeypatch, {
+        "everything": {"command": "npx",
+                       "args": ["-y", "@modelcontextprotocol/server-everything"]},
+        "files": {"command": "npx",
+                  "args": ["-y", "@modelcontextprotocol/server-filesystem", str(work)]}})
+    (work / "note.txt").write_text("found it\n")
+    model = script(tmp_path, calling([("everything__echo", {"message": "hi there"}),
+                                      ("files__read_text_file",
+                                       {"path": str(work / "note.txt")})]))
+    fork("-n", "w", "--allow", "*", "-m", model, "go")
+    checked = agent("run", "--list-tools", "--check", "--format", "json", "w")
+    assert checked.code == 0, checked.err
+    rows = {r["server"]: r for r in json.loads(checked.out)}
+    assert rows["everything"]["status"] == rows["files"]["status"] == "ok", rows
+    assert rows["everything"]["tools"] > 5 and rows["files"]["tools"] > 5
+    downloaded = len(tarballs(npm_registry))
+    assert downloaded > 50
+    ran = agent("run", "w")
+    assert ran.code == 0, ran.err
+    results = tool_results(db(), "w")
+    assert "hi there" in results[0] and "found it" in results[1], results
+    assert len(tarballs(npm_registry)) == downloaded        # from their caches
+
+
+def test_a_pasted_uvx_entry_works_in_the_sandbox(python_index, tmp_path, monkeypatch):
+    for name, value in python_index.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(uvx())}:{os.environ['PATH']}")
+    configure(tmp_path, monkeypatch, {"test": {"command": "uvx", "args": [TEST_PACKAGE]}})
+    model = script(tmp_path, calling([("test__add", {"a": 40, "b": 2})]))
+    fork("-n", "w", "--allow", "test__*", "-m", model, "go")
+    ran = agent("run", "w")
+    assert ran.code == 0, ran.err
+    assert tool_results(db(), "w") == ["42"], ran.err
+    assert "MCP server" not in ran.err
+
+
+def test_a_registry_outside_the_servers_own_net_is_refused_with_the_line(
+        npm_registry, tmp_path, monkeypatch):
+    """An entry that names its own "net" gets that list alone: the registry is refused,
+    and the failure line says which host and how to allow it."""
+    for name, value in npm_registry.env.items():
+        monkeypatch.setenv(name, value)
+    configure(tmp_path, monkeypatch, {"everything": {
+        "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"],
+        "net": ["pypi.org"]}})
+    fork("-n", "w", "--allow", "everything__*", "-m", "echo", "hi")
+    checked = agent("run", "--list-tools", "--check", "w")
+    assert checked.code == 1
+    port = npm_registry.url.rsplit(":", 1)[1].strip("/")
+    assert f'agentctl: net: refused 127.0.0.1:{port}' in checked.err, checked.err
+    assert f'to the "net" of MCP server everything' in checked.err

@@ -6,10 +6,13 @@ launcher needs and nothing more:
 - its package cache: a directory of that server's own under agentctl's cache,
   writable by it alone (bound at CACHE in its sandbox), so that a package is
   downloaded once and not on every start;
-- its registry: the one the operator configured (npm_config_registry or ~/.npmrc's
-  registry=; UV_DEFAULT_INDEX, UV_INDEX_URL or PIP_INDEX_URL), else the public one,
-  passed on to it and, unless its entry names its own "net", its hosts alone in
-  its network list (through the egress proxy, as every host).
+- its configuration as the operator has it in the environment (npm_config_*; UV_*,
+  PIP_* and PIPX_*), ~/.npmrc's registry= too (its sandbox has another home), but
+  its cache;
+- its registry: the one configured (npm_config_registry or ~/.npmrc's registry=;
+  UV_DEFAULT_INDEX, UV_INDEX_URL, PIP_INDEX_URL and the extra indexes), else the
+  public one; unless its entry names its own "net", its hosts alone in its network
+  list (through the egress proxy, as every host).
 
 A table of launchers and two of registries; no I/O but reading ~/.npmrc.
 """
@@ -30,9 +33,12 @@ LAUNCHERS = {
     "uv": (PYPI, {"UV_CACHE_DIR": "uv"}),
     "pipx": (PYPI, {"PIPX_HOME": "pipx", "PIP_CACHE_DIR": "pip"}),
 }
-# the registry's variables, as the launchers read them (the first set is the one used)
-REGISTRY = {NPM: ("npm_config_registry", "NPM_CONFIG_REGISTRY"),
-            PYPI: ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")}
+# the operator's configuration of a kind's launchers, passed on (by prefix, any case)
+CONFIG = {NPM: ("npm_config_",), PYPI: ("uv_", "pip_", "pipx_")}
+# the variables that name a registry, each of whose hosts the launcher may reach
+REGISTRY = {NPM: ("npm_config_registry",),
+            PYPI: ("uv_default_index", "uv_index_url", "uv_index", "uv_extra_index_url",
+                   "pip_index_url", "pip_extra_index_url")}
 PUBLIC = {NPM: ["registry.npmjs.org"], PYPI: ["pypi.org", "files.pythonhosted.org"]}
 
 
@@ -43,19 +49,18 @@ def of(command):
 
 def given(command, environment, home):
     """(environment, hosts) a server whose command is `command` gets as a launcher:
-    its cache's variables and its registry's (as the operator configured it), and the
-    registry's hosts; ({}, []) for another command."""
+    the operator's configuration of it and its cache's variables, and its registry's
+    hosts; ({}, []) for another command."""
     found = of(command)
     if found is None:
         return {}, []
     kind, caches = found
-    env = {name: f"{CACHE}/{where}" for name, where in caches.items()}
-    urls = []
-    for name in REGISTRY[kind]:
-        value = environment.get(name)
-        if value:
-            env[name] = value
-            urls.append(value)
+    env = {name: value for name, value in environment.items()
+           if name.lower().startswith(CONFIG[kind]) and value}
+    urls = [url.partition("=")[2] if "=" in url.split("://")[0] else url   # (NAME=URL)
+            for name, value in env.items() if name.lower() in REGISTRY[kind]
+            for url in value.split()]
+    env.update({name: f"{CACHE}/{where}" for name, where in caches.items()})
     if kind == NPM and not urls:
         configured = npmrc(os.path.join(home, ".npmrc"))
         if configured:
