@@ -144,18 +144,28 @@ def test_a_pasted_uvx_entry_works_in_the_sandbox(python_index, tmp_path, monkeyp
     assert "MCP server" not in ran.err
 
 
-def test_a_registry_outside_the_servers_own_net_is_refused_with_the_line(
+def test_a_launcher_whose_list_leaves_its_registry_out_runs_from_its_cache(
         npm_registry, tmp_path, monkeypatch):
-    """An entry that names its own "net" gets that list alone: the registry is refused,
-    and the failure line says which host and how to allow it."""
+    """An entry that names its own "net" without the registry: the launcher is kept to
+    its cache, so what it has cached starts without asking the registry, and what it
+    has not fails at once (not when the start's time is up), saying what to add."""
+    import time
     for name, value in npm_registry.env.items():
         monkeypatch.setenv(name, value)
-    configure(tmp_path, monkeypatch, {"everything": {
-        "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"],
-        "net": ["pypi.org"]}})
-    fork("-n", "w", "--allow", "everything__*", "-m", "echo", "hi")
-    checked = agent("run", "--list-tools", "--check", "w")
-    assert checked.code == 1
+    entry = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}
+    configure(tmp_path, monkeypatch, {"everything": entry})
+    fork("-n", "w", "--allow", "*", "-m", "echo", "hi")
+    assert agent("run", "--list-tools", "--check", "w").code == 0     # cached now
+    configure(tmp_path, monkeypatch, {"everything": dict(entry, net=["pypi.org"]),
+                                      "fresh": dict(entry, net=False)})
+    asked = len(npm_registry.asked)
+    started = time.monotonic()
+    checked = agent("run", "--list-tools", "--check", "--format", "json", "w")
+    rows = {r["server"]: r for r in json.loads(checked.out)}
+    assert rows["everything"]["status"] == "ok", checked.err      # from its cache
+    assert rows["fresh"]["status"] == "failed" and checked.code == 1
+    assert len(npm_registry.asked) == asked                       # nobody asked it
+    assert rows["fresh"]["seconds"] < 20 and time.monotonic() - started < 60
     port = npm_registry.url.rsplit(":", 1)[1].strip("/")
-    assert f'agentctl: net: refused 127.0.0.1:{port}' in checked.err, checked.err
-    assert f'to the "net" of MCP server everything' in checked.err
+    assert (f'its "net" leaves its registry out, so it ran from its cache alone: '
+            f'"127.0.0.1:{port}" in its "net" would let it download') in rows["fresh"]["error"]

@@ -12,7 +12,8 @@ launcher needs and nothing more:
 - its registry: the one configured (npm_config_registry or ~/.npmrc's registry=;
   UV_DEFAULT_INDEX, UV_INDEX_URL, PIP_INDEX_URL and the extra indexes), else the
   public one; unless its entry names its own "net", its hosts alone in its network
-  list (through the egress proxy, as every host).
+  list (through the egress proxy, as every host); where its list leaves them out,
+  its cache alone (OFFLINE).
 
 A table of launchers and two of registries; no I/O but reading ~/.npmrc.
 """
@@ -40,6 +41,10 @@ REGISTRY = {NPM: ("npm_config_registry",),
             PYPI: ("uv_default_index", "uv_index_url", "uv_index", "uv_extra_index_url",
                    "pip_index_url", "pip_extra_index_url")}
 PUBLIC = {NPM: ["registry.npmjs.org"], PYPI: ["pypi.org", "files.pythonhosted.org"]}
+# what makes a launcher use its cache alone, for a server whose list leaves its registry
+# out: what it has cached starts at once, and what it has not fails at once (instead of
+# retrying a registry it can't reach until the start's time is up)
+OFFLINE = {NPM: {"npm_config_offline": "true"}, PYPI: {"UV_OFFLINE": "1", "PIP_NO_INDEX": "1"}}
 
 
 def of(command):
@@ -68,6 +73,11 @@ def given(command, environment, home):
             urls.append(configured)
     hosts = [host for host in map(host_of, urls) if host] or list(PUBLIC[kind])
     return env, hosts
+
+
+def offline(command):
+    """The variables that keep launcher `command` to its cache (OFFLINE)."""
+    return dict(OFFLINE[of(command)[0]])
 
 
 def npmrc(path):

@@ -59,6 +59,7 @@ class Servers:
         self.cwd, self.environment, self.sandbox = cwd, environment, sandbox
         self.warn, self.said = warn, set()
         self.took = {}
+        self.offline = {}           # launchers kept to their cache: their registry's hosts
         self.loop = None        # made with the first server: a turn that starts none
         self.clients, self.stops, self.tasks, self.failed = {}, {}, {}, {}
         self.changed = set()        # servers that said their list of tools changed
@@ -132,10 +133,14 @@ class Servers:
         sandbox = self.sandbox()
         if sandbox is not None:
             launched, hosts = launchers.given(argv[0], environment, paths.home())
+            net = mcp.hosts(spec) if "net" in spec else hosts
+            if launched and not sandbox.reaches(hosts, net):
+                launched.update(launchers.offline(argv[0]))
+                self.offline[entry.name] = hosts
             try:
                 prepared = sandbox.wrap(        # (its status at the end of its stderr)
-                    argv, status_fd=Stderr("-"), per_call=False, ro=spec.get("ro", []), who=entry.name,
-                    net=mcp.hosts(spec) if "net" in spec else hosts,
+                    argv, status_fd=Stderr("-"), per_call=False, ro=spec.get("ro", []),
+                    who=entry.name, net=net,
                     own=(paths.mcp_own(entry.name), launchers.CACHE) if launched else None)
             except Unavailable as e:
                 raise Failed(f"MCP server {entry.name}: not started: {e}") from None
@@ -217,6 +222,10 @@ class Servers:
             tail = mcpreasons.tail(log)
             line += f"; its stderr ({log}): {' | '.join(tail)}" if tail else \
                 f" (it wrote nothing on stderr: {log})"
+            if entry.name in self.offline:
+                wanted = ", ".join(f'"{h}"' for h in self.offline[entry.name])
+                line += (f"; its \"net\" leaves its registry out, so it ran from its cache "
+                         f"alone: {wanted} in its \"net\" would let it download")
             hidden = mcpreasons.hidden(tail) if self.sandbox() is not None else None
             if hidden is not None:
                 line += (f"; its sandbox shows it none of {hidden}: \"ro\": [\"{hidden}\"] "
