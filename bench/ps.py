@@ -1,13 +1,14 @@
 """make bench, agent-ps over 100,000 live agents (issue 42): its CPU time against its
 floor, the sqlite3 command-line program running the same SELECT agent-ps runs (the
-statement as agent-ps sends it, its parameters written in), both writing to /dev/null,
-in pairs of runs (bench.against_floor). Without the sqlite3 program the floor is
+statement as agent-ps sends it for those columns, its parameters written in), both
+writing to /dev/null, in pairs of runs (bench.against_floor). Without the sqlite3 program the floor is
 Python's sqlite3 module in a fresh process reading every row, and the line says so.
 
     BENCH_PS_AGENTS    the number of live agents (default 100000)
     BENCH_PS_PAIRS     pairs of runs for each figure (default 15)
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -21,8 +22,8 @@ sys.path.insert(0, ROOT)
 from bench import PYTHON, against_floor, at_most, line, program  # noqa: E402  (bench/bench.py)
 from agentctl import settings  # noqa: E402
 from agentctl.ids import INIT_ID, new_id  # noqa: E402
-from agentctl.ops import proctable  # noqa: E402
-from agentctl.store import db, history, registry  # noqa: E402
+from agentctl.cli import ps  # noqa: E402
+from agentctl.store import db, history, proctable as stored, registry  # noqa: E402
 from agentctl.store.db import transaction  # noqa: E402
 
 GOAL = 2.0      # issue 42: agent-ps within twice what SQLite takes to run its statement
@@ -51,13 +52,21 @@ def tree(path, count):
     conn.close()
 
 
-def statement(path):
-    """agent-ps's SELECT as it sends it, each parameter written in as an SQL literal."""
-    conn = db.connect(path)
+def statement(path, args):
+    """The SELECT `agent-ps ARGS` sends (it reads only the fields its columns show), each
+    parameter written in as an SQL literal: agent-ps run here, its statements traced."""
     sent = []
-    conn.tracer = lambda sql, params: sent.append((sql, params))
-    proctable.rows(conn)
-    conn.close()
+    rows = stored.rows
+
+    def traced(conn, **kwargs):
+        conn.tracer = lambda sql, params: sent.append((sql, params))
+        return rows(conn, **kwargs)
+    stored.rows = traced
+    try:
+        with open(os.devnull, "w") as out, contextlib.redirect_stdout(out):
+            assert ps.main(["--db", path, *args]) == 0, "agent-ps failed"
+    finally:
+        stored.rows = rows
     sql, params = next((s, p) for s, p in sent if "FROM agents a" in s)
     pieces = sql.split("?")
     assert len(pieces) == len(params) + 1, "a ? in the statement that is no parameter"
@@ -86,12 +95,13 @@ def main():
         built = time.perf_counter()
         tree(path, count)
         built = time.perf_counter() - built
-        base, what = floor(path, statement(path))
+        what = floor(path, "")[1]
         print(f"agent-ps, {count:,} live agents (made in {built:.1f} s): CPU time over its "
-              f"floor's, {what} running its statement, median of {pairs} pairs (the "
-              f"middle half of them)")
+              f"floor's, {what} running its statement (each reads what it shows), median "
+              f"of {pairs} pairs (the middle half of them)")
         env = dict(os.environ, AGENTCTL_DB=path)
         for args in SHOWN:
+            base = floor(path, statement(path, args))[0]
             ratio, spread = against_floor([program("agent-ps")] + args, env, floor=base,
                                           pairs=pairs)
             line(f"P1. {' '.join(['agent-ps'] + args)}, {count:,} live vs {what.split()[0]}",

@@ -36,6 +36,22 @@ def test_values_go_and_come_back_as_python_s(pg):
     conn.close()
 
 
+def test_a_column_keeps_an_empty_text_apart_from_null(pg):
+    """Values are read a column at a time: a NULL and an empty text both come as an empty
+    value, told apart only for text; a typed column's empty value is its NULL."""
+    conn = connect(pg)
+    rows = conn.execute(
+        "SELECT * FROM (VALUES ('a', 1, 1.5, true, CAST('\\x00' AS BYTEA)), "
+        "('', NULL, NULL, NULL, CAST('' AS BYTEA)), (NULL, -2, 0.0, false, NULL)) "
+        "AS v (t, n, f, b, x)").fetchall()
+    assert [tuple(r) for r in rows] == [("a", 1, 1.5, True, b"\x00"), ("", None, None, None, b""),
+                                        (None, -2, 0.0, False, None)]
+    assert [tuple(r) for r in conn.execute("SELECT '' AS t WHERE false").fetchall()] == []
+    width_none = conn.execute("SELECT FROM agents").fetchall()     # rows of no column
+    assert [tuple(r) for r in width_none] == [()]
+    conn.close()
+
+
 def test_a_notice_of_the_server_is_not_printed(pg, capfd):
     conn = connect(pg)
     conn.execute("DO $$ BEGIN RAISE NOTICE 'a notice'; END $$")

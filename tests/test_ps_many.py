@@ -5,6 +5,7 @@ import itertools
 import json
 import time
 
+from agentctl import clock
 from agentctl.cli import ps
 from agentctl.cli.output import Table, render
 from agentctl.ops import proctable
@@ -50,6 +51,12 @@ def test_a_row_is_seen_in_bulk_as_seen_alone():
              for row in rows]
     assert proctable.as_seen(rows, now) == alone
     assert sum(a != b for a, b in zip(rows, alone)) > 100    # many rows changed by seen()
+    # a listing reads only SEEN besides what it shows: seen() reads no other field
+    read = proctable.fields(["name"])
+    assert set(read) == {"id", "name", *proctable.SEEN}
+    narrow = [tuple(row[stored.FIELDS.index(f)] for f in read) for row in rows]
+    assert proctable.as_seen(narrow, now, read) == \
+        [tuple(row[stored.FIELDS.index(f)] for f in read) for row in alone]
 
 
 def test_only_a_row_seen_may_change_is_made_a_dict(conn, monkeypatch):
@@ -93,6 +100,44 @@ def test_every_column_reads_the_same_from_tuples_as_from_dicts(conn):
             assert shown[0] == shown[1], (column.key, fmt)
     tsv = agent("ps", "-o", "name,stat,wake,budget", "--format", "jsonl").lines
     assert [json.loads(line)["stat"] for line in tsv] == ["S", "S", "T"]
+
+
+def test_each_column_reads_only_the_fields_it_names(conn, monkeypatch):
+    """agent-ps reads the stored fields its columns name (Whole.reads), and what seen()
+    reads: every column, in every format, shows what it shows when every field is read."""
+    fork("-n", "lead", "-r", "lead", "--budget", "500", "--allow", "read_*", "--env", "LANG",
+         "plan")
+    fork("-p", "lead", "-n", "w1", "--reap-after", "1h", "--idle-exit", "1d", "job")
+    fork("-p", "lead", "-n", "w2", "--budget", "100", "job")
+    agent("send", "--in", "1h", "w1", "later")
+    agent("send", "w2", "now")
+    agent("kill", "-s", "STOP", "w1")
+    agent("kill", "-s", "KILL", "w2")
+    conn.execute("UPDATE agents SET last_failure = 'boom', failures = 2, restarts = 1, "
+                 "retry_at = ?, held_at = ?, tokens_in = 5, tokens_out = 7, "
+                 "tokens_cached = 3, cost = 1200, unpriced = 1, "
+                 "wake_at = ? WHERE name = 'lead'", (time.time() + 60,) * 3)
+    conn.commit()
+    now = time.time()
+    monkeypatch.setattr(clock, "now", lambda: now)      # the same ages in both runs
+    read = []
+    rows = stored.rows
+    monkeypatch.setattr(stored, "rows", lambda *a, fields, **k: read.append(fields) or
+                        rows(*a, fields=fields, **k))
+    fields = proctable.fields
+    for column in ps.COLUMNS:
+        for fmt in ("table", "tsv", "json"):
+            args = ("ps", "-a", "-o", column.key, "--format", fmt)
+            shown = agent(*args)
+            assert shown.code == 0, shown.err
+            monkeypatch.setattr(proctable, "fields", lambda shown: stored.FIELDS)
+            whole = agent(*args)
+            monkeypatch.setattr(proctable, "fields", fields)
+            assert shown.out == whole.out, (column.key, fmt)
+    assert len(read[0]) < len(stored.FIELDS)   # the id's column: the id, and seen()'s
+    agent("ps", "-o", "name,stat")
+    assert not {"msgs", "mail", "mail_at", "spent", "budget"} & set(read[-1])
+    assert not any(column.reads() is None for column in ps.COLUMNS)
 
 
 class _Out:

@@ -300,6 +300,36 @@ def test_bwraps_refusals_are_explained():
     assert sandbox.problem() is None        # here, it can be made
 
 
+def test_bwraps_version_is_asked_once_for_each_bwrap(tmp_path, monkeypatch):
+    """bwrap --version runs once, not at each agent-run's first call: a mark in the private
+    run-time directory, named by the program file's identity, says it is 0.8 or later.
+    Another bwrap (one replaced, older) is asked again, and refused."""
+    from agentctl.tools import bwrap
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    (tmp_path / "run").mkdir()
+    fake, asked = tmp_path / "bwrap", tmp_path / "asked"
+
+    def install(version):
+        new = tmp_path / "new"
+        new.write_text(f"#!/bin/sh\necho x >> {asked}\necho bubblewrap {version}\n")
+        new.chmod(0o755)
+        os.replace(new, fake)
+
+    def found():        # as a new agent-run finds it
+        monkeypatch.setattr(bwrap, "_found", {})
+        return bwrap.path()
+    install("0.8.0")
+    assert found() == str(fake) == found()
+    assert asked.read_text().count("x") == 1
+    install("0.7.1")
+    with pytest.raises(bwrap.Unavailable, match="0.8 or later"):
+        found()
+    with pytest.raises(bwrap.Unavailable, match="0.8 or later"):
+        found()
+    assert asked.read_text().count("x") == 3    # not 0.8: asked each time
+
+
 NOBODY = """
 import subprocess, sys
 sys.path[:0] = [{root!r}, {site!r}]     # agentctl, and pyseccomp

@@ -10,6 +10,7 @@ programs still run under it; it is built once and cached.
 import json
 import os
 import platform
+import shutil
 import stat
 import struct
 import subprocess
@@ -400,15 +401,23 @@ def test_terminal_requests_whatever_the_high_bits():
 
 
 CACHED = ("import sys; from agentctl.tools import seccomp; "
-          "print(seccomp.program(sys.argv[1]).hex(), 'pyseccomp' in sys.modules)")
+          "print(seccomp.program(sys.argv[1]).hex(), 'pyseccomp' in sys.modules, "
+          "'ctypes' in sys.modules)")
 
 
-def cached(path):
-    """program(path) in a fresh interpreter: the program, and whether it imported pyseccomp."""
+def cached(path, env=None):
+    """program(path) in a fresh interpreter: the program, and whether it imported pyseccomp
+    (and so ctypes)."""
     done = subprocess.run([sys.executable, "-c", CACHED, str(path)], cwd=ROOT, text=True,
-                          capture_output=True, timeout=60, check=True)
-    program, imported = done.stdout.split()
+                          capture_output=True, timeout=60, check=True, env=env)
+    program, imported, loaded = done.stdout.split()
+    assert loaded == imported       # the cache's key loads no library
     return bytes.fromhex(program), imported == "True"
+
+
+def key():
+    seccomp.program()       # (pyseccomp's import loaded libseccomp)
+    return seccomp._key(seccomp._loaded())
 
 
 def test_cache(tmp_path):
@@ -421,12 +430,17 @@ def test_cache(tmp_path):
     assert (path.stat().st_ino, path.stat().st_mtime_ns) == (written.st_ino,
                                                              written.st_mtime_ns)
     assert os.listdir(path.parent) == ["seccomp.bpf"]
+    assert path.read_bytes() == key() + seccomp.program()
     # another libseccomp's (or table's) program, and a torn one: built again
     for stale in (b"agentctl seccomp: libseccomp 0.0.0 x86_64 00000000\n" + bytes(8),
-                  seccomp._key() + bytes(3)):
+                  key().replace(b"seccomp: ", b"seccomp: x") + seccomp.program(),
+                  key() + bytes(3)):
         path.write_bytes(stale)
         assert cached(path) == (seccomp.program(), True)
-        assert path.read_bytes() == seccomp._key() + seccomp.program()
+        assert path.read_bytes() == key() + seccomp.program()
+    # the loader told to choose another library: built again
+    assert cached(path, env=dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))) == \
+        (seccomp.program(), True)
 
 
 @pytest.fixture
@@ -449,11 +463,16 @@ def test_without_pyseccomp(fresh):
 
 
 def test_without_libseccomp(fresh, tmp_path):
-    """Not even a cached program is used: libseccomp's version is the cache's key."""
+    """Not even a cached program is used: libseccomp's file is the cache's key, and the
+    cache's is gone (a library removed, or upgraded: another file)."""
     import ctypes
     import ctypes.util
+    built = seccomp._build()
+    library = tmp_path / "libseccomp.so.2"
+    shutil.copy(seccomp._loaded(), library)
     cache = tmp_path / "seccomp.bpf"
-    cache.write_bytes(seccomp._key() + seccomp._build())
+    cache.write_bytes(seccomp._key(str(library)) + built)
+    library.unlink()
     fresh.delitem(sys.modules, "pyseccomp")
 
     class CDLL(ctypes.CDLL):

@@ -85,10 +85,40 @@ class Whole(Column):
             return self.human(table)
         return ["-" if value is None else str(value) for value in self.values(table)]
 
+    def reads(self, made=None):
+        """The keys of the Table it reads (through those of `made`, {key: each}), or None
+        when a human or machine that is not an `each` hides them."""
+        keys = set()
+        for part in (self.machine, self.human) if self.human else (self.machine,):
+            if part is None:
+                keys.add(self.key)
+            elif isinstance(part, each):
+                keys.update(part.keys)
+            else:
+                return None
+        read = set()
+        for key in keys:
+            maker = (made or {}).get(key)
+            if maker is not None and not isinstance(maker, each):
+                return None
+            read.update(maker.keys if maker is not None else (key,))
+        return read
 
-def each(function, *keys):
-    """A Whole column's human or machine: `function` of each row's `keys`."""
-    return lambda table: list(map(function, *(table[key] for key in keys)))
+
+class each:
+    """A Whole column's human or machine (or a Table's made column): `function` of each
+    row's `keys`; without a function, the one key's values as they are. Its `keys` say
+    what it reads (Whole.reads)."""
+
+    __slots__ = ("function", "keys")
+
+    def __init__(self, function, *keys):
+        self.function, self.keys = function, keys
+
+    def __call__(self, table):
+        if self.function is None:
+            return table[self.keys[0]]
+        return list(map(self.function, *(table[key] for key in self.keys)))
 
 
 def pick(columns, spec, default):
@@ -126,7 +156,7 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
     if fmt not in FORMATS:
         raise UsageError(f"unknown format: {fmt} (one of {', '.join(FORMATS)})")
     end = "\0" if null else "\n"
-    if quiet or (null and fmt in ("table", "json")):
+    if ids_only(fmt, quiet, null):
         ids = rows["id"] if isinstance(rows, Table) else [row["id"] for row in rows]
         out.write("".join(f"{i}{end}" for i in ids))
         return
@@ -147,6 +177,12 @@ def render(rows, columns, *, fmt="table", quiet=False, null=False, no_headers=Fa
         return
     cells = [shown_column(c.texts(rows)) for c in columns]
     out.write(plain_columns(cells, () if no_headers else [c.header for c in columns]) + "\n")
+
+
+def ids_only(fmt, quiet, null):
+    """Whether render() writes the rows' ids alone: -q, or -0 in a format that has no
+    records of its own."""
+    return quiet or (null and fmt in ("table", "json"))
 
 
 def _objects(rows, columns):

@@ -6,7 +6,7 @@ from agentctl import clock, money, settings
 from agentctl.clock import age, iso, until
 from agentctl.cli.graph import graph
 from agentctl.cli.options import complete_agents, complete_words, output_options
-from agentctl.cli.output import Table, Whole, each, pick, render
+from agentctl.cli.output import Table, Whole, each, ids_only, pick, render
 from agentctl.cli.program import connect, program, run
 from agentctl.errors import UsageError
 from agentctl.ids import ROLES, short
@@ -48,29 +48,30 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
             raise UsageError(f"unknown status: {bad[0]} ({', '.join(known[:-1])} or {known[-1]})")
     conn = connect(db_path, create=False)
     parent_id = registry.resolve(conn, parent)["id"] if parent else None
+    now = clock.now()
+    made = {"age": each(lambda created: int(now - created), "created_at"),
+            "wake": each(proctable.wake, "wake_at", "mail_at")}
+    # a table shows spent/budget as one column; a machine, two values
+    default = LONG + (["spent"] if fmt != "table" else []) if forest else DEFAULT
+    chosen = [] if fmt == "dot" else pick(COLUMNS, columns, default)
+    keys = [c.key for c in chosen]
+    providers = any(k in ("provider", "provider_until") for k in keys) or \
+        (forest and fmt == "table")     # (only then: it reads the endpoints)
+    trees = "tree_cost" in keys or "tree_unpriced" in keys  # (only then: it reads every agent)
+    by_name = fmt == "dot" or forest or providers or trees  # rows as dicts, every field
+    read = proctable.FIELDS if by_name else \
+        proctable.fields(["id"] if ids_only(fmt, quiet, null) else _reading(chosen, made))
     found = proctable.rows(conn, everything=everything, statuses=statuses,
-                           parent=parent_id, role=role)
+                           parent=parent_id, role=role, read=read)
     if fmt == "dot":        # a picture of the agents listed: no columns to choose
         return graph(conn, proctable.items(found))
-    items = None        # the rows as dicts, only for what reads them by name
+    items = proctable.items(found) if by_name else None
     if forest:
-        items = proctable.as_tree(proctable.items(found))
-    default = DEFAULT
-    if forest:      # a table shows spent/budget as one column; a machine, two values
-        default = LONG + (["spent"] if fmt != "table" else [])
-        if fmt == "table":
-            proctable.mark_providers(conn, items)
-            if any(r["provider"] for r in items):
-                default = default + ["provider"]    # who waits for its provider, when any does
-    chosen = pick(COLUMNS, columns, default)
-    keys = [c.key for c in chosen]
-    providers = any(k in ("provider", "provider_until") for k in keys) and \
-        not (forest and fmt == "table")     # (only then: it reads the endpoints)
-    trees = "tree_cost" in keys or "tree_unpriced" in keys  # (only then: it reads every agent)
-    if items is None and (providers or trees):
-        items = proctable.items(found)
+        items = proctable.as_tree(items)
     if providers:
         proctable.mark_providers(conn, items)
+    if forest and fmt == "table" and columns is None and any(r["provider"] for r in items):
+        chosen.append(BY_KEY["provider"])       # who waits for its provider, when any does
     if "tree_cost" in keys and "tree_unpriced" not in keys and fmt != "table":
         # a machine reads a total as whole only beside the calls it lacks (the table's +?)
         chosen.insert(keys.index("tree_cost") + 1, BY_KEY["tree_unpriced"])
@@ -78,11 +79,20 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
         mark_tree_costs(conn, items)
     if forest and fmt != "table" and not any(c.key == "depth" for c in chosen):
         chosen = chosen + [Whole("depth", "DEPTH")]
-    now = clock.now()
-    made = {"age": lambda t: [int(now - created) for created in t["created_at"]],
-            "wake": each(proctable.wake, "wake_at", "mail_at")}
-    table = Table(found, proctable.FIELDS, made) if items is None else Table(items, made=made)
+    table = Table(found, read, made) if items is None else Table(items, made=made)
     render(table, chosen, fmt=fmt, quiet=quiet, null=null, no_headers=no_headers)
+
+
+def _reading(chosen, made):
+    """The stored fields the columns `chosen` read (each says which), or every one when
+    a column can't say."""
+    read = set()
+    for column in chosen:
+        keys = column.reads(made)
+        if keys is None:
+            return proctable.FIELDS
+        read |= keys
+    return read
 
 
 def _label(name, agent_id, depth):
@@ -161,7 +171,7 @@ COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 10
     Whole("id", "ID", human=each(short, "id")),
     Whole("name", "NAME", human=each(_label, "name", "id", "depth")),
     Whole("parent", "PARENT", human=each(_parent, "parent_id", "parent_name"),
-          machine=lambda t: t["parent_id"]),
+          machine=each(None, "parent_id")),
     Whole("stat", "STAT", machine=each(proctable.stat, "status", "held_at", "unconfined"),
           human=each(proctable.stat, "status", "held_at", "unconfined")),
     _setting("role"),
@@ -172,10 +182,10 @@ COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 10
     Whole("created", "CREATED", machine=each(iso, "created_at")),
     Whole("exit_code", "EXIT",
           human=each(lambda signal, code: _exit(signal, code) or "-", "exit_signal", "exit_code")),
-    Whole("signal", "SIGNAL", machine=lambda t: t["exit_signal"]),
+    Whole("signal", "SIGNAL", machine=each(None, "exit_signal")),
     Whole("forked_from", "FORKED_FROM",
           human=each(lambda source: short(source) if source else "-", "forked_from")),
-    Whole("fork_msg", "FORK_MSG", machine=lambda t: t["fork_msg_id"]),
+    Whole("fork_msg", "FORK_MSG", machine=each(None, "fork_msg_id")),
     Whole("wake", "WAKE", human=each(until, "wake"), machine=each(iso, "wake")),
     Whole("budget", settings.get("budget").header, machine=_account("budget"),
           human=each(_budget, "budget", "budget_unit", "spent", "budget_id", "id",
@@ -184,7 +194,7 @@ COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 10
     Whole("budget_unit", "UNIT", machine=each(lambda budget, unit: budget is not None and (
         unit or "tokens") or None, "budget", "budget_unit")),
     Whole("tokens", "TOKENS"),
-    Whole("cached", "CACHED", machine=lambda t: t["tokens_cached"]),
+    Whole("cached", "CACHED", machine=each(None, "tokens_cached")),
     Whole("cost", "COST", human=each(money.cost_text, "cost", "unpriced"),
           machine=each(money.dollars, "cost")),
     Whole("unpriced", "UNPRICED"),
@@ -197,7 +207,7 @@ COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 10
           machine=each(iso, "retry_at")),
     Whole("held", "HELD", human=each(lambda at: "held" if at is not None else "-", "held_at"),
           machine=each(iso, "held_at")),
-    Whole("failure", "FAILURE", machine=lambda t: t["last_failure"],
+    Whole("failure", "FAILURE", machine=each(None, "last_failure"),
           human=each(lambda failure: first_line(failure) or "-", "last_failure")),
     *(_setting(s.name) for s in settings.SETTINGS if s.header and s.name not in _PLACED),
     Whole("endpoint", "ENDPOINT"),

@@ -6,15 +6,24 @@ from agentctl.ops import endpoints, lease, lifecycle, signals, turns
 from agentctl.store import endpoints as endpoint_rows, proctable, registry
 
 
-FIELDS = proctable.FIELDS       # what each row holds, in order
-_STATUS, _KILL_AT = FIELDS.index("status"), FIELDS.index("kill_at")
+FIELDS = proctable.FIELDS       # what each row may hold, in order
+# What seen() reads of a row: every listing reads them, whatever it shows.
+SEEN = ("status", "parent_id", "parent_status", "lease_owner", "lease_until",
+        "pending_signal", "kill_at", "exited_at", "reap_after")
 _CHANGING = frozenset("RZ")     # a stored status seen() may change without a grace ended
 
 
-def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
+def fields(shown):
+    """The fields a listing that shows the stored fields `shown` reads (others are
+    ignored), in FIELDS' order: those, the id, and what seen() reads."""
+    wanted = {"id", *SEEN, *shown}
+    return tuple(f for f in FIELDS if f in wanted)
+
+
+def rows(conn, *, everything=False, statuses=None, parent=None, role=None, read=FIELDS):
     """The agents not dead (every one with `everything`), or those whose status as
-    seen is one of `statuses`; of `parent`, of `role`; oldest first: tuples of FIELDS,
-    each as seen now (seen())."""
+    seen is one of `statuses`; of `parent`, of `role`; oldest first: tuples of `read`
+    (fields(): SEEN among them), each as seen now (seen())."""
     if statuses:
         wanted = set(statuses)
         stored = wanted | ({"R"} if {"S", "T"} & wanted else set())     # a dead run
@@ -22,21 +31,23 @@ def rows(conn, *, everything=False, statuses=None, parent=None, role=None):
         stored |= set(registry.LIVE) if {"Z", "X"} & wanted else set()  # a grace ended
     else:
         stored = None if everything else registry.NOT_DEAD
-    found = as_seen(proctable.rows(conn, statuses=stored, parent=parent, role=role),
-                    clock.now())
+    found = as_seen(proctable.rows(conn, statuses=stored, parent=parent, role=role,
+                                   fields=read), clock.now(), read)
+    status = read.index("status")
     if statuses:
-        return [row for row in found if row[_STATUS] in wanted]
+        return [row for row in found if row[status] in wanted]
     if not everything:
-        return [row for row in found if row[_STATUS] != "X"]
+        return [row for row in found if row[status] != "X"]
     return found
 
 
-def as_seen(stored, now):
-    """Each stored tuple of FIELDS as seen `now`: seen() of each row it may change (an R,
+def as_seen(stored, now, read=FIELDS):
+    """Each stored tuple of `read` as seen `now`: seen() of each row it may change (an R,
     a Z, a grace period set); every other row as it is, with no dict made of it (a
     listing of 100,000 agents). tests/test_ps_many.py holds it to seen() row by row."""
-    return [row if row[_KILL_AT] is None and row[_STATUS] not in _CHANGING
-            else tuple(map(seen(dict(zip(FIELDS, row)), now).get, FIELDS)) for row in stored]
+    status, kill_at = read.index("status"), read.index("kill_at")
+    return [row if row[kill_at] is None and row[status] not in _CHANGING
+            else tuple(map(seen(dict(zip(read, row)), now).get, read)) for row in stored]
 
 
 def seen(row, now):

@@ -25,6 +25,7 @@ import time
 from _thread import RLock
 from ctypes import POINTER, Structure, c_char_p, c_int, c_uint, c_void_p
 from functools import lru_cache
+from itertools import repeat
 
 NAMES = ("libpq.so.5", "libpq.5.dylib", "libpq.dylib")     # the system's, by soname
 
@@ -352,16 +353,8 @@ def _read(lib, res, outcome, error):
     if status == _TUPLES:
         count, width = lib.PQntuples(res), lib.PQnfields(res)
         names = tuple(_text(lib.PQfname(res, j)) for j in range(width))
-        loaders = [_LOADERS.get(lib.PQftype(res, j)) for j in range(width)]
-        get, isnull, handle = lib.PQgetvalue, lib.PQgetisnull, c_void_p(res)
-        columns = list(enumerate(loaders))
-
-        def value(i, j, load):
-            raw = get(handle, i, j)
-            if not raw and isnull(handle, i, j):
-                return None
-            return load(raw) if load else raw.decode()
-        rows = [tuple([value(i, j, load) for j, load in columns]) for i in range(count)]
+        columns = [_column(lib, res, j, count) for j in range(width)]
+        rows = list(zip(*columns)) if columns else [()] * count
         return Result(names, rows, count), error
     if status in (_COMMAND, _EMPTY):
         tuples = lib.PQcmdTuples(res)
@@ -371,6 +364,22 @@ def _read(lib, res, outcome, error):
         message = lib.PQresultErrorField(res, ord("M")) or lib.PQresultErrorMessage(res)
         error = Error(_text(message).strip() or "error", _text(state))
     return outcome, error
+
+
+def _column(lib, res, j, count):
+    """Column `j` of every row as Python values, read a column at a time: one foreign call
+    a value (map() makes them without a Python frame each), a second only for an empty
+    text, which may be NULL. A typed value is never empty (a number, t or f, bytea's \\x):
+    empty, it is NULL."""
+    handle = c_void_p(res)
+    raw = list(map(lib.PQgetvalue, repeat(handle, count), range(count), repeat(j, count)))
+    load = _LOADERS.get(lib.PQftype(res, j))
+    if b"" not in raw:
+        return list(map(load or bytes.decode, raw))
+    if load is not None:
+        return [load(v) if v else None for v in raw]
+    isnull = lib.PQgetisnull
+    return [v.decode() if v else None if isnull(handle, i, j) else "" for i, v in enumerate(raw)]
 
 
 def _timeout_in(url):

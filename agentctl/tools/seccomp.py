@@ -18,10 +18,10 @@ runs without the filter.
 
 Importing pyseccomp costs about 15 ms (it asks ldconfig where libc and libseccomp
 are), building the filter 1.5 ms; a process builds it once, and program() can keep
-it in a file, keyed by libseccomp's version, the machine and this module's tables.
+it in a file, keyed by libseccomp's file (its identity: no library is loaded to read
+the key), the machine and this module's tables.
 """
 
-import ctypes
 import os
 import termios
 import zlib
@@ -138,32 +138,55 @@ def _build():
         return out.read()
 
 
-def _key():
-    """What the program is made of: libseccomp's version (its tables of calls), the
-    machine and this module's tables; read without pyseccomp's cost."""
+def _key(library):
+    """What the program is made of, told without loading libseccomp (ctypes' import alone
+    costs 1.5 ms): `library`, the libseccomp file a build loaded, by its identity (an
+    upgrade replaces it), the loader's cache and variables (which choose the file), the
+    machine and this module's tables; None when the file is gone."""
     try:
-        version = ctypes.CDLL("libseccomp.so.2").seccomp_version
-    except (OSError, AttributeError) as e:
-        raise Unavailable(NO_SECCOMP) from e
-    version.restype = ctypes.POINTER(ctypes.c_uint * 3)
-    table = repr((DENIED, ARCHES.get(MACHINE), ATTRIBUTES)).encode()
-    return "agentctl seccomp: libseccomp {} {} {:08x}\n".format(
-        ".".join(map(str, version().contents)), MACHINE, zlib.crc32(table)).encode()
+        st = os.stat(library)
+    except (OSError, TypeError, ValueError):
+        return None
+    try:
+        loader = os.stat("/etc/ld.so.cache").st_mtime_ns
+    except OSError:
+        loader = 0
+    chosen = zlib.crc32(repr([os.environ.get(v) for v in ("LD_LIBRARY_PATH", "LD_PRELOAD")])
+                        .encode())
+    table = zlib.crc32(repr((DENIED, ARCHES.get(MACHINE), ATTRIBUTES)).encode())
+    return "agentctl seccomp: {} {:08x} {}:{}:{}:{} {} {:08x} {}\n".format(
+        MACHINE, table, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, loader, chosen,
+        library).encode()
+
+
+def _loaded():
+    """The file of the libseccomp this process loaded (pyseccomp's), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            found = [line.split(None, 5)[5].strip() for line in f
+                     if "/libseccomp.so" in line and len(line.split(None, 5)) == 6]
+    except OSError:
+        return None
+    return found[0] if found and "\n" not in found[0] else None
 
 
 def _cached(path):
-    key = _key()
+    """The program kept at `path` when it is this libseccomp's of these tables (the key
+    names the library's file: no library is loaded to tell), else built and kept."""
     try:
         with open(path, "rb") as f:
             data = f.read()
-        bpf = data[len(key):]
-        if data.startswith(key) and bpf and len(bpf) % 8 == 0:     # whole instructions
+        header, _, bpf = data.partition(b"\n")
+        library = os.fsdecode(header.split(b" ", 7)[-1])
+        if _key(library) == header + b"\n" and bpf and len(bpf) % 8 == 0:  # whole instructions
             return bpf
     except OSError:
         pass
     built = _build()
+    key = _key(_loaded())
     try:
-        _write(path, key + built)
+        if key is not None:
+            _write(path, key + built)
     except OSError:     # a cache that can't be written costs only the time
         pass
     return built
