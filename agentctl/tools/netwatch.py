@@ -20,8 +20,8 @@ only in the tool's process, before it execs.
 
 import errno
 import fcntl
+import _socket      # (not socket: the outlet imports as little as will do)
 import os
-import socket
 import struct
 import sys
 
@@ -123,7 +123,7 @@ def judge(address, hosts, datagram=False, listening=None):
     `listening(kind, port)`: whether something of the sandbox's listens there."""
     listening = listening or _listening
     family = struct.unpack("=H", address[:2])[0]
-    if family == socket.AF_UNIX:
+    if family == _socket.AF_UNIX:
         name = address[2:]
         if not name[:1] == b"\0" or len(name) < 2:
             return None                     # a path: the files decide
@@ -133,13 +133,13 @@ def judge(address, hosts, datagram=False, listening=None):
         return errno.ECONNREFUSED, (
             f"agentctl: net: refused abstract socket @{name}: the sandbox has none of its "
             "host's abstract sockets, and none of its own is named so\n")
-    if family == socket.AF_INET and len(address) >= 8:
-        port, ip = struct.unpack("!H", address[2:4])[0], socket.inet_ntop(
-            socket.AF_INET, address[4:8])
+    if family == _socket.AF_INET and len(address) >= 8:
+        port, ip = struct.unpack("!H", address[2:4])[0], _socket.inet_ntop(
+            _socket.AF_INET, address[4:8])
         local = ip.startswith("127.") or ip == "0.0.0.0"
-    elif family == socket.AF_INET6 and len(address) >= 24:
-        port, ip = struct.unpack("!H", address[2:4])[0], socket.inet_ntop(
-            socket.AF_INET6, address[8:24])
+    elif family == _socket.AF_INET6 and len(address) >= 24:
+        port, ip = struct.unpack("!H", address[2:4])[0], _socket.inet_ntop(
+            _socket.AF_INET6, address[8:24])
         local = ip in ("::1", "::") or ip.startswith("::ffff:127.")
     else:
         return None
@@ -193,6 +193,7 @@ def said(fd=2):
 
 
 if __name__ == "__main__":     # (a check by hand: python -m agentctl.tools.netwatch CMD...)
+    import socket
     import threading
     a, b = socket.socketpair()
     pid = os.fork()
