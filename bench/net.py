@@ -1,17 +1,19 @@
 """make bench: what the egress proxy costs (agentctl(7), NETWORK). A web server on
-127.0.0.1 serves a small file and a 100 MB one; curl fetches each directly and
-through the outlet and the egress proxy (as a sandboxed call given hosts does, here
-without the sandbox, whose own cost tools.py measures): the connection's set-up in
-ms, and the 100 MB download as a ratio of the direct one, pairs of runs in one run."""
+127.0.0.1, a process of its own as a host is (not one whose GIL the proxy shares),
+serves a small file and a 100 MB one; curl fetches each directly and through the
+outlet and the egress proxy (as a sandboxed call given hosts does, here without the
+sandbox, whose own cost tools.py measures): the outlet hands each connection to the
+egress proxy, which splices between it and the server's, one hop. The outlet's start
+and a connection's set-up in ms, and the 100 MB download (the outlet's start
+included) as a ratio of the direct one, pairs of runs in one run."""
 
-import http.server
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,6 +22,7 @@ sys.path.insert(0, ROOT)
 from bench import line  # noqa: E402  (bench/bench.py, beside this file)
 from agentctl import spawn  # noqa: E402
 from agentctl.tools import egress, outlet  # noqa: E402
+from tests import localhttp  # noqa: E402
 
 PAIRS = int(os.environ.get("BENCH_RUNS", "15"))
 BIG = 100 * 1000 * 1000
@@ -38,22 +41,17 @@ def main():
         with open(os.path.join(site, "big"), "wb") as f:
             f.truncate(BIG)
 
-        class Quiet(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *a, **k):
-                super().__init__(*a, directory=site, **k)
-
-            def log_message(self, *a):
-                pass
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        port = server.server_address[1]
+        port = localhttp.free_port()
+        server = subprocess.Popen([sys.executable, "-m", "http.server", "-b", "127.0.0.1",
+                                   "-d", site, str(port)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        _wait_for(port)
         sockets = os.path.join(tmp, "net")
         os.mkdir(sockets)
         proxy = egress.Server(sockets, lambda *a: "")
         directory, inside = proxy.socket_for(f"127.0.0.1:{port}", None)
         path = inside.replace(egress.SOCKET_DIR, directory)
-        through = spawn.python("from agentctl.tools.outlet import main; sys.exit(main())",
-                               site=False) + [path, "--"]
+        through = spawn.script(outlet.__file__, path, "--")
         # (one outlet at a time: it listens on its fixed port, outside a sandbox too)
 
         def fetch(name, proxied):
@@ -77,10 +75,11 @@ def main():
             subprocess.run(["true"], check=True)
             bare = time.perf_counter() - bare
             started.append(start_only() - bare)
-        for _ in range(max(5, PAIRS // 3)):
+        for _ in range(PAIRS):
             big.append((fetch("big", False), fetch("big", True)))
         proxy.close()
-        server.shutdown()
+        server.terminate()
+        server.wait()
         outlet_ms = statistics.median(started) * 1000
         setup_ms = statistics.median(p - d for d, p in small) * 1000
         print(f"N1. a small fetch: {statistics.median(d for d, _ in small) * 1000:.1f} ms "
@@ -95,6 +94,19 @@ def main():
               f"{statistics.median(p for _, p in big) * 1000:.0f} ms through the proxy")
         line("N2. a 100 MB download through the proxy / directly", statistics.median(ratios),
              lambda v: (v <= 1.3, "<= 1.3x"), spread=(min(ratios), max(ratios)))
+
+
+def _wait_for(port):
+    """Until something accepts on 127.0.0.1:`port` (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 if __name__ == "__main__":
