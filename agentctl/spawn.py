@@ -22,6 +22,14 @@ def python(code, *, site=True):
             f"import sys; sys.path.insert(0, {TOP!r}); {code}"]
 
 
+def script(path, *args):
+    """argv that runs the file `path` of agentctl (a module that imports nothing of it)
+    as a script under agentctl's Python, with the standard library alone on its import
+    path (-S; -P: not even its own directory): no package is imported on the way, for
+    a process that starts with each call (the sandbox's outlet)."""
+    return [PYTHON, "-S", "-P", path, *args]
+
+
 def program(name, *args):
     """argv that runs the program agent-`name` (agentctl/cli/NAME.py) with `args`: its
     main()'s return is the process's exit status."""

@@ -1,7 +1,9 @@
 """The egress proxy (agentctl(7), NETWORK): a sandbox's one way out. The sandbox has a
 network of its own with no route out; its outlet (outlet.py) listens on its loopback
-at PORT, where the proxy variables point its programs, and carries each connection
-over a socket bound into it to this proxy, which runs in agent-run, outside. Here each
+at PORT, where the proxy variables point its programs, and hands each connection it
+accepts (its descriptor) over a socket bound into it to this proxy, which runs in
+agent-run, outside, and reads and writes the connection itself: the bytes cross one
+proxy, spliced between the tool's socket and the host's (_pump). Here each
 request is judged against the list of hosts of the sandbox (agentctl.hosts): HTTPS by
 CONNECT HOST:PORT (no TLS is opened here), plain HTTP by its absolute URL; the name is
 resolved here (there is no DNS inside), the address checked, and connected to as
@@ -12,6 +14,7 @@ whose descriptor the outlet hands over with each connection.
 """
 
 import array
+import fcntl
 import os
 import shutil
 import socket
@@ -21,12 +24,15 @@ import time
 
 from agentctl import hosts, paths
 from agentctl.text import host_port
-from agentctl.tools.outlet import PORT, SOCKET, SOCKET_DIR, pump
+from agentctl.tools import outlet
+from agentctl.tools.outlet import PORT, SOCKET, SOCKET_DIR
 
 HEAD_MOST = 64 * 1024       # the bytes of a request's head
 HEAD_SECONDS = 30.0         # to send it
 CONNECT_SECONDS = 30.0      # to reach the host
 CHUNK = 1 << 16            # the bytes read at once of a head
+SPLICED = 1 << 20          # the bytes a splice moves at most
+F_SETPIPE_SZ = 1031
 PROXY_URL = f"http://127.0.0.1:{PORT}"
 # What a sandbox's programs read to find the proxy (curl reads http_proxy in lower case
 # only; node's fetch the variables only with NODE_USE_ENV_PROXY). NO_PROXY is left
@@ -45,6 +51,7 @@ class Server:
 
     SOCKET_DIR = SOCKET_DIR
     VARIABLES = VARIABLES
+    OUTLET = outlet.__file__        # (spawn.script)
     MOST = 256                  # connections at once, of all its sockets
 
     def __init__(self, directory, grant):
@@ -134,12 +141,19 @@ class Server:
         with self.lock:
             self.records.append(record)
 
-    def _serve(self, conn, stored, patterns, who):
+    def _serve(self, door, stored, patterns, who):
         started = time.monotonic()
-        stderr = None
+        stderr = conn = None
         try:
+            door.settimeout(HEAD_SECONDS)
+            conn, stderr = hello(door)
+            door.close()
+            if conn is None:
+                _say(stderr, "agentctl: net: refused: what was handed to the egress proxy "
+                     "is not a TCP connection\n")
+                return
             conn.settimeout(HEAD_SECONDS)
-            stderr, head, rest = _hello(conn)
+            head, rest = _head(conn)
             request = _request(head)
             if request is None:
                 conn.sendall(_response(400, "agentctl: net: not an HTTP proxy request\n"))
@@ -179,7 +193,9 @@ class Server:
         except (OSError, ValueError):
             pass            # the client went away, or its head never came whole
         finally:
-            conn.close()
+            door.close()
+            if conn is not None:
+                conn.close()
             if stderr is not None:
                 os.close(stderr)
             self.slots.release()
@@ -209,21 +225,52 @@ def _decide(patterns, host, port):
             f"({','.join(p.text for p in patterns)})"), addresses[0]
 
 
-def _hello(conn):
-    """The outlet's first byte, with the tool's standard error (a descriptor, or None),
-    then the request's head and what came after it."""
+def hello(door):
+    """(the connection, the tool's standard error) that the outlet hands over `door`
+    (outlet.hand_over): one byte with two descriptors, each None when it is not given.
+    The connection is taken only when it is what the outlet accepts, a TCP connection
+    (not a pipe, a file, a datagram or unix socket, nor a listening one): a descriptor
+    from the sandbox is closed unless it is used, and no more than two are taken."""
     fds = array.array("i")
-    data, ancillary, _, _ = conn.recvmsg(HEAD_MOST, socket.CMSG_SPACE(fds.itemsize))
-    stderr = None
+    data, ancillary, _, _ = door.recvmsg(1, socket.CMSG_SPACE(2 * fds.itemsize),
+                                         socket.MSG_CMSG_CLOEXEC)
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-            stderr = fds[0] if len(fds) else None
-            for extra in fds[1:]:
-                os.close(extra)
-    if not data:
+    for extra in fds[2:]:
+        os.close(extra)
+    if data != b"\0" or not fds:
+        for fd in fds[:2]:
+            os.close(fd)
         raise ValueError("no hello")
-    buffer = bytearray(data[1:])
+    stderr = fds[1] if len(fds) > 1 else None
+    return _connection(fds[0]), stderr
+
+
+def _connection(fd):
+    """The socket of descriptor `fd` if it is a connected TCP one, else None (`fd`
+    closed)."""
+    try:
+        given = socket.socket(fileno=fd)
+    except OSError:         # (not a socket)
+        os.close(fd)
+        return None
+    try:
+        if (given.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM
+                and given.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) in (
+                    socket.AF_INET, socket.AF_INET6)
+                and not given.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                and given.getpeername()):
+            return given
+    except OSError:
+        pass
+    given.close()
+    return None
+
+
+def _head(conn):
+    """The request's head and what came after it."""
+    buffer = bytearray()
     while b"\r\n\r\n" not in buffer:
         if len(buffer) > HEAD_MOST:
             raise ValueError("a head too long")
@@ -232,7 +279,7 @@ def _hello(conn):
             raise ValueError("the head never ended")
         buffer += more
     end = buffer.index(b"\r\n\r\n") + 4
-    return stderr, bytes(buffer[:end]), bytes(buffer[end:])
+    return bytes(buffer[:end]), bytes(buffer[end:])
 
 
 def _request(head):
@@ -294,8 +341,37 @@ def _relay(client, upstream, first):
     if first:
         upstream.sendall(first)
         counts[0] += len(first)
-    back = threading.Thread(target=pump, args=(upstream, client, counts, 1), daemon=True)
+    back = threading.Thread(target=_pump, args=(upstream, client, counts, 1), daemon=True)
     back.start()
-    pump(client, upstream, counts, 0)
+    _pump(client, upstream, counts, 0)
     back.join()
     return counts[0], counts[1]
+
+
+def _pump(source, target, counts=None, index=0):
+    """Copy `source` to `target` until its end, then end `target`'s writing, adding the
+    bytes to counts[index]: spliced through a pipe (no copy through Python)."""
+    r, w = os.pipe()
+    try:
+        try:
+            fcntl.fcntl(w, F_SETPIPE_SZ, SPLICED)     # (64 KiB a splice else)
+        except OSError:
+            pass
+        while True:
+            n = os.splice(source.fileno(), w, SPLICED)
+            if not n:
+                break
+            if counts is not None:
+                counts[index] += n
+            while n:
+                n -= os.splice(r, target.fileno(), n)
+    except OSError:
+        pass
+    finally:
+        os.close(r)
+        os.close(w)
+        for sock, how in ((target, socket.SHUT_WR), (source, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass

@@ -1,27 +1,29 @@
 """The sandbox's outlet (agentctl(7), NETWORK): the one way out of a sandbox given
 hosts. It starts inside, before the tool: it listens on the sandbox's own loopback at
-PORT (where the proxy variables point), starts the tool as its child, and carries each
-connection made to it over the socket bound into the sandbox to the egress proxy
-outside (egress.py), handing over the tool's standard error with it (a refusal is said
-there). It ends with the tool, with its exit status. The standard library only, and
-as little of it as will do: it starts with each call given the network.
+PORT (where the proxy variables point), starts the tool as its child, and hands each
+connection made to it (its descriptor, with the tool's standard error, where a refusal
+is said) over the socket bound into the sandbox to the egress proxy outside
+(egress.py), which reads and writes it from there: the outlet copies no byte. It ends
+with the tool, with its exit status. The standard library's built-in modules only, and
+as few as will do, run as a script (no package imported): it starts with each call
+given the network.
 
-    python -S -P -c '...main()' SOCKET -- PROGRAM ARGS...
+    python -S -P .../outlet.py SOCKET -- PROGRAM ARGS...   (spawn.script)
 """
 
-import _socket      # (not socket: socket.py takes longer to import than the rest together)
+import _signal      # (not signal, socket nor os: what they import takes longer than
+import _socket      # the rest of the outlet's start together; posix is os's own)
 import _thread
-import fcntl
-import os
-import signal
+import posix
 import sys
 
 PORT = 3128                     # on the sandbox's loopback
 SOCKET_DIR = "/run/agentctl-net"    # the egress proxy's socket of its list, in the sandbox
 SOCKET = "socket"
-CHUNK = 1 << 20                 # the bytes a splice moves at most
-F_SETPIPE_SZ = 1031
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT)
+# What Python ignores at its start and a program expects as the default (subprocess's
+# restore_signals): a tool's `yes | head` ends by SIGPIPE, a file over its limit by SIGXFSZ.
+RESTORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 
 
 def main(argv=None):
@@ -38,33 +40,49 @@ def main(argv=None):
     except OSError as e:
         sys.stderr.write(f"agentctl outlet: can't listen on 127.0.0.1:{PORT}: {e}\n")
         return 71
-    pid = os.fork()
+    pid = posix.fork()
     if pid == 0:
         listener.close()
-        try:
-            os.execvp(command[0], command)
-        except OSError as e:
-            sys.stderr.write(f"{command[0]}: {e.strerror}\n")
-            os._exit(127)
+        _exec(command)
     for number in FORWARDED:
-        signal.signal(number, lambda n, _: _kill(pid, n))
+        _signal.signal(number, lambda n, _: _kill(pid, n))
     _thread.start_new_thread(_accept, (listener, path))
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            _, status = posix.waitpid(pid, 0)
             break
         except InterruptedError:
             continue
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128
+    if posix.WIFSIGNALED(status):
+        number = posix.WTERMSIG(status)
+        _signal.signal(number, _signal.SIG_DFL)
+        posix.kill(posix.getpid(), number)
+    return posix.waitstatus_to_exitcode(status) if posix.WIFEXITED(status) else 128
+
+
+def _exec(command):
+    """In the child: become the tool (`command`, found on $PATH as execvp finds it), the
+    signals Python ignores at its start back to their default."""
+    for number in RESTORED:
+        _signal.signal(number, _signal.SIG_DFL)
+    name = command[0]
+    places = [""] if "/" in name else \
+        posix.environ.get(b"PATH", b"/bin:/usr/bin").decode("utf-8", "surrogateescape").split(":")
+    error = None
+    for place in places:
+        try:
+            posix.execv(f"{place}/{name}" if place else name, command)
+        except OSError as e:        # (the first error that is not "not there" is said)
+            if error is None or error.errno in (2, 20):     # (ENOENT, ENOTDIR)
+                error = e
+    sys.stderr.write(f"{name}: {error.strerror}\n")
+    sys.stderr.flush()
+    posix._exit(127)
 
 
 def _kill(pid, number):
     try:
-        os.kill(pid, number)
+        posix.kill(pid, number)
     except OSError:
         pass
 
@@ -75,63 +93,31 @@ def _accept(listener, path):
             fd, _ = listener._accept()      # (_socket's accept: a descriptor)
         except OSError:
             continue
-        _thread.start_new_thread(_carry, (_socket.socket(fileno=fd), path))
+        try:
+            hand_over(fd, path)
+        finally:
+            posix.close(fd)        # (egress holds it now, or it was refused)
 
 
-def _carry(conn, path):
+def hand_over(fd, path):
+    """Give the connection `fd` to the egress proxy at `path`, with the tool's standard
+    error (fd 2): one byte that carries both descriptors (egress.hello)."""
     out = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         out.connect(path)
-        try:        # the tool's standard error, where a refusal is said
+        given = fd.to_bytes(4, sys.byteorder)
+        try:
             out.sendmsg([b"\0"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                   (2).to_bytes(4, sys.byteorder))])
-        except OSError:     # (closed)
-            out.sendall(b"\0")
+                                   given + (2).to_bytes(4, sys.byteorder))])
+        except OSError:     # (its standard error closed)
+            out.sendmsg([b"\0"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, given)])
     except OSError as e:
         sys.stderr.write(f"agentctl outlet: the egress proxy can't be reached: {e}\n")
-        conn.close()
+    finally:
         out.close()
-        return
-    done = _thread.allocate_lock()
-    done.acquire()
-    _thread.start_new_thread(_pump_then, (out, conn, done))
-    pump(conn, out)
-    done.acquire()
-    conn.close()
-    out.close()
 
 
-def _pump_then(source, target, done):
-    try:
-        pump(source, target)
-    finally:
-        done.release()
-
-
-def pump(source, target, counts=None, index=0):
-    """Copy `source` to `target` until its end, then end `target`'s writing, adding the
-    bytes to counts[index]: spliced through a pipe (no copy through Python)."""
-    r, w = os.pipe()
-    try:
-        try:
-            fcntl.fcntl(w, F_SETPIPE_SZ, CHUNK)     # (64 KiB a splice else)
-        except OSError:
-            pass
-        while True:
-            n = os.splice(source.fileno(), w, CHUNK)
-            if not n:
-                break
-            if counts is not None:
-                counts[index] += n
-            while n:
-                n -= os.splice(r, target.fileno(), n)
-    except OSError:
-        pass
-    finally:
-        os.close(r)
-        os.close(w)
-        for sock, how in ((target, _socket.SHUT_WR), (source, _socket.SHUT_RD)):
-            try:
-                sock.shutdown(how)
-            except OSError:
-                pass
+if __name__ == "__main__":
+    status = main()
+    sys.stderr.flush()
+    posix._exit(status)     # (what an interpreter's exit undoes, the process's end does)
