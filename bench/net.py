@@ -53,7 +53,8 @@ def main():
             directory, inside = proxy.socket_for(f"127.0.0.1:{port}", None)
             path = inside.replace(egress.SOCKET_DIR, directory)
             small, started, big, hop = _measure(curl, port,
-                                                spawn.script(outlet.__file__, path, "--"))
+                                                spawn.script(outlet.__file__, path,
+                                                             f"127.0.0.1:{port}", "--"))
         finally:
             proxy.close()
             server.terminate()

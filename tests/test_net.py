@@ -238,7 +238,7 @@ def test_every_public_host_still_leaves_out_loopback_and_the_metadata_address(
 def test_no_route_but_the_outlet(world, tmp_path, site):  # noqa: F811
     """With a list, a direct connection to the host's loopback (the PostgreSQL port, a
     local MCP server), an abstract socket of the host, raw UDP and DNS all fail: the
-    sandbox's network is its own."""
+    sandbox's network is its own; each is refused with its line on the tool's stderr."""
     abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     abstract.bind(b"\0agentctl-test-abstract")
     abstract.listen(1)
@@ -246,12 +246,13 @@ def test_no_route_but_the_outlet(world, tmp_path, site):  # noqa: F811
     udp.bind(("127.0.0.1", 0))
     udp.settimeout(0)
     code = (
-        "import socket\n"
+        "import socket, sys\n"
         "def attempt(what, fn):\n"
         "    try:\n"
-        "        fn(); print(what, 'reached')\n"
+        "        fn(); print(what, 'reached', file=sys.stderr)\n"
         "    except OSError as e:\n"
-        "        print(what, 'failed', e.__class__.__name__)\n"
+        "        print(what, 'failed', e.__class__.__name__, file=sys.stderr)\n"
+        "    sys.stderr.flush()\n"
         f"attempt('tcp', lambda: socket.create_connection(('127.0.0.1', {site}), 5))\n"
         "def abstract():\n"
         "    s = socket.socket(socket.AF_UNIX); s.connect(b'\\0agentctl-test-abstract')\n"
@@ -261,7 +262,8 @@ def test_no_route_but_the_outlet(world, tmp_path, site):  # noqa: F811
         f"{udp.getsockname()[1]}))\n"
         "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('192.0.2.1', 53))\n"
         "attempt('udp', udp)\n"
-        "attempt('dns', lambda: socket.getaddrinfo('pypi.org', 443))\n")
+        "attempt('dns', lambda: socket.getaddrinfo('pypi.org', 443))\n"
+        "raise SystemExit(1)\n")     # (a failed call's result shows its stderr too)
     (tmp_path / "work").mkdir(exist_ok=True)
     script = tmp_path / "work" / "try.py"
     script.write_text(code)
@@ -276,8 +278,19 @@ def test_no_route_but_the_outlet(world, tmp_path, site):  # noqa: F811
     finally:
         abstract.close()
         udp.close()
-    lines = dict(line.split(" ", 1) for line in result.splitlines())
+    result = result.removeprefix("error: exit status 1: ")
+    said = [line for line in result.splitlines() if line.startswith("agentctl: net: ")]
+    lines = dict(line.split(" ", 1) for line in result.splitlines()
+                 if not line.startswith("agentctl: "))
     assert all(v.startswith("failed") for v in lines.values()) and len(lines) == 4, result
+    # each refused with its line (netwatch), naming the list
+    for refusal in (f"refused a connection to 127.0.0.1:{site}: the sandbox's loopback is "
+                    "its own", "refused abstract socket @agentctl-test-abstract",
+                    "refused DNS to 192.0.2.1:53"):
+        assert any(refusal in line for line in said), result
+    assert sum("refused DNS to" in line for line in said) >= 2, result   # getaddrinfo's
+    assert all("its list: *,127.0.0.1" in line for line in said
+               if "abstract" not in line), result
 
 
 def test_a_child_list_stays_within_its_parents(tmp_path):

@@ -90,8 +90,13 @@ def test_a_loopback_resolver_is_let_be_only_when_one_listens():
     dns_here = lambda kind, key: kind == "udp" and key == 53     # noqa: E731
     assert netwatch.judge(inet("127.0.0.53", 53), "", True, nothing)[0] == errno.ECONNREFUSED
     assert netwatch.judge(inet("127.0.0.53", 53), "", True, dns_here) is None
-    assert netwatch.judge(inet("127.0.0.1", 3128), "", False, nothing) is None   # the proxy
-    assert netwatch.judge(inet6("::1", 8080), "", False, nothing) is None
+    proxy = lambda kind, key: kind == "tcp" and key in (3128, 8080)     # noqa: E731
+    assert netwatch.judge(inet("127.0.0.1", 3128), "", False, proxy) is None   # the proxy
+    assert netwatch.judge(inet6("::1", 8080), "", False, proxy) is None
+    assert netwatch.judge(inet("127.0.0.1", 5432), "pypi.org", False, proxy)[1].startswith(
+        "agentctl: net: refused a connection to 127.0.0.1:5432: the sandbox's loopback is "
+        "its own")                                  # the host's PostgreSQL is not there
+    assert netwatch.judge(inet("127.0.0.1", 5432), "", True, proxy) is None    # (UDP)
     assert netwatch.judge(inet6("2001:db8::1", 443), "", False, nothing)[1].startswith(
         "agentctl: net: refused a connection to [2001:db8::1]:443: ")
     assert "it has no list" in netwatch.judge(inet("192.0.2.9", 53), "", True, nothing)[1]

@@ -1,7 +1,8 @@
 """The outlet's watch on what can't go through it (agentctl(7), NETWORK): a datagram or
 a connection to an address outside the sandbox (UDP, DNS to a server named by address,
-a program that ignores the proxy variables), a DNS query to a loopback resolver that
-is not there, a connection to an abstract unix socket that does not exist. The
+a program that ignores the proxy variables), a DNS query to a loopback resolver or a
+connection to a loopback port where nothing of the sandbox listens (the host's are not
+there), a connection to an abstract unix socket that does not exist. The
 sandbox has no route out and none of its host's abstract sockets, so the kernel
 refuses them anyway, with an errno that names nothing; the watch makes each refusal
 the line a refused host gets on the tool's standard error.
@@ -20,8 +21,8 @@ only in the tool's process, before it execs.
 
 import errno
 import fcntl
-import _socket      # (not socket: the outlet imports as little as will do)
-import os
+import _socket      # (not socket nor os: the outlet imports as little as will do)
+import posix
 import struct
 import sys
 
@@ -40,7 +41,7 @@ def program(exempt=0xFFFFFFFF, machine=None):
     """The filter (struct sock_filter[]), or None on a machine not watched; a sendmsg()
     on descriptor `exempt` is not asked about (the one that hands the listener over,
     closed before the tool starts)."""
-    found = CALLS.get(machine or os.uname().machine)
+    found = CALLS.get(machine or posix.uname().machine)
     if found is None:
         return None
     arch, connect, sendto, sendmsg, sendmmsg, _ = found
@@ -67,10 +68,10 @@ def install(filter_code):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
     prog = Prog(len(filter_code) // 8, ctypes.addressof(buffer))
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.syscall(CALLS[os.uname().machine][5], SET_MODE_FILTER, NEW_LISTENER,
+    fd = libc.syscall(CALLS[posix.uname().machine][5], SET_MODE_FILTER, NEW_LISTENER,
                       ctypes.byref(prog))
     if fd < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        raise OSError(ctypes.get_errno(), posix.strerror(ctypes.get_errno()))
     return fd
 
 
@@ -106,15 +107,15 @@ def watch(listener, say, hosts):
 
 def _judge(pid, nr, args, hosts):
     """(errno, line) of a call to refuse, or None to let it go."""
-    calls = CALLS[os.uname().machine]
+    calls = CALLS[posix.uname().machine]
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
         if nr in (calls[1], calls[2]):      # connect(fd, addr, len), sendto(..., addr, len)
             where, length = (args[1], args[2]) if nr == calls[1] else (args[4], args[5])
         else:                               # sendmsg(fd, msghdr), sendmmsg(fd, mmsghdr[])
-            where, length = struct.unpack("=QI", os.pread(mem.fileno(), 12, args[1]))
+            where, length = struct.unpack("=QI", posix.pread(mem.fileno(), 12, args[1]))
         if not where or length < 2:
             return None
-        address = os.pread(mem.fileno(), min(length, 128), where)
+        address = posix.pread(mem.fileno(), min(length, 128), where)
     return judge(address, hosts, datagram=nr != calls[1])
 
 
@@ -149,6 +150,11 @@ def judge(address, hosts, datagram=False, listening=None):
         return (errno.ECONNREFUSED if local else errno.ENETUNREACH), (
             f"agentctl: net: refused DNS to {shown}: the sandbox has no DNS; its proxy "
             f"resolves the names it is asked for (HTTPS_PROXY, HTTP_PROXY: {its})\n")
+    if local and not datagram and not listening("tcp", port):
+        return errno.ECONNREFUSED, (
+            f"agentctl: net: refused a connection to {shown}: the sandbox's loopback is its "
+            f"own, none of its host's services is there; through its proxy (HTTPS_PROXY, "
+            f"HTTP_PROXY), a list naming {shown} by address reaches the host's ({its})\n")
     if local:
         return None                         # its own loopback: its own servers, the proxy
     kind = "a datagram (UDP)" if datagram else "a connection"
@@ -186,13 +192,14 @@ def said(fd=2):
     """say() for watch(): a line written whole on `fd` (the tool's standard error)."""
     def say(line):
         try:
-            os.write(fd, line.encode("utf-8", "replace"))
+            posix.write(fd, line.encode("utf-8", "replace"))
         except OSError:
             pass
     return say
 
 
 if __name__ == "__main__":     # (a check by hand: python -m agentctl.tools.netwatch CMD...)
+    import os
     import socket
     import threading
     a, b = socket.socketpair()

@@ -8,7 +8,13 @@ with the tool, with its exit status. The standard library's built-in modules onl
 as few as will do, run as a script (no package imported): it starts with each call
 given the network.
 
-    python -S -P .../outlet.py SOCKET -- PROGRAM ARGS...   (spawn.script)
+What can't go through it (UDP, DNS, a connection to an address, an abstract socket) is
+watched (netwatch.py, beside it): the tool starts under a filter that makes the kernel
+ask the outlet about those calls, and a refusal is a line on the tool's standard error
+that names LIST, the hosts it may reach.
+
+    python -S -P -c '...from outlet import run; run()' SOCKET [LIST] -- PROGRAM ARGS...
+                                                                   (spawn.script)
 """
 
 import _signal      # (not signal, socket nor os: what they import takes longer than
@@ -28,10 +34,13 @@ RESTORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("agentctl outlet: usage: SOCKET -- PROGRAM ARGS...\n")
+    if len(argv) >= 4 and argv[2] == "--":
+        path, hosts, command = argv[0], argv[1], argv[3:]
+    elif len(argv) >= 3 and argv[1] == "--":
+        path, hosts, command = argv[0], None, argv[2:]
+    else:
+        sys.stderr.write("agentctl outlet: usage: SOCKET [LIST] -- PROGRAM ARGS...\n")
         return 2
-    path, command = argv[0], argv[2:]
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
         listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
@@ -40,13 +49,21 @@ def main(argv=None):
     except OSError as e:
         sys.stderr.write(f"agentctl outlet: can't listen on 127.0.0.1:{PORT}: {e}\n")
         return 71
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM) \
+        if hosts is not None else (None, None)
     pid = posix.fork()
     if pid == 0:
         listener.close()
+        if theirs is not None:
+            ours.close()
+            _watched(theirs)
         _exec(command)
     for number in FORWARDED:
         _signal.signal(number, lambda n, _: _kill(pid, n))
     _thread.start_new_thread(_accept, (listener, path))
+    if ours is not None:
+        theirs.close()
+        _watch(ours, hosts)
     while True:
         try:
             _, status = posix.waitpid(pid, 0)
@@ -78,6 +95,48 @@ def _exec(command):
     sys.stderr.write(f"{name}: {error.strerror}\n")
     sys.stderr.flush()
     posix._exit(127)
+
+
+def _watched(channel):
+    """In the child, before it becomes the tool: the watch's filter installed, its
+    listener handed to the outlet over `channel` (whose own sendmsg is not watched);
+    where the kernel refuses it, no watch (the kernel's refusals alone)."""
+    try:
+        netwatch = _netwatch()
+        fd = netwatch.install(netwatch.program(channel.fileno()))
+        channel.sendmsg([b"w"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                  fd.to_bytes(4, sys.byteorder))])
+        posix.close(fd)
+    except (OSError, ImportError, TypeError):   # (a machine not watched: no program)
+        pass
+    channel.close()
+
+
+def _watch(channel, hosts):
+    """The outlet's end of the watch: its listener from the child, answered by a
+    thread of its own."""
+    try:
+        _, ancillary, _, _ = channel.recvmsg(1, _socket.CMSG_SPACE(4))
+    except OSError:
+        ancillary = []
+    channel.close()
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
+            listener = int.from_bytes(data[:4], sys.byteorder)
+            _thread.start_new_thread(_answer, (listener, hosts.replace("\n", ",")))
+
+
+def _answer(listener, hosts):
+    """The watch's thread: the kernel's questions answered (a question asked before it
+    is ready waits for it)."""
+    netwatch = _netwatch()
+    netwatch.watch(listener, netwatch.said(2), hosts)
+
+
+def _netwatch():
+    """netwatch.py, beside this file (spawn.script puts its directory on the path)."""
+    import netwatch  # (start-up: 1 ms, only where the sandbox's tool is watched)
+    return netwatch
 
 
 def _kill(pid, number):
@@ -117,7 +176,9 @@ def hand_over(fd, path):
         out.close()
 
 
-if __name__ == "__main__":
+def run():
+    """The outlet's process: main()'s status, without the interpreter's exit (what it
+    undoes, the process's end does; its threads are left as they are)."""
     status = main()
     sys.stderr.flush()
-    posix._exit(status)     # (what an interpreter's exit undoes, the process's end does)
+    posix._exit(status)

@@ -323,7 +323,7 @@ class Sandbox:
             egress = self._egress()
             directory, inside = egress.socket_for(hosts, who)
             args += ["--ro-bind-fd", Handle(directory), egress.SOCKET_DIR]
-            outlet = spawn.script(egress.OUTLET, inside, "--")
+            outlet = spawn.script(egress.OUTLET, inside, hosts or "-", "--")
             env = dict(egress.VARIABLES)
         for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
             args += ["--remount-ro", path]              # enough for another user)
