@@ -129,6 +129,10 @@ def test_the_reference_servers_pasted_from_their_readmes_work_in_the_sandbox(
     results = tool_results(db(), "w")
     assert "hi there" in results[0] and "found it" in results[1], results
     assert len(tarballs(npm_registry)) == downloaded        # from their caches
+    # the launchers' connections to the registry, ended with their servers, in the log
+    port = npm_registry.url.rsplit(":", 1)[1].strip("/")
+    logged = agent("log", "--kind", "net", "w").out
+    assert f"127.0.0.1:{port}" in logged and "everything" in logged, logged
 
 
 def test_a_pasted_uvx_entry_works_in_the_sandbox(python_index, tmp_path, monkeypatch):

@@ -109,6 +109,20 @@ class Server:
             records, self.records = self.records, []
         return records
 
+    def settle(self, seconds):
+        """Wait, at most `seconds`, for the connections in flight to end (their tools or
+        servers stopped), so that drain() has them all."""
+        deadline, taken = time.monotonic() + seconds, 0
+        try:
+            while taken < self.MOST:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.slots.acquire(timeout=left):
+                    break
+                taken += 1
+        finally:
+            for _ in range(taken):
+                self.slots.release()
+
     def close(self):
         self.closed = True
         with self.lock:

@@ -351,9 +351,11 @@ class Sandbox:
             self.egress = egress.Server.made(self.hosts, self.agent["name"] or self.agent["id"])
         return self.egress
 
-    def connections(self):
-        """The connections its calls made (or were refused) since the last ask: the net
-        events' fields (egress.Server.drain)."""
+    def connections(self, settle=0):
+        """The connections its calls made (or were refused) since the last ask (net
+        events' fields), those in flight awaited `settle` seconds at most."""
+        if self.egress is not None and settle:
+            self.egress.settle(settle)
         return self.egress.drain() if self.egress is not None else []
 
     def close(self):

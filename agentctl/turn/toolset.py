@@ -19,6 +19,8 @@ from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, events, registry, toolruns
 from agentctl.turn import builtin as tools
 
+SETTLE_SECONDS = 5      # for the connections its MCP servers leave, at the turn's end
+
 # The external tools' modules (tools/) are imported where a turn uses one: a turn of an
 # agent with no grant, or that calls none of its external tools, loads none of them.
 
@@ -43,6 +45,7 @@ class Toolset:
 
     def __init__(self, conn, agent, warn=None, prompt=None):
         self.conn, self.agent, self.prompt, self.warn = conn, agent, prompt, warn
+        self.turn_id = None         # the turn of its last call
         self.warnings = []
         self.allowance = grants.Allowance(conn, agent["id"])
         self.builtin = {s["function"]["name"]: s for s in tools.specs()
@@ -178,6 +181,7 @@ class Toolset:
         if self.servers is not None:
             self.servers.close()
             self.servers = None
+            self._servers_connections()
         if self.proxy is not None:
             self.proxy.close()
             self.proxy = None
@@ -190,6 +194,7 @@ class Toolset:
         request is decided; then the answer is its result, or it runs, or it is an
         error the model sees."""
         name = call["tool_name"]
+        self.turn_id = turn_id
         if name == "ask" or self.allowance.needs_approval(name):
             row = asks_store.of_call(conn, turn_id, call["tool_call_id"])
             if row is None:
@@ -286,6 +291,21 @@ class Toolset:
             tools.record_result(conn, agent_id, turn_id, call, text, started, outcome, media)
             self._connections(conn, agent_id, turn_id, call["tool_name"])
         return text
+
+    def _servers_connections(self):
+        """The connections its MCP servers made that ended with them (a launcher's to
+        its registry, kept open while the server lived), in the event log with the
+        turn's last call's. (A record of what happened: written after the turn's end,
+        which released the agent, so not under its lease.)"""
+        if self._sandbox is None or self.turn_id is None:
+            return
+        left = self._sandbox.connections(settle=SETTLE_SECONDS)
+        if left:
+            with db.transaction(self.conn):
+                for made in left:
+                    by = made.pop("by", None)
+                    events.record(self.conn, self.agent["id"], "net", turn=self.turn_id,
+                                  tool=by, **made)
 
     def _connections(self, conn, agent_id, turn_id, tool):
         """The connections its tools made through the egress proxy since the last call
