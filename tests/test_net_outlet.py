@@ -32,19 +32,25 @@ def sink():
     listener = socket.create_server(("127.0.0.1", 0))
     got = []
 
-    def serve():
+    def serve(conn):
+        with conn:
+            total = 0
+            while chunk := conn.recv(1 << 16):
+                total += len(chunk)
+            got.append(total)
+            try:
+                conn.sendall(b"y" * RECEIVED)
+            except OSError:     # (a client gone: the most-at-once test closes them)
+                pass
+
+    def accept():
         while True:
             try:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            with conn:
-                total = 0
-                while chunk := conn.recv(1 << 16):
-                    total += len(chunk)
-                got.append(total)
-                conn.sendall(b"y" * RECEIVED)
-    threading.Thread(target=serve, daemon=True).start()
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
     yield listener.getsockname()[1], got
     listener.close()
 
@@ -79,8 +85,11 @@ def hand(path, *fds, data=b"\0"):
     """As the outlet does (outlet.hand_over): `data` with `fds` over the socket at `path`."""
     with socket.socket(socket.AF_UNIX) as door:
         door.connect(path)
-        door.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                               array.array("i", fds).tobytes())] if fds else [])
+        try:
+            door.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                   array.array("i", fds).tobytes())] if fds else [])
+        except (BrokenPipeError, ConnectionResetError):
+            return b""              # (closed at once: no slot free)
         return answer(door)         # (b"": egress closed it, taken or refused)
 
 
@@ -108,27 +117,49 @@ def answer(sock):
         return b""
 
 
+def handed(path):
+    """A connection made to a stand-in for the outlet, which hands it over to the
+    egress proxy at `path` as the outlet does: the tool's end."""
+    with socket.create_server(("127.0.0.1", 0)) as front:
+        c = socket.create_connection(front.getsockname())
+        accepted, _ = front.accept()
+    r, w = os.pipe()
+    assert hand(path, accepted.fileno(), w) == b""
+    accepted.close()
+    os.close(w)
+    os.close(r)
+    return c
+
+
 def test_a_connection_handed_over_is_served_and_its_bytes_counted_each_way(proxy, sink):
     """A TCP connection handed over as the outlet hands it: egress reads the head from
     it and splices between it and the host, the end of each way passed on."""
     server, path = proxy
-    front = socket.create_server(("127.0.0.1", 0))
-
-    def outlet():
-        c = socket.create_connection(front.getsockname())
-        accepted, _ = front.accept()
-        r, w = os.pipe()
-        assert hand(path, accepted.fileno(), w) == b""
-        accepted.close()
-        os.close(w)
-        os.close(r)
-        return c
-    assert tunnel(outlet, sink[0]) == RECEIVED
+    assert tunnel(lambda: handed(path), sink[0]) == RECEIVED
     assert sink[1] == [SENT]
     record, = wait_until(server.drain, "the connection's record")
     assert (record["outcome"], record["sent"], record["received"]) == \
         ("allowed", SENT, RECEIVED), record
-    front.close()
+
+
+def test_connections_past_the_most_at_once_are_closed(proxy, sink):
+    """Connections held open count against the most at once (here 2): one more is
+    closed unserved, and one is served again once a slot is free."""
+    server, path = proxy
+    server.slots = threading.BoundedSemaphore(2)
+    held = []
+    for _ in range(2):
+        c = handed(path)
+        c.sendall(f"CONNECT 127.0.0.1:{sink[0]} HTTP/1.1\r\n\r\n".encode())
+        assert answer(c).startswith(b"HTTP/1.1 200"), "a connection within the most"
+        held.append(c)
+    with handed(path) as refused:
+        refused.sendall(f"CONNECT 127.0.0.1:{sink[0]} HTTP/1.1\r\n\r\n".encode())
+        assert answer(refused) == b""
+    held.pop().close()
+    wait_until(server.drain, "the closed connection's record")
+    assert tunnel(lambda: handed(path), sink[0]) == RECEIVED
+    held[0].close()
 
 
 def not_tcp(kind, keep):
