@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import sys
+import time
 
 import pytest
 
@@ -103,7 +104,7 @@ def test_the_reference_servers_pasted_from_their_readmes_work_in_the_sandbox(
     """npx for server-everything and server-filesystem, as their READMEs give them, with
     no "ro" or "net": the registry the operator configured is reached through the
     proxy, the packages are kept in the server's cache, the second start downloads
-    nothing."""
+    nothing; a list without the registry runs the launcher from its cache alone."""
     for name, value in npm_registry.env.items():
         monkeypatch.setenv(name, value)
     work = work_dir(tmp_path)
@@ -134,6 +135,23 @@ def test_the_reference_servers_pasted_from_their_readmes_work_in_the_sandbox(
     logged = agent("log", "--kind", "net", "w").out
     assert f"127.0.0.1:{port}" in logged and "everything" in logged, logged
 
+    # An entry that names its own "net" without the registry: its launcher is kept to
+    # its cache, so what it has cached starts without asking the registry, and what it
+    # has not fails at once (not when the start's time is up), saying what to add.
+    entry = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}
+    configure(tmp_path, monkeypatch, {"everything": dict(entry, net=["pypi.org"]),
+                                      "fresh": dict(entry, net=False)})
+    asked = len(npm_registry.asked)
+    started = time.monotonic()
+    checked = agent("run", "--list-tools", "--check", "--format", "json", "w")
+    rows = {r["server"]: r for r in json.loads(checked.out)}
+    assert rows["everything"]["status"] == "ok", checked.err      # from its cache
+    assert rows["fresh"]["status"] == "failed" and checked.code == 1
+    assert len(npm_registry.asked) == asked                       # nobody asked it
+    assert rows["fresh"]["seconds"] < 20 and time.monotonic() - started < 60
+    assert (f'its "net" leaves its registry out, so it ran from its cache alone: '
+            f'"127.0.0.1:{port}" in its "net" would let it download') in rows["fresh"]["error"]
+
 
 def test_a_pasted_uvx_entry_works_in_the_sandbox(python_index, tmp_path, monkeypatch):
     for name, value in python_index.env.items():
@@ -146,30 +164,3 @@ def test_a_pasted_uvx_entry_works_in_the_sandbox(python_index, tmp_path, monkeyp
     assert ran.code == 0, ran.err
     assert tool_results(db(), "w") == ["42"], ran.err
     assert "MCP server" not in ran.err
-
-
-def test_a_launcher_whose_list_leaves_its_registry_out_runs_from_its_cache(
-        npm_registry, tmp_path, monkeypatch):
-    """An entry that names its own "net" without the registry: the launcher is kept to
-    its cache, so what it has cached starts without asking the registry, and what it
-    has not fails at once (not when the start's time is up), saying what to add."""
-    import time
-    for name, value in npm_registry.env.items():
-        monkeypatch.setenv(name, value)
-    entry = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}
-    configure(tmp_path, monkeypatch, {"everything": entry})
-    fork("-n", "w", "--allow", "*", "-m", "echo", "hi")
-    assert agent("run", "--list-tools", "--check", "w").code == 0     # cached now
-    configure(tmp_path, monkeypatch, {"everything": dict(entry, net=["pypi.org"]),
-                                      "fresh": dict(entry, net=False)})
-    asked = len(npm_registry.asked)
-    started = time.monotonic()
-    checked = agent("run", "--list-tools", "--check", "--format", "json", "w")
-    rows = {r["server"]: r for r in json.loads(checked.out)}
-    assert rows["everything"]["status"] == "ok", checked.err      # from its cache
-    assert rows["fresh"]["status"] == "failed" and checked.code == 1
-    assert len(npm_registry.asked) == asked                       # nobody asked it
-    assert rows["fresh"]["seconds"] < 20 and time.monotonic() - started < 60
-    port = npm_registry.url.rsplit(":", 1)[1].strip("/")
-    assert (f'its "net" leaves its registry out, so it ran from its cache alone: '
-            f'"127.0.0.1:{port}" in its "net" would let it download') in rows["fresh"]["error"]
