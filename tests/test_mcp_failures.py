@@ -131,6 +131,9 @@ def test_check_contacts_every_server_now_and_fails_when_one_does(tmp_path, monke
     assert len(said) == 1 and said[0].startswith("agent-run: MCP server bad: can't start it: ")
     assert said[0].endswith("fatal: the disk is gone")
     assert agent("run", "--check", "w").code == 2           # a usage error alone
+    configure(tmp_path, monkeypatch, {})                    # none configured: all well
+    checked = agent("run", "--list-tools", "--check", "w")
+    assert (checked.code, checked.out) == (0, "")
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

@@ -49,6 +49,11 @@ def test_the_operators_registry_is_passed_on_and_its_host_alone_allowed(tmp_path
                                  str(tmp_path))
     assert hosts == ["[fd00::7]:8443", "pip.example"]
     assert env["PIP_INDEX_URL"] == "https://pip.example/simple"
+    # what names no http(s) host leaves the public registry's; NAME=URL is the URL
+    assert launchers.given("uvx", {"UV_INDEX_URL": "file:///srv/wheels"}, str(tmp_path))[1] \
+        == ["pypi.org", "files.pythonhosted.org"]
+    assert launchers.given("uv", {"UV_INDEX": "corp=https://corp.example:8443/simple"},
+                           str(tmp_path))[1] == ["corp.example:8443"]
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ A table of launchers and two of registries; no I/O but reading ~/.npmrc.
 import os
 import urllib.parse
 
+from agentctl.text import host_port
+
 CACHE = "/run/agentctl-cache"       # a server's own cache, in its sandbox
 
 NPM, PYPI = "npm", "pypi"
@@ -103,5 +105,4 @@ def host_of(url):
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{port}" if port else host
+    return host_port(parts.hostname, port)
