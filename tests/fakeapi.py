@@ -2,8 +2,10 @@
 
     POST /v1/chat/completions   OpenAI Chat Completions, plain JSON or an SSE stream ending in [DONE]
     POST /v1/messages           Anthropic Messages, plain JSON or the event stream
+    and both providers' batch APIs (tests/fakebatch.py: fakeapi.batches)
 
-It records every request (path, headers, parsed body) and answers from a queue of behaviours:
+It records every request (method, path, headers, parsed body) and answers from a queue of
+behaviours:
 
     fakeapi.reply("text", tool_calls=[("name", '{"raw": "json"}')], usage=(11, 7))
     fakeapi.reply("text", cut_after=3)       # drop the connection after 3 stream events
@@ -35,9 +37,9 @@ from collections import deque
 
 import pytest
 
-from . import localhttp
+from . import fakebatch, localhttp
 from .fakechecks import Schemas, request_problem
-from .fakewire import ERROR_TYPES, anthropic_events, anthropic_plain, openai_chunks, openai_plain
+from .fakewire import anthropic_events, anthropic_plain, error_body, openai_chunks, openai_plain
 
 OPENAI_KEY = "sk-test-openai-S3CRET-9f8e7d"
 ANTHROPIC_KEY = "sk-ant-test-S3CRET-1a2b3c"
@@ -50,6 +52,7 @@ class FakeAPI(localhttp.LocalServer):
         self.violations = []        # (path, problem) for each request body that broke the rules
         self.queue = deque()
         self.errors = []            # tracebacks of requests the fake failed to handle
+        self.batches = fakebatch.Batches(self, {"openai": OPENAI_KEY, "anthropic": ANTHROPIC_KEY})
         super().__init__(handler_class or Handler, server_class or Server)
 
     def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, cached=(0, 0), timings=None,
@@ -70,6 +73,7 @@ class FakeAPI(localhttp.LocalServer):
         stop="length" ends the reply for its length (Anthropic's stop_reason max_tokens).
         A reply names the model asked for and a fixed id, unless served="MODEL" and
         reply_id="ID" name others.
+        A batch's request (tests/fakebatch.py) takes a reply as a direct request does.
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -80,11 +84,22 @@ class FakeAPI(localhttp.LocalServer):
         return self
 
     def error(self, status, message="fake error", retry_after=None, times=1, body=None):
-        """Queue an error in the provider's JSON form, or with body=bytes as its text/html body."""
+        """Queue an error in the provider's JSON form, or with body=bytes as its text/html
+        body. A batch's request that takes it errs."""
         for _ in range(times):
             self.queue.append({"status": status, "message": message, "retry_after": retry_after,
                                "body": body})
         return self
+
+    def next_behaviour(self):
+        """What answers the next request, direct or in a batch: the queue's first."""
+        return self.queue.popleft() if self.queue else {
+            "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
+
+    def record(self, handler, body):
+        self.requests.append({"method": handler.command, "path": handler.path, "body": body,
+                              "headers": {k.lower(): v for k, v in handler.headers.items()},
+                              "at": time.time()})
 
     @property
     def last(self):
@@ -115,10 +130,10 @@ class Handler(localhttp.Handler):
     timeout = 10
 
     def post(self, fake, raw):
+        if fake.batches.serve(self, raw):
+            return
         body = json.loads(raw)
-        fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
-                                                            self.headers.items()}, "body": body,
-                              "at": time.time()})
+        fake.record(self, body)
         flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
         try:
             problem = flavour and request_problem(flavour, body)
@@ -128,8 +143,7 @@ class Handler(localhttp.Handler):
             fake.violations.append((self.path, problem))
             behaviour = {"status": 400, "message": f"fakeapi: invalid request: {problem}"}
         else:
-            behaviour = fake.queue.popleft() if fake.queue else {
-                "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
+            behaviour = fake.next_behaviour()
         try:
             if flavour is None:
                 self.send_json(404, {"error": {"message": f"no route {self.path}"}})
@@ -148,6 +162,12 @@ class Handler(localhttp.Handler):
         except OSError:         # the client gave up on us (a timeout test): nothing to do
             self.close_connection = True
 
+    def do_GET(self):
+        if not self.server.owner.batches.serve(self, b""):
+            self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    do_DELETE = do_GET
+
     # -- plain responses ----------------------------------------------------------------------
 
     def send_json(self, status, obj, headers=(), raw=None, cut=False, kind="application/json"):
@@ -157,13 +177,8 @@ class Handler(localhttp.Handler):
             self.drop()
 
     def send_error_reply(self, flavour, behaviour):
-        status, message = behaviour["status"], behaviour["message"]
-        if flavour == "openai":
-            obj = {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"),
-                             "param": None, "code": None}}
-        else:
-            obj = {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"),
-                                              "message": message}}
+        status = behaviour["status"]
+        obj = error_body(flavour, status, behaviour["message"], behaviour.get("code"))
         retry_after = behaviour.get("retry_after")
         headers = [("Retry-After", str(retry_after))] if retry_after is not None else []
         if behaviour.get("body") is not None:       # as a proxy in front of the API would answer

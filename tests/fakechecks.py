@@ -43,6 +43,8 @@ class Schemas:
         import pydantic
         import pydantic_core
         from anthropic.types import message_create_params as anthropic_params
+        from anthropic.types.messages import batch_create_params as anthropic_batch
+        from openai.types import batch_create_params as openai_batch
         from openai.types.chat import completion_create_params as openai_params
 
         def validator(kind):
@@ -53,7 +55,9 @@ class Schemas:
             ("openai", False): validator(openai_params.CompletionCreateParamsNonStreaming),
             ("openai", True): validator(openai_params.CompletionCreateParamsStreaming),
             ("anthropic", False): validator(anthropic_params.MessageCreateParamsNonStreaming),
-            ("anthropic", True): validator(anthropic_params.MessageCreateParamsStreaming)}
+            ("anthropic", True): validator(anthropic_params.MessageCreateParamsStreaming),
+            ("openai", "batch"): validator(openai_batch.BatchCreateParams),
+            ("anthropic", "batch"): validator(anthropic_batch.BatchCreateParams)}
 
 
 STRICT_TYPES = {"bool", "int", "float", "str", "list", "dict", "typed-dict"}
@@ -90,6 +94,16 @@ def request_problem(flavour, body):
     except pydantic_core.ValidationError as exc:
         return schema_problem(exc.errors())
     return (openai_problem if flavour == "openai" else anthropic_problem)(body)
+
+
+def batch_problem(flavour, body):
+    """What is wrong with the body of a batch's create (its requests aside), or None."""
+    import pydantic_core
+    try:
+        Schemas.wait()[flavour, "batch"].validate_python(body)
+    except pydantic_core.ValidationError as exc:
+        return schema_problem(exc.errors())
+    return None
 
 
 def schema_problem(errors):

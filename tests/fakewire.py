@@ -9,6 +9,15 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                503: "api_error", 529: "overloaded_error"}
 
 
+def error_body(flavour, status, message, code=None):
+    """An error in the provider's JSON form; `code` is OpenAI's machine-readable one."""
+    if flavour == "openai":
+        return {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"),
+                          "param": None, "code": code}}
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"),
+                                       "message": message}}
+
+
 def split(text, pieces):
     """text in `pieces` roughly equal parts (fewer if text is short), none empty."""
     if not text:
