@@ -15,6 +15,7 @@ behaviours:
     fakeapi.reply(body=b"[[[1]]]")           # this body (to a stream: this one event's data)
     fakeapi.reply("text", gzip=True)         # the body gzip'd (Content-Encoding), a stream too
     fakeapi.error(429, "slow down", retry_after=1)
+    fakeapi.flex_unavailable()               # OpenAI's 429 to a flex request
 
 Every request body is checked first against the official SDKs' request types (openai's
 CompletionCreateParams, anthropic's MessageCreateParams, validated by pydantic with unknown keys
@@ -39,7 +40,8 @@ import pytest
 
 from . import fakebatch, localhttp
 from .fakechecks import Schemas, request_problem
-from .fakewire import anthropic_events, anthropic_plain, error_body, openai_chunks, openai_plain
+from .fakewire import (anthropic_events, anthropic_plain, error_body, openai_chunks, openai_plain,
+                       openai_tier)
 
 OPENAI_KEY = "sk-test-openai-S3CRET-9f8e7d"
 ANTHROPIC_KEY = "sk-ant-test-S3CRET-1a2b3c"
@@ -72,7 +74,8 @@ class FakeAPI(localhttp.LocalServer):
         body=bytes answers with these bytes (a stream request: with one event holding them),
         stop="length" ends the reply for its length (Anthropic's stop_reason max_tokens).
         A reply names the model asked for and a fixed id, unless served="MODEL" and
-        reply_id="ID" name others.
+        reply_id="ID" name others. An OpenAI reply to a request for service_tier "flex" says
+        "flex", unless service_tier="default" (or another) says the tier that served it.
         A batch's request (tests/fakebatch.py) takes a reply as a direct request does.
         """
         calls = []
@@ -83,13 +86,19 @@ class FakeAPI(localhttp.LocalServer):
                                cached=cached, timings=timings))
         return self
 
-    def error(self, status, message="fake error", retry_after=None, times=1, body=None):
-        """Queue an error in the provider's JSON form, or with body=bytes as its text/html
-        body. A batch's request that takes it errs."""
+    def error(self, status, message="fake error", retry_after=None, times=1, body=None,
+              code=None):
+        """Queue an error in the provider's JSON form (code: OpenAI's error.code), or with
+        body=bytes as its text/html body. A batch's request that takes it errs."""
         for _ in range(times):
             self.queue.append({"status": status, "message": message, "retry_after": retry_after,
-                               "body": body})
+                               "body": body, "code": code})
         return self
+
+    def flex_unavailable(self, times=1):
+        """Queue OpenAI's answer to a flex request it has no capacity for: 429 Resource
+        Unavailable (not billed; the client may retry, or ask the standard tier)."""
+        return self.error(429, "Resource Unavailable", times=times, code="resource_unavailable")
 
     def next_behaviour(self):
         """What answers the next request, direct or in a batch: the queue's first."""
@@ -194,6 +203,8 @@ class Handler(localhttp.Handler):
             return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
         render = openai_plain if flavour == "openai" else anthropic_plain
         obj = render(behaviour, behaviour.get("served") or body.get("model"))
+        if flavour == "openai" and openai_tier(behaviour, body):
+            obj["service_tier"] = openai_tier(behaviour, body)
         if gzipped:
             return self.send_json(200, None, gzipped, raw=gzip.compress(json.dumps(obj).encode()))
         self.send_json(200, obj, cut=behaviour.get("cut_after") is not None)
@@ -203,9 +214,11 @@ class Handler(localhttp.Handler):
     def send_stream(self, flavour, behaviour, body):
         if flavour == "openai":
             include_usage = (body.get("stream_options") or {}).get("include_usage")
-            events = [f"data: {json.dumps(c)}\n\n" for c in
-                      openai_chunks(behaviour, behaviour.get("served") or body.get("model"),
-                                    include_usage)]
+            chunks = openai_chunks(behaviour, behaviour.get("served") or body.get("model"),
+                                   include_usage)
+            if openai_tier(behaviour, body):        # each chunk names it, as the API's do
+                chunks = [dict(c, service_tier=openai_tier(behaviour, body)) for c in chunks]
+            events = [f"data: {json.dumps(c)}\n\n" for c in chunks]
             events.append("data: [DONE]\n\n")
         else:
             events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in

@@ -48,6 +48,13 @@ def anthropic_usage(usage, cached=(0, 0)):
     return obj
 
 
+def openai_tier(b, body):
+    """The service_tier an OpenAI reply names: the behaviour's (service_tier="default" to say
+    a flex request was served at the standard tier), else "flex" when the request asked for
+    flex, else none (as the fake has always answered)."""
+    return b.get("service_tier") or ("flex" if body.get("service_tier") == "flex" else None)
+
+
 def openai_plain(b, model):
     message = {"role": "assistant", "content": b["text"] or None, "refusal": None}
     if b["calls"]:

@@ -330,3 +330,19 @@ def test_a_behaviour_of_the_wire_in_a_batch_fails_the_test(server):
     with pytest.raises(ValueError):                     # q1's, malformed
         json.loads(first)
 
+
+# -- the direct path's flex tier --------------------------------------------------------------
+
+def test_a_flex_request_is_answered_as_flex_unless_a_behaviour_says_otherwise(fakeapi):
+    client = oai(fakeapi)
+    fakeapi.reply("a").reply("b", service_tier="default").reply("c")
+    assert client.chat.completions.create(service_tier="flex", **CHAT).service_tier == "flex"
+    assert client.chat.completions.create(service_tier="flex", **CHAT).service_tier == "default"
+    chunks = list(client.chat.completions.create(service_tier="flex", stream=True, **CHAT))
+    assert {c.service_tier for c in chunks} == {"flex"}
+    fakeapi.reply("d")
+    assert client.chat.completions.create(**CHAT).service_tier is None
+    fakeapi.flex_unavailable()
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(service_tier="flex", **CHAT)
+    assert (refused.value.status_code, refused.value.code) == (429, "resource_unavailable")
