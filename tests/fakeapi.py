@@ -2,8 +2,10 @@
 
     POST /v1/chat/completions   OpenAI Chat Completions, plain JSON or an SSE stream ending in [DONE]
     POST /v1/messages           Anthropic Messages, plain JSON or the event stream
+    and both providers' batch APIs (tests/fakebatch.py: fakeapi.batches)
 
-It records every request (path, headers, parsed body) and answers from a queue of behaviours:
+It records every request (method, path, headers, parsed body) and answers from a queue of
+behaviours:
 
     fakeapi.reply("text", tool_calls=[("name", '{"raw": "json"}')], usage=(11, 7))
     fakeapi.reply("text", cut_after=3)       # drop the connection after 3 stream events
@@ -13,23 +15,22 @@ It records every request (path, headers, parsed body) and answers from a queue o
     fakeapi.reply(body=b"[[[1]]]")           # this body (to a stream: this one event's data)
     fakeapi.reply("text", gzip=True)         # the body gzip'd (Content-Encoding), a stream too
     fakeapi.error(429, "slow down", retry_after=1)
+    fakeapi.flex_unavailable()               # OpenAI's 429 to a flex request
 
 Every request body is checked first against the official SDKs' request types (openai's
 CompletionCreateParams, anthropic's MessageCreateParams, validated by pydantic with unknown keys
 refused) and against the rules those APIs enforce beyond their types (tool ids, tool results
-answering the calls before them, text that isn't only whitespace). A body that fails is answered
-400 with the problem, and recorded: the fixture then fails the test, whatever it expected.
+answering the calls before them, text that isn't only whitespace: tests/fakechecks.py). A body
+that fails is answered 400 with the problem, and recorded: the fixture then fails the test,
+whatever it expected. The replies' bodies and events are made by tests/fakewire.py.
 
 Test modules import the fixture: `from tests.fakeapi import fakeapi`.
 """
 
-import copy
 import gzip
 import json
-import re
 import socket
 import sys
-import threading
 import time
 import traceback
 import zlib
@@ -37,21 +38,13 @@ from collections import deque
 
 import pytest
 
-from . import localhttp
+from . import fakebatch, localhttp
+from .fakechecks import Schemas, request_problem
+from .fakewire import (anthropic_events, anthropic_plain, error_body, openai_chunks, openai_plain,
+                       openai_tier)
 
 OPENAI_KEY = "sk-test-openai-S3CRET-9f8e7d"
 ANTHROPIC_KEY = "sk-ant-test-S3CRET-1a2b3c"
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 429: "rate_limit_error", 500: "api_error",
-               503: "api_error", 529: "overloaded_error"}
-
-
-def split(text, pieces):
-    """text in `pieces` roughly equal parts (fewer if text is short), none empty."""
-    if not text:
-        return []
-    size = max(1, -(-len(text) // pieces))
-    return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 class FakeAPI(localhttp.LocalServer):
@@ -61,6 +54,7 @@ class FakeAPI(localhttp.LocalServer):
         self.violations = []        # (path, problem) for each request body that broke the rules
         self.queue = deque()
         self.errors = []            # tracebacks of requests the fake failed to handle
+        self.batches = fakebatch.Batches(self, {"openai": OPENAI_KEY, "anthropic": ANTHROPIC_KEY})
         super().__init__(handler_class or Handler, server_class or Server)
 
     def reply(self, text="", tool_calls=(), usage=(11, 7), pieces=3, cached=(0, 0), timings=None,
@@ -80,7 +74,9 @@ class FakeAPI(localhttp.LocalServer):
         body=bytes answers with these bytes (a stream request: with one event holding them),
         stop="length" ends the reply for its length (Anthropic's stop_reason max_tokens).
         A reply names the model asked for and a fixed id, unless served="MODEL" and
-        reply_id="ID" name others.
+        reply_id="ID" name others. An OpenAI reply to a request for service_tier "flex" says
+        "flex", unless service_tier="default" (or another) says the tier that served it.
+        A batch's request (tests/fakebatch.py) takes a reply as a direct request does.
         """
         calls = []
         for i, call in enumerate(tool_calls):
@@ -90,12 +86,29 @@ class FakeAPI(localhttp.LocalServer):
                                cached=cached, timings=timings))
         return self
 
-    def error(self, status, message="fake error", retry_after=None, times=1, body=None):
-        """Queue an error in the provider's JSON form, or with body=bytes as its text/html body."""
+    def error(self, status, message="fake error", retry_after=None, times=1, body=None,
+              code=None):
+        """Queue an error in the provider's JSON form (code: OpenAI's error.code), or with
+        body=bytes as its text/html body. A batch's request that takes it errs."""
         for _ in range(times):
             self.queue.append({"status": status, "message": message, "retry_after": retry_after,
-                               "body": body})
+                               "body": body, "code": code})
         return self
+
+    def flex_unavailable(self, times=1):
+        """Queue OpenAI's answer to a flex request it has no capacity for: 429 Resource
+        Unavailable (not billed; the client may retry, or ask the standard tier)."""
+        return self.error(429, "Resource Unavailable", times=times, code="resource_unavailable")
+
+    def next_behaviour(self):
+        """What answers the next request, direct or in a batch: the queue's first."""
+        return self.queue.popleft() if self.queue else {
+            "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
+
+    def record(self, handler, body):
+        self.requests.append({"method": handler.command, "path": handler.path, "body": body,
+                              "headers": {k.lower(): v for k, v in handler.headers.items()},
+                              "at": time.time()})
 
     @property
     def last(self):
@@ -126,10 +139,10 @@ class Handler(localhttp.Handler):
     timeout = 10
 
     def post(self, fake, raw):
+        if fake.batches.serve(self, raw):
+            return
         body = json.loads(raw)
-        fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in
-                                                            self.headers.items()}, "body": body,
-                              "at": time.time()})
+        fake.record(self, body)
         flavour = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
         try:
             problem = flavour and request_problem(flavour, body)
@@ -139,8 +152,7 @@ class Handler(localhttp.Handler):
             fake.violations.append((self.path, problem))
             behaviour = {"status": 400, "message": f"fakeapi: invalid request: {problem}"}
         else:
-            behaviour = fake.queue.popleft() if fake.queue else {
-                "status": 400, "message": "fakeapi: nothing queued", "retry_after": None}
+            behaviour = fake.next_behaviour()
         try:
             if flavour is None:
                 self.send_json(404, {"error": {"message": f"no route {self.path}"}})
@@ -159,6 +171,12 @@ class Handler(localhttp.Handler):
         except OSError:         # the client gave up on us (a timeout test): nothing to do
             self.close_connection = True
 
+    def do_GET(self):
+        if not self.server.owner.batches.serve(self, b""):
+            self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    do_DELETE = do_GET
+
     # -- plain responses ----------------------------------------------------------------------
 
     def send_json(self, status, obj, headers=(), raw=None, cut=False, kind="application/json"):
@@ -168,13 +186,8 @@ class Handler(localhttp.Handler):
             self.drop()
 
     def send_error_reply(self, flavour, behaviour):
-        status, message = behaviour["status"], behaviour["message"]
-        if flavour == "openai":
-            obj = {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"),
-                             "param": None, "code": None}}
-        else:
-            obj = {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"),
-                                              "message": message}}
+        status = behaviour["status"]
+        obj = error_body(flavour, status, behaviour["message"], behaviour.get("code"))
         retry_after = behaviour.get("retry_after")
         headers = [("Retry-After", str(retry_after))] if retry_after is not None else []
         if behaviour.get("body") is not None:       # as a proxy in front of the API would answer
@@ -190,6 +203,8 @@ class Handler(localhttp.Handler):
             return self.send_json(200, None, raw=b'{"id": "broken", "choices": [{"mess')
         render = openai_plain if flavour == "openai" else anthropic_plain
         obj = render(behaviour, behaviour.get("served") or body.get("model"))
+        if flavour == "openai" and openai_tier(behaviour, body):
+            obj["service_tier"] = openai_tier(behaviour, body)
         if gzipped:
             return self.send_json(200, None, gzipped, raw=gzip.compress(json.dumps(obj).encode()))
         self.send_json(200, obj, cut=behaviour.get("cut_after") is not None)
@@ -199,9 +214,11 @@ class Handler(localhttp.Handler):
     def send_stream(self, flavour, behaviour, body):
         if flavour == "openai":
             include_usage = (body.get("stream_options") or {}).get("include_usage")
-            events = [f"data: {json.dumps(c)}\n\n" for c in
-                      openai_chunks(behaviour, behaviour.get("served") or body.get("model"),
-                                    include_usage)]
+            chunks = openai_chunks(behaviour, behaviour.get("served") or body.get("model"),
+                                   include_usage)
+            if openai_tier(behaviour, body):        # each chunk names it, as the API's do
+                chunks = [dict(c, service_tier=openai_tier(behaviour, body)) for c in chunks]
+            events = [f"data: {json.dumps(c)}\n\n" for c in chunks]
             events.append("data: [DONE]\n\n")
         else:
             events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in
@@ -252,285 +269,6 @@ class Handler(localhttp.Handler):
         self.wfile.flush()
         self.connection.shutdown(socket.SHUT_RDWR)
         self.close_connection = True
-
-
-# -- OpenAI wire format -----------------------------------------------------------------------
-
-def openai_finish(b):
-    return b.get("stop") or ("tool_calls" if b["calls"] else "stop")
-
-
-def openai_usage(usage, cached=(0, 0)):
-    obj = {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-           "total_tokens": usage[0] + usage[1]}
-    if cached[0]:
-        obj["prompt_tokens_details"] = {"cached_tokens": cached[0]}
-    return obj
-
-
-def anthropic_usage(usage, cached=(0, 0)):
-    """The Messages API's counts: its input_tokens are those after the last breakpoint."""
-    obj = {"input_tokens": usage[0] - cached[0] - cached[1]}
-    if any(cached):
-        obj.update(cache_read_input_tokens=cached[0], cache_creation_input_tokens=cached[1])
-    return obj
-
-
-def openai_plain(b, model):
-    message = {"role": "assistant", "content": b["text"] or None, "refusal": None}
-    if b["calls"]:
-        message["tool_calls"] = [{"id": c["id"] or f"call_fake{c['index']}", "type": "function",
-                                  "function": {"name": c["name"], "arguments": c["arguments"]}}
-                                 for c in b["calls"]]
-    obj = {"id": b.get("reply_id", "chatcmpl-fake"), "object": "chat.completion",
-           "created": 1700000000, "model": model,
-           "choices": [{"index": 0, "message": message, "logprobs": None,
-                        "finish_reason": openai_finish(b)}]}
-    if b["usage"]:
-        obj["usage"] = openai_usage(b["usage"], b["cached"])
-    if b["timings"] is not None:
-        obj["timings"] = b["timings"]
-    return obj
-
-
-def openai_chunks(b, model, include_usage):
-    def chunk(delta, finish=None):
-        obj = {"id": b.get("reply_id", "chatcmpl-fake"), "object": "chat.completion.chunk",
-               "created": 1700000000, "model": model,
-               "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                            "finish_reason": finish}]}
-        if include_usage:
-            obj["usage"] = None
-        return obj
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in split(b["text"], b["pieces"])]
-    for c in b["calls"]:
-        head = {"index": c["index"], "id": c["id"] or f"call_fake{c['index']}", "type": "function",
-                "function": {"name": c["name"], "arguments": ""}}
-        chunks.append(chunk({"tool_calls": [head]}))
-        chunks += [chunk({"tool_calls": [{"index": c["index"], "function": {"arguments": piece}}]})
-                   for piece in split(c["arguments"], b["pieces"])]
-    chunks.append(chunk({}, openai_finish(b)))
-    if include_usage and b["usage"]:
-        chunks.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
-                       "created": 1700000000, "model": model, "choices": [],
-                       "usage": openai_usage(b["usage"], b["cached"])})
-    if b["timings"] is not None:
-        chunks[-1]["timings"] = b["timings"]
-    return chunks
-
-
-# -- Anthropic wire format --------------------------------------------------------------------
-
-def anthropic_stop(b):
-    if b.get("stop"):
-        return {"length": "max_tokens"}.get(b["stop"], b["stop"])
-    return "tool_use" if b["calls"] else "end_turn"
-
-
-def anthropic_plain(b, model):
-    content = [{"type": "text", "text": b["text"]}] if b["text"] else []
-    content += [{"type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}",
-                 "name": c["name"], "input": json.loads(c["arguments"] or "{}")}
-                for c in b["calls"]]
-    obj = {"id": b.get("reply_id", "msg_fake"), "type": "message", "role": "assistant",
-           "model": model, "content": content, "stop_reason": anthropic_stop(b),
-           "stop_sequence": None}
-    if b["usage"]:
-        obj["usage"] = dict(anthropic_usage(b["usage"], b["cached"]), output_tokens=b["usage"][1])
-    return obj
-
-
-def anthropic_events(b, model):
-    usage = b["usage"]
-    start_usage = dict(anthropic_usage(usage, b["cached"]), output_tokens=1) if usage else {}
-    events = [{"type": "message_start", "message": {
-        "id": b.get("reply_id", "msg_fake"), "type": "message", "role": "assistant",
-        "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": start_usage}}]
-    index = 0
-    if b["text"]:
-        events.append({"type": "content_block_start", "index": 0,
-                       "content_block": {"type": "text", "text": ""}})
-        events.append({"type": "ping"})
-        events += [{"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "text_delta", "text": piece}}
-                   for piece in split(b["text"], b["pieces"])]
-        events.append({"type": "content_block_stop", "index": 0})
-        index = 1
-    for c in b["calls"]:
-        events.append({"type": "content_block_start", "index": index, "content_block": {
-            "type": "tool_use", "id": c["id"] or f"toolu_fake{c['index']}", "name": c["name"],
-            "input": {}}})
-        events += [{"type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": piece}}
-                   for piece in split(c["arguments"], b["pieces"])]
-        events.append({"type": "content_block_stop", "index": index})
-        index += 1
-    delta = {"type": "message_delta", "delta": {
-        "stop_reason": anthropic_stop(b), "stop_sequence": None}}
-    if usage:
-        delta["usage"] = {"output_tokens": usage[1]}
-    events += [delta, {"type": "message_stop"}]
-    return events
-
-
-# -- request checks ---------------------------------------------------------------------------
-
-class Schemas:
-    """The SDKs' request types as pydantic validators, built once per process in a thread of its
-    own (importing the SDKs takes a second or so: the server starts at once all the same)."""
-
-    lock = threading.Lock()
-    thread = None
-    validators = None
-    failure = None
-
-    @classmethod
-    def start(cls):
-        with cls.lock:
-            if cls.thread is None:
-                cls.thread = threading.Thread(target=cls.build, daemon=True)
-                cls.thread.start()
-
-    @classmethod
-    def wait(cls):
-        cls.start()
-        cls.thread.join()
-        if cls.failure:
-            raise AssertionError(f"fakeapi: cannot check requests ({cls.failure}): "
-                                 "install the test extra, pip install -e '.[test]'")
-        return cls.validators
-
-    @classmethod
-    def build(cls):
-        try:
-            cls.validators = cls.validators_of_the_sdks()
-        except Exception as exc:        # said by every test that uses the fixture
-            cls.failure = f"{type(exc).__name__}: {exc}"
-
-    @staticmethod
-    def validators_of_the_sdks():
-        import pydantic
-        import pydantic_core
-        from anthropic.types import message_create_params as anthropic_params
-        from openai.types.chat import completion_create_params as openai_params
-
-        def validator(kind):
-            schema = copy.deepcopy(pydantic.TypeAdapter(kind).core_schema)
-            return pydantic_core.SchemaValidator(closed(schema))
-
-        return {
-            ("openai", False): validator(openai_params.CompletionCreateParamsNonStreaming),
-            ("openai", True): validator(openai_params.CompletionCreateParamsStreaming),
-            ("anthropic", False): validator(anthropic_params.MessageCreateParamsNonStreaming),
-            ("anthropic", True): validator(anthropic_params.MessageCreateParamsStreaming)}
-
-
-STRICT_TYPES = {"bool", "int", "float", "str", "list", "dict", "typed-dict"}
-
-
-def closed(schema):
-    """A pydantic core schema made as strict as the API: unknown keys refused in every TypedDict
-    (TypedDicts let them through), and a list's items checked at once (pydantic checks those of
-    an Iterable only as it is iterated, and nothing iterates them here), and values of their own
-    JSON types (no "yes" for true, no "10" for 10: pydantic's lax mode would take them)."""
-    kind = schema.get("type") if isinstance(schema, dict) else None
-    if isinstance(kind, str):           # else a field named "type", or no schema at all
-        if kind == "generator":
-            schema["type"] = kind = "list"
-        if kind == "typed-dict":
-            schema["extra_behavior"] = "forbid"
-        if kind in STRICT_TYPES:
-            schema["strict"] = True
-    if isinstance(schema, dict):
-        for value in schema.values():
-            closed(value)
-    elif isinstance(schema, list):
-        for value in schema:
-            closed(value)
-    return schema
-
-
-def request_problem(flavour, body):
-    """What is wrong with a request body, or None."""
-    import pydantic_core
-    validators = Schemas.wait()
-    try:
-        validators[flavour, bool(body.get("stream"))].validate_python(body)
-    except pydantic_core.ValidationError as exc:
-        return schema_problem(exc.errors())
-    return (openai_problem if flavour == "openai" else anthropic_problem)(body)
-
-
-def schema_problem(errors):
-    """The errors that tell: in a union of message or block types, those of the member whose role
-    or type matched (the others fail on it, saying nothing of use), else all."""
-    def mismatch(error):
-        return error["type"] == "literal_error" and error["loc"][-1] in ("role", "type")
-    telling = [e for e in errors if not mismatch(e)] or errors
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in telling[:3])
-
-
-def openai_problem(body):
-    """The rules of Chat Completions beyond its types: each tool message answers a call of the
-    assistant message before it, and each call is answered."""
-    waiting = set()
-    for n, message in enumerate(body["messages"]):
-        if message["role"] == "tool":
-            if message["tool_call_id"] not in waiting:
-                return (f"messages.{n}: role 'tool' must be a response to a preceding message "
-                        f"with 'tool_calls' ({message['tool_call_id']!r} is none of them)")
-            waiting.discard(message["tool_call_id"])
-            continue
-        if waiting:
-            return f"messages.{n}: tool_call_ids did not have response messages: {sorted(waiting)}"
-        for call in message.get("tool_calls") or ():
-            if not call["id"]:
-                return f"messages.{n}: a tool call id is empty"
-            waiting.add(call["id"])
-    if waiting:
-        return f"tool_call_ids did not have response messages: {sorted(waiting)}"
-    return None
-
-
-TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
-
-
-def anthropic_problem(body):
-    """The rules of the Messages API beyond its types: text blocks hold more than whitespace,
-    tool_use ids are unique and of [a-zA-Z0-9_-], and the tool_result blocks of a user message
-    answer the tool_use blocks of the message before it, each of them."""
-    seen, waiting = set(), set()
-    for n, message in enumerate(body["messages"]):
-        blocks = message["content"]
-        blocks = [{"type": "text", "text": blocks}] if isinstance(blocks, str) else blocks
-        if not blocks:
-            return f"messages.{n}: all messages must have non-empty content"
-        results = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
-        if results - waiting:
-            return (f"messages.{n}: unexpected tool_use_id found in tool_result blocks: "
-                    f"{sorted(results - waiting)}")
-        if waiting - results:
-            return (f"messages.{n - 1}: tool_use ids were found without tool_result blocks "
-                    f"immediately after: {sorted(waiting - results)}")
-        waiting = set()
-        for block in blocks:
-            if block["type"] == "text" and not block["text"].strip():
-                return f"messages.{n}: text content blocks must contain non-whitespace text"
-            if block["type"] == "tool_use":
-                if not TOOL_ID.fullmatch(block["id"]):
-                    return f"messages.{n}: tool_use.id: String should match pattern " \
-                           f"'^[a-zA-Z0-9_-]+$' ({block['id']!r})"
-                if block["id"] in seen:
-                    return f"messages.{n}: tool_use ids must be unique ({block['id']!r})"
-                seen.add(block["id"])
-                waiting.add(block["id"])
-    system = body.get("system")
-    if isinstance(system, str) and not system.strip():
-        return "system: text content blocks must contain non-whitespace text"
-    return None
 
 
 @pytest.fixture

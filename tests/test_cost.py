@@ -15,7 +15,8 @@ from agentctl.models.api import Endpoint
 from agentctl.models.openai import OpenAIModel
 from agentctl.ops import prices
 from agentctl.store.db import connect, transaction
-from tests.fakeapi import ask, fakeapi, request_problem  # noqa: F401 (a fixture)
+from tests.fakeapi import ask, fakeapi  # noqa: F401 (a fixture)
+from tests.fakechecks import request_problem
 
 from .conftest import agent, fork, script
 

@@ -1,4 +1,4 @@
-"""The fake API's request checks (tests/fakeapi.py): the official SDKs' request types and the
+"""The fake API's request checks (tests/fakechecks.py): the official SDKs' request types and the
 rules the APIs enforce beyond them. They must refuse what the real APIs refuse, or the model
 tests prove nothing about real servers; and conversations agentctl really builds must pass them."""
 

@@ -1,6 +1,6 @@
 """make test-live's schema checks: a proxy on 127.0.0.1 between agentctl and the real
 server. Every request body is checked against the official SDKs' request types and the
-APIs' rules (tests/fakeapi.py's request_problem), then passed on; the answer, plain or
+APIs' rules (tests/fakechecks.py's request_problem), then passed on; the answer, plain or
 streamed, comes back as the server sent it.
 
     python -m tests.live.checking_proxy UPSTREAM PORTFILE LOG
@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.fakeapi import Schemas, request_problem
+from tests.fakechecks import Schemas, request_problem
 
 PASSED = ("Content-Type", "Authorization", "x-api-key", "anthropic-version", "Accept")
 
