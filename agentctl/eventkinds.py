@@ -71,7 +71,8 @@ def _turn_end(d, actor, names):
 def _call(d, actor, names):
     model = f" {d['model']}" if d.get("model") else ""
     estimated = " (estimated)" if d.get("estimated") else ""
-    return (f"model call{model}: {_tokens(d)}{estimated}"
+    tier = f" ({d['tier']})" if d.get("tier") else ""     # batch, flex: its price's
+    return (f"model call{model}{tier}: {_tokens(d)}{estimated}"
             f"{_cost(d.get('cost'), d.get('cost') is None, 1)}{_turn(d)}")
 
 
@@ -167,6 +168,17 @@ def _net(d, actor, names):
             f"{_bytes(d.get('received', 0))} in, {d.get('seconds', 0):.2f}s{by}")
 
 
+def _batch(d, actor, names):
+    """A step's model call through a provider's batch (agentctl(7), TIERS)."""
+    where = f" {d['batch']}" if d.get("batch") else ""
+    if d.get("state") == "queued":
+        return f"model call queued for a batch{_turn(d)}: request {d.get('request')}"
+    if d.get("state") == "sent":
+        return f"model call sent in batch{where}{_turn(d)}: request {d.get('request')}"
+    said = ": ".join(str(d[k]) for k in ("outcome", "error") if d.get(k))
+    return f"batch{where} answered {d.get('request')}{': ' if said else ''}{said}{_turn(d)}"
+
+
 KINDS = {
     "fork": Kind("parent at role model?", _fork),
     "turn-start": Kind("turn model?", lambda d, actor, names: f"turn {d.get('turn')} started"
@@ -179,7 +191,7 @@ KINDS = {
     # one model call: its usage as the provider reported it (estimated: it did not), and
     # its cost in dollars (none: the model has no price)
     "call": Kind("turn model? input_tokens output_tokens cache_read_tokens cache_write_tokens "
-                 "cost? estimated?", _call),
+                 "cost? estimated? tier?", _call),
     # a tool call's end; error: what failed, first line (a server down, a timeout, the
     # tool's own error)
     "tool": Kind("turn tool call outcome seconds error?", lambda d, actor, names:
@@ -222,6 +234,9 @@ KINDS = {
     # a connection a tool made through the egress proxy (agentctl(7), NETWORK): allowed,
     # refused (`reason`) or failed (the host could not be reached); its bytes each way
     "net": Kind("turn? tool? host port outcome address? reason? sent received seconds", _net),
+    # a step's model call through a provider's batch: queued, sent (in `batch`), or
+    # ended with its outcome (succeeded, errored, refused, expired, canceled)
+    "batch": Kind("turn request batch? state outcome? error?", _batch),
     "recover": Kind("endpoint seconds", lambda d, actor, names:
                     f"endpoint {d.get('endpoint')} recovered after {d.get('seconds', 0):.1f}s"),
 }

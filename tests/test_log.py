@@ -351,7 +351,8 @@ SAMPLES = {"parent": INIT_ID, "at": 1_790_000_000, "role": "agent", "model": "ec
            "decision": "approved", "endpoint": "openai:https://api.openai.com/v1",
            "until": 1_790_000_060, "reason": "HTTP 429", "retry": 1_790_000_030,
            "peer": INIT_ID, "same": 3, "host": "pypi.org", "port": 443,
-           "address": "151.101.0.223", "sent": 517, "received": 1_234_567}
+           "address": "151.101.0.223", "sent": 517, "received": 1_234_567,
+           "batch": "batch_6a1f", "state": "ended", "tier": "batch"}
 
 
 def field_names(shape):

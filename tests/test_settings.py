@@ -28,7 +28,7 @@ UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_win
          "allow": None,
          "ask": None, "cwd": PARENT, "ro": PARENT, "rw": PARENT, "env": PARENT, "net": PARENT,
          "limits": PARENT,
-         "unconfined": None, "options": PARENT, "schema": None}
+         "unconfined": None, "options": PARENT, "schema": None, "tier": PARENT}
 BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
 # A parent with every setting set, and a child given every one, each different.
 PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
@@ -38,7 +38,7 @@ PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
            "cwd": TOP,
            "ro": ["/usr"], "rw": [".git", ".envrc"], "env": ["GITHUB_TOKEN", "TOKEN2"],
            "net": ["*"], "limits": {"cpu": 100}, "unconfined": True,
-           "options": ["temperature=0.5"], "schema": '{"type":"object"}'}
+           "options": ["temperature=0.5"], "schema": '{"type":"object"}', "tier": "batch"}
 CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thorough.",
             "context_window": 8000, "budget": 1000, "restart": "always", "max_restarts": 0,
             "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
@@ -47,7 +47,8 @@ CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thoro
             "cwd": os.path.join(TOP, "tests"), "ro": ["/usr/share"], "rw": [".git"],
             "env": ["TOKEN2"], "net": ["pypi.org", "*.github.com:443"],
             "limits": {"cpu": 50, "procs": 8}, "unconfined": True,
-            "options": ["max_tokens=100", "seed=7"], "schema": '{"type":"array"}'}
+            "options": ["max_tokens=100", "seed=7"], "schema": '{"type":"array"}',
+            "tier": "flex"}
 SQL_TYPES = {"count": "INTEGER", "budget": "INTEGER", "duration": "REAL",
              "flag": "INTEGER"}      # else TEXT
 
@@ -161,11 +162,12 @@ def test_agent_ps_shows_the_declared_columns():
                    "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd(),
                    "ro": [], "rw": [], "env": [], "net": [], "limits": limits.DEFAULTS,
                    "unconfined": False,
-                   "options": {"max_tokens": 9}, "schema": {"type": "object"}}
+                   "options": {"max_tokens": 9}, "schema": {"type": "object"},
+                   "tier": "standard"}
     assert result.lines[2].split()[:2] == ["lead", "echo"]
     assert result.lines[2].split()[3:] == ["20/1h", "read_file,list_dir", "run", os.getcwd(),
-                                          "-", "-", "-", "-", "-", "-", "max_tokens=9",
-                                          '{"type":"object"}']
+                                          "-", "-", "-", "-", "-", "-", "standard",
+                                          "max_tokens=9", '{"type":"object"}']
 
 
 def test_a_header_agent_ps_lacks_is_caught():
@@ -229,7 +231,8 @@ def test_a_parsed_value_is_what_fork_takes(conn):
              "reap_after": "2h", "idle_exit": "5m", "max_children": "2", "mail_loop": "30/90m",
              "allow": "read_file,list_dir", "ask": "run:1h", "cwd": TOP, "ro": "/usr,/etc",
              "rw": ".git,.vscode", "env": "GITHUB_TOKEN", "net": "yes", "limits": "cpu=1m,mem=1G", "unconfined": "no",
-             "options": "max_tokens=5", "schema": '{"type": "object", "required": ["a"]}'}
+             "options": "max_tokens=5", "schema": '{"type": "object", "required": ["a"]}',
+             "tier": "flex"}
     assert set(texts) == set(settings.BY_NAME)
     values = {name: settings.get(name).parse(text) for name, text in texts.items()}
     child = forked(conn, registry.get(conn, INIT_ID), values)

@@ -35,7 +35,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     budget, and spent in machine formats; in the table provider when an agent
     waits for its provider); -o picks any of those below. In the table, an H
     after STAT marks an agent held after a failure or in a mail loop (agent-why
-    says why), a ! one whose tools run unconfined.
+    says why), a ! one whose tools run unconfined, a b or an f one whose model
+    calls go at the batch or the flex tier (-o tier names it).
     """
     if fmt == "dot" and (columns or quiet or null or no_headers):
         raise UsageError("--format dot takes no -o, -q, -0 or --no-headers")
@@ -172,8 +173,9 @@ COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 10
     Whole("name", "NAME", human=each(_label, "name", "id", "depth")),
     Whole("parent", "PARENT", human=each(_parent, "parent_id", "parent_name"),
           machine=each(None, "parent_id")),
-    Whole("stat", "STAT", machine=each(proctable.stat, "status", "held_at", "unconfined"),
-          human=each(proctable.stat, "status", "held_at", "unconfined")),
+    Whole("stat", "STAT", machine=each(proctable.stat, "status", "held_at", "unconfined",
+                                       "tier"),
+          human=each(proctable.stat, "status", "held_at", "unconfined", "tier")),
     _setting("role"),
     Whole("msgs", "MSGS"),
     Whole("mail", "MAIL"),

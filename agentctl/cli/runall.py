@@ -11,10 +11,10 @@ import time
 from agentctl import clock, modelspec, spawn
 from agentctl.cli.program import connect
 from agentctl.cli.stdio import for_terminal, warn
-from agentctl.errors import TEMPFAIL, NotFound
+from agentctl.errors import TEMPFAIL, NotFound, TempFail, UsageError
 from agentctl.endpoint import identity_of
 from agentctl.ops import deadlines, endpoints, lease, supervise, turns
-from agentctl.store import endpoints as endpoint_rows, registry
+from agentctl.store import batched, endpoints as endpoint_rows, registry
 from agentctl.store.db import transaction
 
 
@@ -37,6 +37,9 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     except NotFound:
         return 1            # no database yet: nothing to do, and nothing to say
     deadlines.carry_out(conn)
+    if batched.any_out(conn):
+        from agentctl.turn import batches  # (start-up: 10 ms, only with batch requests out)
+        batches.tend(conn, lambda line: warn("agent-run", line))
     if supervise.any_to_retry(conn):
         with transaction(conn):
             supervise.retry_held(conn)
@@ -45,7 +48,8 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     if not ids:
         conn.close()
         return 1
-    env = {**os.environ, lease.HANDED: lease.owner_token()}
+    # its runs leave their batch requests queued: sent together once they are done
+    env = {**os.environ, lease.HANDED: lease.owner_token(), batched.GATHER: "1"}
     extra = (["--db", db_path] if db_path else []) + (["-m", model] if model else []) \
         + ["--max-steps", str(max_steps), "--json"]
 
@@ -71,6 +75,8 @@ def run_all(db_path, jobs, model, max_steps, fmt):
     codes = {}
     try:
         left = dispatch(conn, ids, jobs, model, one, ended)
+        if batched.queued(conn):
+            _send(conn)
     finally:
         conn.close()
     for agent_id in left:
@@ -85,6 +91,16 @@ def run_all(db_path, jobs, model, max_steps, fmt):
                           + f", {failed} failed")
     bad = [codes[i] for i in ids if codes.get(i) not in (0, 1, 3)]
     return bad[0] if bad else 0
+
+
+def _send(conn):
+    """The batch requests its runs queued, sent: a batch per endpoint and model
+    (turn.batches). A provider's fault is said; they are sent by the next run."""
+    from agentctl.turn import batches  # (start-up: 10 ms, only with batch requests queued)
+    try:
+        batches.send(conn)
+    except (TempFail, batches.ModelError, UsageError) as e:
+        warn("agent-run", f"batches: {e}")
 
 
 def _watched():

@@ -89,11 +89,15 @@ class HTTPModel(Model):
         url = where.base_url(self.row.url_variable, self.row.url)
         return where.Identity(self.provider, url, where.api_key(self.row.key, url, self.name))
 
-    def complete(self, messages, tools, on_text=None, cache=None):
+    def complete(self, messages, tools, on_text=None, cache=None, flex=False):
+        """(base.Model.complete) With `flex`, the call asks OpenAI's flex tier
+        (models.openai), waits longer, and a 429 is http.FlexBusy."""
         from . import http  # (start-up: 55 ms of urllib3, only for a call)
         endpoint = self.endpoint()
         headers = {"Content-Type": "application/json", **self.headers(endpoint)}
         body = self.request_body(messages, tools, on_text is not None, endpoint, cache)
+        if flex:
+            body["service_tier"] = "flex"
 
         def read(response):
             return http.read_reply(response, on_text,
@@ -101,6 +105,7 @@ class HTTPModel(Model):
                                    lambda events: self.parse_stream(events, messages, on_text))
 
         reply = http.post(self.provider, endpoint.url + self.path, headers, body, read,
-                          lambda status, text: self.hint(status, text, endpoint), gate=self.gate)
+                          lambda status, text: self.hint(status, text, endpoint), gate=self.gate,
+                          settings=http.Settings(flex), flex=flex)
         reply.api_url = endpoint.url
         return reply

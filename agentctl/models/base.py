@@ -128,6 +128,7 @@ class Model:
     model_options = {}  # model options by agentctl's name (modelspec.OPTIONS), checked
     schema = None       # a JSON Schema the final reply must fit (agentctl.shape's subset)
     gate = None
+    tier = "standard"   # the agent's (settings.TIERS): flex is OpenAI's (models.openai)
 
     def __init__(self, model="", provider=None):
         """As get_model makes it: `model`, the name after its provider's colon ("" for a

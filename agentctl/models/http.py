@@ -32,14 +32,24 @@ class CutOff(Exception):
     """A response's body that stopped before its end: the connection broke while it came."""
 
 
+class FlexBusy(Exception):
+    """OpenAI's flex tier has no capacity now (its 429): not the endpoint's rate limit,
+    so the gate is told nothing of it; the caller waits and tries again, or calls at
+    the standard tier (models.openai)."""
+
+
 # -- settings, read from the environment at each call and never kept --------------------------------
 
+FLEX_TIMEOUT = 900.0     # OpenAI's advice for its flex tier, which queues
+
+
 class Settings:
-    def __init__(self):
+    def __init__(self, flex=False):
         self.tries = env.number("AGENTCTL_RETRY_TRIES", 4, minimum=1, whole=True)
         self.seconds = env.number("AGENTCTL_RETRY_SECONDS", 60.0)
         self.backoff = env.number("AGENTCTL_RETRY_BACKOFF", 1.0)
-        self.timeout = env.number("AGENTCTL_HTTP_TIMEOUT", 120.0, minimum=0.001)
+        self.timeout = env.number("AGENTCTL_HTTP_TIMEOUT", FLEX_TIMEOUT if flex else 120.0,
+                                  minimum=0.001)
 
     @property
     def timeouts(self):
@@ -139,8 +149,11 @@ def plural(count):
 
 # -- the call --------------------------------------------------------------------------------------------
 
-def post(provider, url, headers, body, read, hint=lambda status, text: "", gate=None):
-    """POST `body` as JSON and return read(response); raise TempFail or ModelError on faults.
+def post(provider, url, headers, body, read, hint=lambda status, text: "", gate=None,
+         method="POST", settings=None, flex=False):
+    """POST `body` as JSON (bytes: as they are; None: no body, as `method` GET sends) and
+    return read(response); raise TempFail or ModelError on faults. `settings`: the retries
+    and timeouts (Settings(): the environment's).
 
     hint(status, body text) gives what a refusal's message should end with: " (set VARIABLE)".
 
@@ -150,11 +163,12 @@ def post(provider, url, headers, body, read, hint=lambda status, text: "", gate=
     `gate` (models.base.Gate), when given, is asked before each try and told after it, once the
     response is read: it shares what the endpoint said with the other runs. A refusal it takes
     the wait of (a 429's Retry-After, which every run now waits for) is not slept on here:
-    the next try's acquire() waits for it.
+    the next try's acquire() waits for it. With `flex`, a 429 is FlexBusy at once.
     """
-    settings = Settings()
+    settings = settings or Settings()
     budget = Budget(settings)
-    data = json.dumps(body, allow_nan=False).encode()
+    data = body if body is None or isinstance(body, bytes) else \
+        json.dumps(body, allow_nan=False).encode()
     while True:
         budget.tries += 1
         asked = None        # the wait a Retry-After asked for
@@ -166,7 +180,8 @@ def post(provider, url, headers, body, read, hint=lambda status, text: "", gate=
             gate.acquire()
         try:
             try:
-                response = transport.open_post(url, data, headers, settings.timeouts)
+                response = transport.open_post(url, data, headers, settings.timeouts,
+                                               method)
             except SSLError as exc:
                 raise ModelError(f"model API error: {provider}: TLS failure with "
                                  f"{where(url)}") from exc
@@ -176,6 +191,9 @@ def post(provider, url, headers, body, read, hint=lambda status, text: "", gate=
                 try:
                     code = response.status
                     said_limits = limits.read(code, response.headers)
+                    if code == 429 and flex:
+                        said_limits = None      # the tier's capacity, not the endpoint's
+                        raise FlexBusy(api_error(response)[0] or "no capacity")
                     if code in RETRY_STATUSES:
                         # 0 or a date gone by: our own backoff (a server can't make us spin)
                         fault, asked = f"HTTP {code}", said_limits.retry_after or None

@@ -3,18 +3,23 @@
 """
 
 import json
+import random
 import secrets
+import time
 from urllib.parse import urlsplit
 
 from .. import env
 from .api import HTTPModel
-from .base import (Reply, ToolCall, Transient, index, is_count, load_json, make_usage, mapping,
-                   mappings, said, stop_reason, string, with_tool_ids)
+from .base import (ModelError, Reply, ToolCall, Transient, index, is_count, load_json,
+                   make_usage, mapping, mappings, said, stop_reason, string, with_tool_ids)
 
 OPENAI_HOST = "api.openai.com"     # OpenAI's own API (its default URL: agentctl.modelspec)
 # What a request message may carry; anything else the caller keeps for itself stays home.
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 STOP_REASONS = {"function_call": "tool_calls"}   # the legacy name for the same thing
+FLEX_WAIT = 600.0       # seconds a flex call waits for the tier's capacity, at most
+FLEX_FIRST = 5.0        # its first wait, in $AGENTCTL_RETRY_BACKOFF's units (1 s)
+TIERS = ("flex", "batch")   # a response's service_tier priced as such (ops.prices)
 
 
 class OpenAIModel(HTTPModel):
@@ -40,6 +45,36 @@ class OpenAIModel(HTTPModel):
         if cache is not None and cache.key and endpoint.options["cache_key"]:
             body["prompt_cache_key"] = cache.key
         return {**body, **options_body(self.model_options, endpoint.url, self.schema)}
+
+    def complete(self, messages, tools, on_text=None, cache=None, flex=False):
+        """A call at the agent's tier: flex asks OpenAI's flex tier, and while it has
+        no capacity (its 429) tries again, 5 s apart ($AGENTCTL_RETRY_BACKOFF times 5)
+        and doubling up to a minute, until
+        $AGENTCTL_FLEX_WAIT (10m) has passed: then, or when the server refuses the
+        tier (a 400 that names service_tier: a model without flex), at the standard
+        tier. The watchers are told of each wait (models.base.Gate.retrying)."""
+        if self.tier != "flex":
+            return super().complete(messages, tools, on_text, cache)
+        from . import http  # (start-up: 55 ms of urllib3, only for a call)
+        deadline = time.monotonic() + env.duration("AGENTCTL_FLEX_WAIT", FLEX_WAIT)
+        tries = 0
+        while True:
+            try:
+                return super().complete(messages, tools, on_text, cache, flex=True)
+            except http.FlexBusy as e:
+                tries += 1
+                wait = min(60.0, FLEX_FIRST * env.number("AGENTCTL_RETRY_BACKOFF", 1.0)
+                           * 2 ** (tries - 1)) * random.uniform(0.75, 1.0)
+                if time.monotonic() + wait > deadline:
+                    break
+                if self.gate is not None:
+                    self.gate.retrying(tries, tries + 1, 429, f"flex tier busy: {e}", wait)
+                time.sleep(wait)
+            except ModelError as e:
+                if "service_tier" not in str(e):
+                    raise
+                break
+        return super().complete(messages, tools, on_text, cache)
 
     def parse_plain(self, body, messages):
         return parse_completion(body, messages)
@@ -135,8 +170,16 @@ def parse_completion(body, messages):
                               string(function.get("name")),
                               arguments_text(function.get("arguments"))))
     usage = make_usage(messages, text, calls, *usage_counts(body.get("usage"), body.get("timings")))
+    _tier(usage, body.get("service_tier"))
     return Reply(text, calls, usage, stop_reason(choice.get("finish_reason"), calls, STOP_REASONS),
                  response_id=string(body.get("id")), response_model=string(body.get("model")))
+
+
+def _tier(usage, said_tier):
+    """The tier the response says it was served at, for its price: a call that asked
+    flex and was served at the standard tier is priced as standard."""
+    if said_tier in TIERS:
+        usage["tier"] = said_tier
 
 
 class StreamState:
@@ -150,7 +193,7 @@ class StreamState:
         self.timings = None
         self.finish = None
         self.done = False
-        self.named = {"id": "", "model": ""}   # the response's, as its chunks give them
+        self.named = {"id": "", "model": "", "service_tier": ""}   # as its chunks give them
 
     def feed(self, chunk):
         if not isinstance(chunk, dict):
@@ -199,6 +242,7 @@ class StreamState:
         calls = [ToolCall(c["id"] or fresh_call_id(), c["name"], c["arguments"])
                  for _, c in sorted(self.calls.items())]
         usage = make_usage(messages, text, calls, *usage_counts(self.usage, self.timings))
+        _tier(usage, self.named["service_tier"])
         return Reply(text, calls, usage, stop_reason(self.finish, calls, STOP_REASONS),
                      response_id=self.named["id"], response_model=self.named["model"])
 

@@ -50,11 +50,12 @@ class ProxyUnusable(Exception):
     connection, tried again as the others are (as it was under requests)."""
 
 
-def open_post(url, data, headers, timeouts):
-    """POST `data` (bytes) to `url` with `headers` (over HEADERS): the urllib3 response, its
-    body unread (read it with its stream(), then give it back with done()). Raises urllib3's
-    errors as urllib3 does (no retry: the caller retries), ProxyUnusable, and UsageError for
-    a certificates variable that names nothing."""
+def open_post(url, data, headers, timeouts, method="POST"):
+    """POST `data` (bytes; None for none) to `url` with `headers` (over HEADERS), or send
+    it by `method`: the urllib3 response, its body unread (read it with its stream(), then
+    give it back with done()). Raises urllib3's errors as urllib3 does (no retry: the
+    caller retries), ProxyUnusable, and UsageError for a certificates variable that names
+    nothing."""
     parts = urlsplit(url)
     headers = {**HEADERS, **headers}
     if parts.password is not None and (parts.username or parts.password):
@@ -66,7 +67,7 @@ def open_post(url, data, headers, timeouts):
     tls = parts.scheme == "https" or (proxy or "").lower().startswith("https:")
     connect, read = timeouts
     return pools(proxy, trusted() if tls else None).urlopen(
-        "POST", url, body=data, headers=headers, redirect=False, retries=False,
+        method, url, body=data, headers=headers, redirect=False, retries=False,
         preload_content=False, timeout=urllib3.Timeout(connect=connect, read=read))
 
 

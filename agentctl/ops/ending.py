@@ -10,7 +10,8 @@ from agentctl.ops.turns import void
 
 
 class Outcome:
-    """What a turn came to: status is done, over_budget, stopped or killed; exited
+    """What a turn came to: status is done, over_budget, stopped, killed, paused or
+    batched (its model call waits in a provider's batch); exited
     how the agent exited after it, if it did; cut whether a reply was cut at the
     token limit; value the reply as a JSON value, for an agent with a schema. A plain
     class, not a dataclass: making one costs every turn's start."""
@@ -139,6 +140,15 @@ def paused(conn, agent_id, turn_id, spec, request_id):
             registry.update(conn, agent_id, pending_signal=None)
             signals.apply(conn, agent, agent["pending_signal"], actor=None)
     return outcome(conn, agent_id, turn_id, "paused", spec)
+
+
+def batched(conn, agent_id, turn_id, spec):
+    """The step's model call waits in a provider's batch (turn.batches): the turn stays
+    open and the agent sleeps, holding no lease, until a run collects the result (it
+    is not runnable meanwhile: turns.would_run). A signal that came meanwhile takes
+    effect here: KILL and TERM end the turn, and its request is abandoned."""
+    release(conn, agent_id)
+    return outcome(conn, agent_id, turn_id, "batched", spec, text="")
 
 
 def stopped(conn, agent_id, turn_id, spec):

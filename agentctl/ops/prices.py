@@ -10,7 +10,8 @@ neither knows (a local server) has no price: it is shown as unpriced, never as $
 
 The operator's file: a line per model, `MODEL INPUT OUTPUT [CACHE_READ [CACHE_WRITE
 [CACHE_WRITE_1H]]]`, MODEL a glob over agentctl's model names (openai:llama-3*,
-scripted:*), each price in dollars per million tokens; a cache price left out is the
+scripted:*), or MODEL@TIER for the calls sold at a tier (openai:gpt-5*@batch), each
+price in dollars per million tokens; a cache price left out is the
 input price, the 1-hour write price the 5-minute one; # starts a comment. The first
 line that matches prices the call."""
 
@@ -77,15 +78,44 @@ def check():
 def cost(model, url, usage):
     """The micros a call of `model` (agentctl's name, PROVIDER:NAME) at `url` (its
     API's base URL; "" for an offline model) cost, its `usage` as models.base makes
-    it; None when no price is known."""
-    for glob, prices in rules():
-        if fnmatch.fnmatchcase(model, glob):
-            return _micros(usage, *prices)
+    it; None when no price is known. A call sold at a tier (usage's "tier": batch or
+    flex, as the response said) is priced by the first of: the operator's line for
+    MODEL@TIER; the operator's line for the model, at the provider's documented
+    discount (DISCOUNT); genai-prices' price for the tier; its standard price at the
+    discount."""
+    tier = usage.get("tier")
+    lines = rules()
+    if tier:
+        for glob, prices in lines:
+            if "@" in glob and fnmatch.fnmatchcase(f"{model}@{tier}", glob):
+                return _micros(usage, *prices)
+    for glob, prices in lines:
+        if "@" not in glob and fnmatch.fnmatchcase(model, glob):
+            return _discounted(_micros(usage, *prices), tier)
     _, _, name = model.partition(":")
     if not url or not name or modelspec.locality(url):
         return None     # an offline model, or a server of one's own: no price to know
     database = _database_price(name, url)
-    return None if database is None else _priced(database, name, url, usage)
+    if database is None:
+        return None
+    standard = _priced(database, name, url, usage)
+    for context in CONTEXTS.get(tier, ()):
+        priced = _priced(database, name, url, usage, context)
+        if priced != standard:
+            return priced
+    return _discounted(standard, tier)
+
+
+# What the providers document: OpenAI's Batch API and Anthropic's Message Batches at
+# half the standard price, OpenAI's flex at the Batch API's (prompt caching's prices
+# stack on it); genai-prices names the variants by these contexts.
+DISCOUNT = {"batch": 2, "flex": 2}      # the price divided by
+CONTEXTS = {"batch": ({"processing": "batch"},),
+            "flex": ({"service_tier": "flex"}, {"processing": "batch"})}
+
+
+def _discounted(micros, tier):
+    return micros if not tier or tier not in DISCOUNT else -(-micros // DISCOUNT[tier])
 
 
 def _counts(usage):
@@ -119,11 +149,12 @@ def _database_price(name, url):
     return _known[key]
 
 
-def _priced(genai_prices, name, url, usage):
+def _priced(genai_prices, name, url, usage, context=None):
     fresh, out, read, written, hour = _counts(usage)
     counts = {"input_tokens": fresh + read + written + hour, "output_tokens": out,
               "cache_read_tokens": read, "cache_write_tokens": written + hour}
     if hour:
         counts.update(cache_write_1h_tokens=hour, cache_write_5m_tokens=written)
-    price = genai_prices.calc_price(genai_prices.Usage(**counts), name, provider_api_url=url)
+    price = genai_prices.calc_price(genai_prices.Usage(**counts), name, provider_api_url=url,
+                                    price_context=context)
     return int((price.total_price * 1_000_000).to_integral_value())

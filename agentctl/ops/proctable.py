@@ -95,15 +95,20 @@ def state(r):
     return "H" if r["held_at"] is not None and r["status"] == "S" else r["status"]
 
 
+TIER_MARKS = {"batch": "b", "flex": "f"}
+
+
 def stat_text(r):
     """STAT as agent-ps and agent-top show it: the status, H for an agent held (after a
-    failure, in a mail loop), ! for one whose tools run unconfined."""
-    return stat(r["status"], r["held_at"], r["unconfined"])
+    failure, in a mail loop), ! for one whose tools run unconfined, b or f for one whose
+    model calls go at the batch or the flex tier."""
+    return stat(r["status"], r["held_at"], r["unconfined"], r["tier"])
 
 
-def stat(status, held_at, unconfined):
-    """stat_text() of a row's three columns (agent-ps, column by column)."""
-    return status + ("H" if held_at is not None else "") + ("!" if unconfined else "")
+def stat(status, held_at, unconfined, tier=None):
+    """stat_text() of a row's columns (agent-ps, column by column)."""
+    return status + ("H" if held_at is not None else "") + ("!" if unconfined else "") \
+        + TIER_MARKS.get(tier, "")
 
 
 def as_tree(items):

@@ -16,7 +16,7 @@ from agentctl.errors import UNAVAILABLE, NotFound, Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lease, lifecycle, mail, prices
 from agentctl.ops.lease import effective_status, holding, renew
-from agentctl.store import accounts, events, history, mailbox, registry, turnlog
+from agentctl.store import accounts, batched, events, history, mailbox, registry, turnlog
 from agentctl.store.pending import rows as pending_rows
 
 BACKOFF_FIRST = 30.0
@@ -112,7 +112,8 @@ def charge(conn, turn_id, agent_id, usage, api_url=""):
     events.record(conn, agent_id, "call", turn=turn_id, model=model or None,
                   input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=cached,
                   cache_write_tokens=written, cost=money.dollars(cost),
-                  estimated=True if usage.get("estimated") else None)
+                  estimated=True if usage.get("estimated") else None,
+                  tier=usage.get("tier") or None)
 
 
 def record_step(conn, turn_id, agent_id, usage, api_url=""):
@@ -124,13 +125,15 @@ def record_step(conn, turn_id, agent_id, usage, api_url=""):
 def void(conn, turn, status, error=None):
     """End a turn as if it never ran: its messages are never replayed, the
     prompts it took are pending again, the mail it took is unread again, the
-    timer it took is due again."""
+    timer it took is due again, a request it sent through a provider's batch is
+    abandoned."""
     if turn["woke_at"] is not None:
         agent = registry.get(conn, turn["agent_id"])
         if agent["wake_at"] is None:
             registry.update(conn, turn["agent_id"], wake_at=turn["woke_at"])
     history.void_turn(conn, turn["id"], turn["first_msg_id"] or 0)
     mailbox.unread_again(conn, turn["id"])
+    batched.abandon(conn, turn["id"])       # a result that comes is not applied
     turnlog.finish(conn, turn["id"], status, error)
 
 
@@ -164,12 +167,13 @@ def would_run(r, now, spent=None, unheld=False):
     backing off, not held (or `unheld`: its hold's cause looks gone, which --all lets
     go first: supervise.cause_gone), with input pending; its account not exhausted
     (`spent`: the accounts that are; None: the run will say), but for an open turn,
-    resumed to end over budget."""
+    resumed to end over budget; its open turn not waiting for a provider's batch (the
+    run that collects the result makes it so: ops.batches)."""
     return (r["id"] != INIT_ID and effective_status(r, now) == "S"
             and lifecycle.overdue(r, now) is None
             and (r["retry_at"] is None or r["retry_at"] <= now) and (r["held_at"] is None or unheld)
             and (spent is None or r["budget_id"] not in spent or bool(r["resume"]))
-            and has_input(r))
+            and not r["batched"] and has_input(r))
 
 
 def gone(conn, agent_id):

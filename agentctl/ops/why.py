@@ -10,7 +10,7 @@ from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, proctable, supervise, turns
 from agentctl.ops.lease import effective_status, held
-from agentctl.store import accounts, asks, events, mailbox, registry, turnlog
+from agentctl.store import accounts, asks, batched as batches, events, mailbox, registry, turnlog
 from agentctl.text import first_line, host_port
 
 
@@ -53,6 +53,24 @@ def paused(conn, agent, now):
     first = waiting[0]
     return (f"paused: request {first['id']} ({first['kind']}) asked "
             f"{age(now - first['created_at'])} ago waits for an answer (agent-answer)")
+
+
+def batched(conn, agent, now):
+    """Its turn's model call waits in a provider's batch (agentctl(7), TIERS)."""
+    if registry.has_exited(agent):
+        return None
+    row = batches.waiting(conn, agent["id"])
+    if row is None:
+        return None
+    if row["state"] == "queued":
+        return (f"batch: model call queued {age(now - row['created_at'])} ago, to be sent "
+                "by the next agent-run --all")
+    if row["state"] == "sending":
+        return f"batch: model call being sent (for {age(now - row['sent_at'])})"
+    status = f"{row['status']}, polled {age(now - row['polled_at'])} ago" \
+        if row["polled_at"] else "not polled yet"
+    return (f"batch: model call submitted {age(now - row['sent_at'])} ago in batch "
+            f"{row['batch']} ({status}); agent-run --all collects it")
 
 
 def budget_spent(conn, agent, now):
@@ -138,7 +156,7 @@ def _idle(conn, agent, now):
     return registry.is_live(agent) and not turns.has_input(_pending(conn, agent, now))
 
 
-REASONS = [kernel, exited, claimed, stopped, paused, budget_spent, held_after_failure,
+REASONS = [kernel, exited, claimed, stopped, paused, batched, budget_spent, held_after_failure,
            held_in_a_loop, backing_off, provider, nothing_pending, deferred_mail, timer]
 
 

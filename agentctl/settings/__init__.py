@@ -16,8 +16,8 @@ from agentctl.errors import UsageError
 from agentctl.ids import ROLES
 from agentctl.settings.kinds import (  # noqa: F401 (what readers of settings ask for)
     CARVE, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, HOSTS, LISTS, LOWER, MIN, OFF, OPERATOR,
-    RESTART_POLICIES, SOONER, SUBSET, SUPERSET, WITHIN, Budget, Setting, inside, listed,
-    listing, narrows, options, resolved)
+    RESTART_POLICIES, SOONER, SUBSET, SUPERSET, TIERS, WITHIN, Budget, Setting, inside,
+    listed, listing, narrows, options, resolved, tier)
 
 SETTINGS = (    # role first: the others' rules read the child's role
     Setting("role", "choice", "What the agent is for (agentctl(7), Roles).",
@@ -119,6 +119,12 @@ SETTINGS = (    # role first: the others' rules read the child's role
             narrows=OPERATOR, header="UNCONFINED",
             help="Its tools run with the operator's whole power, outside the sandbox; "
                  "only the operator gives it, and no child inherits it."),
+    Setting("tier", "choice", "How its model calls are sold: standard, batch (through the "
+            "provider's batch API, at half price, answered within a day) or flex "
+            "(OpenAI's slower, cheaper tier) (agentctl(7), TIERS).", inherit=True,
+            default=TIERS[0], choices=TIERS, header="TIER", metavar="TIER",
+            help="standard, batch or flex: how the child's model calls are sold "
+                 "(agentctl(7), TIERS; default: the parent's, else standard)."),
     Setting("options", "options", "Options of its model's calls, KEY=VALUE separated by "
             "commas (temperature, max_tokens ...: agentctl(7), Models).", inherit=True,
             keyword="model_options", header="OPTIONS", option=("-o", "--model-option"),

@@ -13,6 +13,7 @@ from agentctl.clock import parse_duration
 from agentctl.errors import UsageError
 
 RESTART_POLICIES = ("never", "on-failure", "always")
+TIERS = ("standard", "batch", "flex")   # how an agent's model calls are sold
 VARIABLE = r"[A-Za-z_][A-Za-z0-9_]*"      # an environment variable's name (compiled at its first use)
 DEFAULT_MAX_RESTARTS = 5          # a max_restarts unset
 DEFAULT_RESTART_WINDOW = 3600.0   # a restart_window unset, in seconds
@@ -138,7 +139,9 @@ class Setting:
         give this setting."""
         if role in self.by_role:
             return self.by_role[role]
-        return parent[self.name] if self.inherit else self.default
+        if self.inherit and parent[self.name] is not None:
+            return parent[self.name]
+        return self.default
 
     def value(self, row):
         """The setting's value in an agents row (a budget with its unit)."""
@@ -278,7 +281,10 @@ class Setting:
         return list(given)
 
     def text(self, value):
-        """The stored value as people read it: - for none, patterns joined by commas."""
+        """The stored value as people read it: - for none (a choice's default), patterns
+        joined by commas."""
+        if value is None and self.kind == "choice" and self.default is not None:
+            return self.default
         if self.kind in LISTS or self.kind == "hosts":
             return ",".join(listed(value)) or "-"
         if self.kind == "flag":
@@ -306,10 +312,15 @@ class Setting:
             return shape.loads(value)
         if self.kind == "rate":
             return mailloop.shown(value)
-        return value
+        return self.default if value is None and self.kind == "choice" else value
 
 
 LISTS = ("patterns", "paths", "names", "options")      # stored one a line
+
+
+def tier(row):
+    """An agents row's tier (TIERS): standard when unset."""
+    return row["tier"] or TIERS[0]
 
 
 def listed(stored):

@@ -131,3 +131,37 @@ def net_hosts(db):
     ALTER TABLE agents DROP COLUMN net;
     ALTER TABLE agents RENAME COLUMN net_hosts TO net
     """)
+
+
+@MIGRATIONS(name="0020_batch")
+def batch(db):
+    # Turns at batch prices (agentctl(7), TIERS): an agent's tier (standard, batch or
+    # flex; NULL: standard), and each model call sent through a provider's batch API,
+    # from queued to applied (agentctl(5), batched).
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN tier TEXT;
+    CREATE TABLE batched (
+        id          TEXT PRIMARY KEY,
+        agent_id    TEXT NOT NULL REFERENCES agents(id),
+        turn_id     INTEGER NOT NULL REFERENCES turns(id),
+        step        INTEGER NOT NULL,
+        model       TEXT NOT NULL,
+        endpoint    TEXT NOT NULL,
+        url         TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        body        TEXT,
+        token       TEXT,
+        batch       TEXT,
+        status      TEXT,
+        outcome     TEXT,
+        result      TEXT,
+        tries       INTEGER NOT NULL DEFAULT 0,
+        created_at  REAL NOT NULL,
+        sent_at     REAL,
+        polled_at   REAL,
+        ended_at    REAL
+    );
+    CREATE INDEX batched_turn ON batched(turn_id, step);
+    CREATE INDEX batched_agent ON batched(agent_id, state);
+    CREATE INDEX batched_state ON batched(state, batch)
+    """)

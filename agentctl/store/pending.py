@@ -27,6 +27,9 @@ def rows(conn, now, agent_id=None):
                   AND {unread(conn)}) AS mail,
                CASE WHEN a.wake_at <= ? THEN 1 ELSE 0 END AS due,
                CASE WHEN EXISTS (SELECT 1 FROM turns t WHERE t.agent_id = a.id
-                  AND {is_open('t')}) THEN 1 ELSE 0 END AS resume
+                  AND {is_open('t')}) THEN 1 ELSE 0 END AS resume,
+               CASE WHEN EXISTS (SELECT 1 FROM batched b WHERE b.agent_id = a.id
+                  AND b.state IN ('queued', 'sending', 'sent')) THEN 1 ELSE 0 END
+                  AS batched
         FROM agents a WHERE {where} ORDER BY a.created_at, a.id""",
         (now,) if agent_id is None else (now, agent_id)).fetchall()

@@ -223,6 +223,31 @@ MIGRATIONS = [
           "ALTER TABLE agents ADD COLUMN looped_at DOUBLE PRECISION"]),     # 0018_mail_loop
     (19, [f"ALTER TABLE agents ALTER COLUMN net TYPE {_TEXT} "
           "USING CASE WHEN net <> 0 THEN '*' END"]),                # 0019_net_hosts
+    (20, [f"ALTER TABLE agents ADD COLUMN tier {_TEXT}",                 # 0020_batch
+          f"""CREATE TABLE batched (
+        id          {_TEXT} PRIMARY KEY,
+        agent_id    {_TEXT} NOT NULL REFERENCES agents(id),
+        turn_id     BIGINT NOT NULL REFERENCES turns(id),
+        step        BIGINT NOT NULL,
+        model       {_TEXT} NOT NULL,
+        endpoint    {_TEXT} NOT NULL,
+        url         {_TEXT} NOT NULL,
+        state       {_TEXT} NOT NULL,
+        body        {_TEXT},
+        token       {_TEXT},
+        batch       {_TEXT},
+        status      {_TEXT},
+        outcome     {_TEXT},
+        result      {_TEXT},
+        tries       BIGINT NOT NULL DEFAULT 0,
+        created_at  DOUBLE PRECISION NOT NULL,
+        sent_at     DOUBLE PRECISION,
+        polled_at   DOUBLE PRECISION,
+        ended_at    DOUBLE PRECISION
+    )""",
+          "CREATE INDEX batched_turn ON batched(turn_id, step)",
+          "CREATE INDEX batched_agent ON batched(agent_id, state)",
+          "CREATE INDEX batched_state ON batched(state, batch)"]),
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

@@ -38,6 +38,7 @@ def choose_model(agent, override=None):
     known = modelspec.known_options(spec)
     model.model_options = {k: v for k, v in settings.options(agent["options"]).items() if k in known}
     model.schema = shape.loads(agent["schema"]) if agent["schema"] else None
+    model.tier = settings.tier(agent)
     return spec, model
 
 
@@ -261,6 +262,7 @@ def _separated(on_text):
 def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, watch):
     offered = toolset.specs()
     next_step_text = _separated(on_text)
+    batches = _batches(client.model)
     schema = client.model.schema
     misfits = 0
     while True:
@@ -286,7 +288,7 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
         if budget.over(conn, agent_id):
             return ending.commit(conn, agent_id, turn_id, spec, None, None, status="over_budget")
         with lease.holding(conn, agent_id) as agent:     # (its context is the same after)
-            if steps:
+            if steps and not (batches and batches.waits(conn, turn_id, steps)):
                 mail.take_into_turn(conn, agent_id, turn_id, voice.MID_TURN)
             lease.renew(conn, agent_id)
         calls = client.calls
@@ -297,8 +299,16 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
                                      status="over_budget")
             agent = registry.get(conn, agent_id)
         messages, cache = context.request(conn, agent, system, rows)
-        reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache,
-                                step=True)
+        reply, request = None, None
+        if batches is not None:
+            try:
+                reply, request = batches.reply(conn, agent_id, turn_id, steps, client.model,
+                                               messages, offered, cache)
+            except batches.Waiting:
+                return ending.batched(conn, agent_id, turn_id, spec)
+        if reply is None:
+            reply = client.complete(messages, offered, on_text=next_step_text(), cache=cache,
+                                    step=True)
         misfit = schema is not None and not reply.tool_calls and \
             shape.parse_reply(reply.text or "", schema)[1]
         with lease.holding(conn, agent_id):
@@ -310,6 +320,8 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
                 history.append(conn, agent_id, "tool_call", keys.redact(call.arguments),
                                tool_name=call.name, tool_call_id=call_id, turn_id=turn_id)
             turns.record_step(conn, turn_id, agent_id, reply.usage, reply.api_url)
+            if request is not None:
+                batches.take(conn, request)
             if reply.stop_reason == "length":       # cut at the token limit: say so
                 turnlog.update(conn, turn_id, stop_reason="length")
             if misfit:      # a failed step: the model is told, in the same transaction
@@ -329,6 +341,16 @@ def _steps(conn, agent_id, turn_id, spec, client, max_steps, toolset, on_text, w
             raise ModelError(f"the turn ended without a reply that fits the agent's schema: "
                              f"{misfit}")
     return ending.commit(conn, agent_id, turn_id, spec, how, result)
+
+
+def _batches(model):
+    """turn.batches when the agent's steps go through a provider's batch (its tier, as
+    choose_model gave it to its model), else None."""
+    if model.tier != "batch":
+        return None
+    from agentctl.turn import batches  # (start-up: 5 ms, only at the batch tier)
+    batches.check(model)
+    return batches
 
 
 def _measured(usage):
