@@ -57,6 +57,8 @@ def test_a_batched_turn_exits_at_once_and_a_later_run_collects_it(batching, conn
     why = agent("why", "a")
     assert why.code == 1 and f"in batch {made.id}" in why.out, why.out
     assert shown("a", "stat,tier") == ["Sb", "batch"]
+    top = next(line for line in agent("top").out.splitlines() if " a " in line)
+    assert " Sb " in top and "batch: model call submitted" in top, top
     # a run before the batch ends polls it and runs nothing
     idle = agent("run", "--all")
     assert idle.code == 1 and idle.out == "" and replies(conn, "a") == []
