@@ -215,3 +215,23 @@ def test_tier_is_a_setting_a_child_inherits_and_agent_set_changes(conn):
     bad = agent("set", "w", "tier=cheap")
     assert bad.code == 2 and bad.err.startswith("agent-set: unknown tier: cheap")
     assert shown("w", "stat") == ["Sf"]
+
+
+def test_a_request_the_provider_could_not_take_is_sent_by_a_later_run(batching, conn,
+                                                                      monkeypatch):
+    from agentctl.errors import TempFail
+    from agentctl.models import batch
+
+    def unreachable(*args):
+        raise TempFail("model API unavailable: openai: cannot connect to 127.0.0.1")
+    fork("-n", "a", "-m", "openai:gpt-test", "--tier", "batch", "hello")
+    with monkeypatch.context() as m:
+        m.setattr(batch, "submit", unreachable)
+        run = agent("run", "a")
+    assert run.code == 0 and requests(conn, "a") == [("queued", None)], run.err
+    assert "queued" in agent("why", "a").out
+    batching.reply("sent at last")
+    assert agent("run", "a").code == 0
+    assert requests(conn, "a") == [("sent", None)] and len(batching.batches.made) == 1
+    batching.batches.finish()
+    assert agent("run", "a").out == "sent at last\n"

@@ -55,11 +55,15 @@ def reply(conn, agent_id, turn_id, step, model, messages, tools, cache):
     if row is None:
         _ask(conn, agent_id, turn_id, step, model, messages, tools, cache)
         row = batched.for_step(conn, turn_id, step)
-    elif row["state"] == "sent":
+    elif row["state"] in ("queued", "sent"):     # not sent yet (a fault), or out
         try:
-            poll(conn, only=row["batch"])
-        except TempFail:
-            pass            # the provider is out of reach: the next run asks again
+            if row["state"] == "sent":
+                poll(conn, only=row["batch"])
+            elif not os.environ.get(batched.GATHER):
+                send(conn)
+        except (TempFail, ModelError):
+            pass            # the provider is out of reach (the next run asks again), or
+                            # refused it, as its row now says
         row = batched.get(conn, row["id"])
     if row["state"] in batched.LIVE:
         raise Waiting(row["id"])
