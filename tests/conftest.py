@@ -14,8 +14,12 @@ from importlib import import_module
 
 import pytest
 
-from agentctl.modelspec import PROVIDERS
-from agentctl.programs import NAMES as PROGRAMS
+from tests.bytecode import cached
+
+cached()            # (first: the bytecode of what follows, and of every process started)
+
+from agentctl.modelspec import PROVIDERS  # noqa: E402
+from agentctl.programs import NAMES as PROGRAMS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
