@@ -53,8 +53,9 @@ pictures: $(STAMP)
 # fixture (tests/pgserver.py). The tests of parsing, rendering, the models' wire and
 # faults, tools and their sandbox and network, compaction's text, the docs' examples,
 # the telemetry's wire, agent-top's screens and the SQLite file itself run once: their
-# SQL is the same on both. Without the PostgreSQL server
-# binaries the second pass says so loudly and skips.
+# SQL is the same on both; so do the tests marked sqlite_files, whose databases are
+# SQLite files of their own whatever the backend (the kill -9 ones, replay's property).
+# Without the PostgreSQL server binaries the second pass says so loudly and skips.
 PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tests/test_man.py \
 	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
 	tests/test_models_wire.py tests/test_damage.py tests/test_fuzz.py tests/test_postgresql.py \

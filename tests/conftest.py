@@ -58,6 +58,9 @@ def pytest_configure(config):
     BACKEND["name"] = config.getoption("--backend")
     config.addinivalue_line("markers", "sqlite_only: a test of the SQLite file itself "
                                        "(skipped with --backend postgresql)")
+    config.addinivalue_line("markers", "sqlite_files: a test whose databases are SQLite "
+                                       "files it makes, whatever --backend says (not run "
+                                       "with --backend postgresql: it would run the same)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,6 +70,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("sqlite_only"):
             item.add_marker(skip)
+    again = [item for item in items if item.get_closest_marker("sqlite_files")]
+    if again:
+        config.hook.pytest_deselected(items=again)
+        items[:] = [item for item in items if not item.get_closest_marker("sqlite_files")]
 
 
 def postgresql_server():
