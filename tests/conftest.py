@@ -82,9 +82,9 @@ def pytest_collection_modifyitems(config, items):
 def postgresql_server():
     """The worker's PostgreSQL server, started at its first use."""
     if BACKEND["server"] is None and BACKEND["missing"] is None:
-        from tests.pgserver import Server
+        from tests.pgserver import Server, memory
         try:
-            BACKEND["server"] = Server()
+            BACKEND["server"] = Server(memory())
         except Exception as e:     # reported loudly in the summary
             BACKEND["missing"] = str(e)
     if BACKEND["server"] is None:
@@ -182,6 +182,7 @@ def home(tmp_path, monkeypatch, request):
     db = tmp_path / "agents.db"
     if BACKEND["name"] == "postgresql":
         db = postgresql_server().database()
+        request.addfinalizer(lambda: BACKEND["server"].drop(db))
     monkeypatch.setenv("AGENTCTL_DB", str(db))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     # no test reads the user's tools, MCP servers or cache: the shipped tools only
