@@ -92,6 +92,15 @@ def postgresql_server():
     return BACKEND["server"]
 
 
+def postgresql_database(request, empty=False):
+    """A new database's URL on the worker's server, agentctl's schema in it unless `empty`;
+    dropped when the test ends (what the server holds is in memory: tests/pgserver.py)."""
+    server = postgresql_server()
+    url = server.database(empty)
+    request.addfinalizer(lambda: server.drop(url))
+    return url
+
+
 def _npm_servers():
     """Where tests/npm/install.sh put the MCP reference servers (read before any test
     changes the environment)."""
@@ -181,8 +190,7 @@ def home(tmp_path, monkeypatch, request):
         request.addfinalizer(lambda: os.umask(previous))
     db = tmp_path / "agents.db"
     if BACKEND["name"] == "postgresql":
-        db = postgresql_server().database()
-        request.addfinalizer(lambda: BACKEND["server"].drop(db))
+        db = postgresql_database(request)
     monkeypatch.setenv("AGENTCTL_DB", str(db))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     # no test reads the user's tools, MCP servers or cache: the shipped tools only
