@@ -9,8 +9,9 @@ with --record-durations (`pytest -n 4 tests --record-durations`, and the same wi
 --backend postgresql and the Makefile's PG_SKIP), merged into what the file held. A
 test it doesn't name counts as short, and runs in the order collected: a stale file
 orders the tests less well, never runs one less or twice. Tests that share a fixture of
-their module's (scope="module": a make install, a database made once) are one unit of
-work, named by a group in the file, so that one worker makes the fixture once."""
+their module's (scope="module": a make install, a database made once), or that wait for
+one another (marked xdist_group), are one unit of work, named by a group in the file:
+one worker makes the fixture once, or runs them one after the other."""
 
 import os
 
@@ -65,8 +66,12 @@ def plan(collection, known):
 
 
 def group(item):
-    """The fixtures of scope "module" the test uses: its module's path and their names,
-    or "" for none."""
+    """The group pytest-xdist's xdist_group mark names (tests that wait for each other,
+    run one after the other by one worker), else the fixtures of scope "module" the test
+    uses: its module's path and their names; or "" for none."""
+    marked = item.get_closest_marker("xdist_group")
+    if marked:
+        return str(marked.args[0] if marked.args else marked.kwargs.get("name", "default"))
     info = getattr(item, "_fixtureinfo", None)
     names = sorted(name for name, defs in (info.name2fixturedefs.items() if info else ())
                    if defs and defs[-1].scope == "module")
