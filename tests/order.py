@@ -20,7 +20,7 @@ import pytest
 FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.txt")
 LONG = 1.0          # seconds: a unit this long is handed out longest first (and a test
                     # this long is written down, as is every one of a group)
-HEADER = ("# seconds, backend, test, the unit it shares a module's fixture with; tab-separated\n"
+HEADER = ("# seconds, backend, test, the group of its unit (if any); tab-separated\n"
           "# (tests/order.py: the longest start first; pytest --record-durations writes it)\n")
 
 
