@@ -53,8 +53,9 @@ pictures: $(STAMP)
 # fixture (tests/pgserver.py). The tests of parsing, rendering, the models' wire and
 # faults, tools and their sandbox and network, compaction's text, the docs' examples,
 # the telemetry's wire, agent-top's screens and the SQLite file itself run once: their
-# SQL is the same on both. Without the PostgreSQL server
-# binaries the second pass says so loudly and skips.
+# SQL is the same on both; so do the tests marked sqlite_files, whose databases are
+# SQLite files of their own whatever the backend (the kill -9 ones, replay's property).
+# Without the PostgreSQL server binaries the second pass says so loudly and skips.
 PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tests/test_man.py \
 	tests/test_layers.py tests/test_install.py tests/test_models_schema.py \
 	tests/test_models_wire.py tests/test_damage.py tests/test_fuzz.py tests/test_postgresql.py \
@@ -70,13 +71,14 @@ PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tes
 	tests/test_otlp.py tests/test_telemetry.py tests/test_tracing.py tests/test_top_views.py \
 	tests/test_registries.py tests/test_mcp_launchers.py tests/test_netwatch.py \
 	tests/test_mcp_failures.py tests/test_models_transport.py tests/test_models_tls.py \
-	tests/test_batch_crash.py tests/test_fakebatch.py
+	tests/test_batch_crash.py tests/test_fakebatch.py tests/test_order.py
 test: $(STAMP)
 	@# the official MCP reference servers and their tarballs, from npm once per machine
 	@# (tests/npm/), and the MCP SDK's wheels, from the Python package index once per
 	@# machine (tests/wheels/): tests/registries.py serves both on 127.0.0.1
 	PYTHON=$(VENV)/bin/python sh tests/npm/install.sh
 	$(VENV)/bin/python tests/wheels/install.py
+	@# the longest tests start first, by tests/durations.txt (tests/order.py)
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
 	$(VENV)/bin/python -m pytest -n $(JOBS) --backend postgresql \
 		$(foreach f,$(PG_SKIP),--ignore=$(f)) tests

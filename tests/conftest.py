@@ -14,8 +14,12 @@ from importlib import import_module
 
 import pytest
 
-from agentctl.modelspec import PROVIDERS
-from agentctl.programs import NAMES as PROGRAMS
+from tests.bytecode import cached
+
+cached()            # (first: the bytecode of what follows, and of every process started)
+
+from agentctl.modelspec import PROVIDERS  # noqa: E402
+from agentctl.programs import NAMES as PROGRAMS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "bin")
@@ -26,6 +30,9 @@ CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "AGENTCTL_DEBUG", "NO_COLOR",
 # OpenTelemetry's (every OTEL_* variable): a test that traces sets its own
 CLEAN_PREFIXES = ("OTEL_",)
 
+
+# The longest tests first, by tests/durations.txt (with -n), and --record-durations
+pytest_plugins = ("tests.order",)
 
 BACKEND = {"name": "sqlite", "server": None, "missing": None}
 # The system programs a test needs (`needs`) that this machine lacks, by the package
@@ -54,6 +61,9 @@ def pytest_configure(config):
     BACKEND["name"] = config.getoption("--backend")
     config.addinivalue_line("markers", "sqlite_only: a test of the SQLite file itself "
                                        "(skipped with --backend postgresql)")
+    config.addinivalue_line("markers", "sqlite_files: a test whose databases are SQLite "
+                                       "files it makes, whatever --backend says (not run "
+                                       "with --backend postgresql: it would run the same)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,19 +73,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("sqlite_only"):
             item.add_marker(skip)
+    again = [item for item in items if item.get_closest_marker("sqlite_files")]
+    if again:
+        config.hook.pytest_deselected(items=again)
+        items[:] = [item for item in items if not item.get_closest_marker("sqlite_files")]
 
 
 def postgresql_server():
     """The worker's PostgreSQL server, started at its first use."""
     if BACKEND["server"] is None and BACKEND["missing"] is None:
-        from tests.pgserver import Server
+        from tests.pgserver import Server, memory
         try:
-            BACKEND["server"] = Server()
+            BACKEND["server"] = Server(memory())
         except Exception as e:     # reported loudly in the summary
             BACKEND["missing"] = str(e)
     if BACKEND["server"] is None:
         pytest.skip(f"PostgreSQL: {BACKEND['missing']}")
     return BACKEND["server"]
+
+
+def postgresql_database(request, empty=False):
+    """A new database's URL on the worker's server, agentctl's schema in it unless `empty`;
+    dropped when the test ends (what the server holds is in memory: tests/pgserver.py)."""
+    server = postgresql_server()
+    url = server.database(empty)
+    request.addfinalizer(lambda: server.drop(url))
+    return url
 
 
 def _npm_servers():
@@ -167,7 +190,7 @@ def home(tmp_path, monkeypatch, request):
         request.addfinalizer(lambda: os.umask(previous))
     db = tmp_path / "agents.db"
     if BACKEND["name"] == "postgresql":
-        db = postgresql_server().database()
+        db = postgresql_database(request)
     monkeypatch.setenv("AGENTCTL_DB", str(db))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     # no test reads the user's tools, MCP servers or cache: the shipped tools only

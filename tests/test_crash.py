@@ -175,12 +175,14 @@ def crash_everywhere(point, reference, tmp_path, monkeypatch, second=None, scena
     return crashes
 
 
+@pytest.mark.sqlite_files
 @pytest.mark.parametrize("point", ["before", "after", "model"])
 def test_kill_9_at_every_step_boundary(point, reference, tmp_path, monkeypatch):
     crashes = crash_everywhere(point, reference, tmp_path, monkeypatch)
     print(f"crashes injected ({point}): {crashes}; mails lost, effects doubled: none")
 
 
+@pytest.mark.sqlite_files
 def test_kill_9_again_while_resuming(reference, tmp_path, monkeypatch):
     crashes = crash_everywhere("before", reference, tmp_path, monkeypatch, second="after")
     print(f"crashes injected (before, then after): {crashes}; mails lost, effects doubled: none")

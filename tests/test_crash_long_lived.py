@@ -85,6 +85,7 @@ def reference(tmp_path, monkeypatch):
     return state
 
 
+@pytest.mark.sqlite_files
 @pytest.mark.parametrize("point", ["before", "after", "model"])
 def test_kill_9_in_a_compacting_turn_under_a_budget(point, reference, tmp_path, monkeypatch):
     crashes = crash_everywhere(point, reference, tmp_path, monkeypatch,

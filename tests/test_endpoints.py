@@ -216,6 +216,7 @@ print(slowest)
 """
 
 
+@pytest.mark.sqlite_files
 def test_a_kill_that_closes_the_gate_under_a_waiting_call_ends_it_without_a_crash(tmp_path):
     """The KILL that ends a run waiting for a slot closes its gate while the call's thread
     reads from the gate's connection: closing a SQLite connection another thread is

@@ -14,12 +14,12 @@ import pytest
 
 from agentctl.store.db import connect, transaction
 
-from .conftest import PATIENCE, agent, postgresql_server, wait_until
+from .conftest import PATIENCE, agent, postgresql_database, wait_until
 
 
 @pytest.fixture
-def pg(monkeypatch):
-    url = postgresql_server().database()
+def pg(monkeypatch, request):
+    url = postgresql_database(request)
     monkeypatch.setenv("AGENTCTL_DB", url)
     return url
 

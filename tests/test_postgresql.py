@@ -19,21 +19,21 @@ from agentctl.store import pgschema
 from agentctl.store.db import SCHEMA_VERSION, connect, transaction
 
 from .conftest import (BIN, PATIENCE, ROOT, agent, asleep_at_database, backends, fork,
-                       postgresql_server, shell, wait_until)
+                       postgresql_database, postgresql_server, shell, wait_until)
 
 
 @pytest.fixture
-def pg(monkeypatch):
+def pg(monkeypatch, request):
     """A new database on the worker's server, agentctl's schema in it; AGENTCTL_DB."""
-    url = postgresql_server().database()
+    url = postgresql_database(request)
     monkeypatch.setenv("AGENTCTL_DB", url)
     return url
 
 
 @pytest.fixture
-def empty(monkeypatch):
+def empty(request):
     """A new database with no tables at all."""
-    return postgresql_server().database(empty=True)
+    return postgresql_database(request, empty=True)
 
 
 def one_line(result):

@@ -181,6 +181,7 @@ def compacted(seen, summaries, mid, point):
     return seen[index], [mid] + seen[index:]
 
 
+@pytest.mark.sqlite_files
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=operations)

@@ -189,6 +189,7 @@ def wrapped(point, n, *args, program="run"):
                           text=True, stdin=subprocess.DEVNULL, timeout=60)
 
 
+@pytest.mark.sqlite_files
 @pytest.mark.parametrize("point", ["before", "after"])
 def test_kill_9_at_every_boundary_of_asking_answering_and_resuming(files, tmp_path, point,
                                                                    monkeypatch):
