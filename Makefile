@@ -71,14 +71,13 @@ PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tes
 	tests/test_otlp.py tests/test_telemetry.py tests/test_tracing.py tests/test_top_views.py \
 	tests/test_registries.py tests/test_mcp_launchers.py tests/test_netwatch.py \
 	tests/test_mcp_failures.py tests/test_models_transport.py tests/test_models_tls.py \
-	tests/test_batch_crash.py tests/test_fakebatch.py tests/test_order.py
+	tests/test_batch_crash.py tests/test_fakebatch.py tests/test_text.py
 test: $(STAMP)
 	@# the official MCP reference servers and their tarballs, from npm once per machine
 	@# (tests/npm/), and the MCP SDK's wheels, from the Python package index once per
 	@# machine (tests/wheels/): tests/registries.py serves both on 127.0.0.1
 	PYTHON=$(VENV)/bin/python sh tests/npm/install.sh
 	$(VENV)/bin/python tests/wheels/install.py
-	@# the longest tests start first, by tests/durations.txt (tests/order.py)
 	$(VENV)/bin/python -m pytest -n $(JOBS) tests
 	$(VENV)/bin/python -m pytest -n $(JOBS) --backend postgresql \
 		$(foreach f,$(PG_SKIP),--ignore=$(f)) tests

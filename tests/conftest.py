@@ -31,9 +31,6 @@ CLEAN = ("AGENT_ID", "AGENTCTL_MODEL", "AGENTCTL_DEBUG", "NO_COLOR",
 CLEAN_PREFIXES = ("OTEL_",)
 
 
-# The longest tests first, by tests/durations.txt (with -n), and --record-durations
-pytest_plugins = ("tests.order",)
-
 BACKEND = {"name": "sqlite", "server": None, "missing": None}
 # The system programs a test needs (`needs`) that this machine lacks, by the package
 # that has them: said loudly in the summary (.ci/run installs them; CI never skips).

@@ -84,8 +84,6 @@ class Bash(Screen):
                         "-x", "200", "-y", "30", "bash", "-i"], env=env, cwd=home, check=True)
 
 
-# (make() runs one make install at a time: one worker runs them, another never waits)
-@pytest.mark.xdist_group("make install")
 @pytest.mark.parametrize("loader", ["bash-completion", "the line make install prints"])
 def test_installed_completions_complete_in_an_interactive_bash(installed, loader):
     """make install's completions, in bash -i with a fresh HOME: loaded by the

@@ -4,8 +4,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from .conftest import PROGRAMS, ROOT, make, script
 
 
@@ -14,8 +12,6 @@ def files_under(top):
                   for d, _, names in os.walk(top) for f in names)
 
 
-# (make() runs one make install at a time: one worker runs them, another never waits)
-@pytest.mark.xdist_group("make install")
 def test_install_and_uninstall(tmp_path):
     dest = tmp_path / "dest"
     where = (f"DESTDIR={dest}", "PREFIX=/usr/local")
