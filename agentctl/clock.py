@@ -26,6 +26,12 @@ def now():
     return time.time() + skew
 
 
+def _given(when):
+    """`when`, or now() when it is None (for the functions whose argument `now` hides
+    the function's name)."""
+    return now() if when is None else when
+
+
 def parse_duration(text):
     """Seconds from 90, 90s, 15m, 2h or 1d."""
     found = re.fullmatch(DURATION, text.strip().lower())
@@ -49,14 +55,14 @@ def checked(when):
 
 def after(seconds, now=None):
     """The time `seconds` from now, checked."""
-    return checked((time.time() + skew if now is None else now) + seconds)
+    return checked(_given(now) + seconds)
 
 
 def parse_time(text, now=None, zone=None):
     """A Unix time from ISO 8601 (2026-11-22T09:30, with or without a zone) or
     HH:MM[:SS] (its next occurrence); a time with no zone is in `zone`, by
     default local time."""
-    now = time.time() + skew if now is None else now
+    now = _given(now)
     text = text.strip()
     clock = re.fullmatch(CLOCK, text)
     if clock:
@@ -96,7 +102,7 @@ def until(timestamp, now=None):
     has passed; - for none."""
     if timestamp is None:
         return "-"
-    ahead = math.ceil(timestamp - (time.time() + skew if now is None else now))
+    ahead = math.ceil(timestamp - _given(now))
     if ahead <= 0:
         return "due"
     units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))

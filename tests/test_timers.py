@@ -228,6 +228,17 @@ def test_wake_and_due_show_two_units(ahead, shown):
     assert until(None if ahead is None else 1000 + ahead, now=1000) == shown
 
 
+def test_every_reading_of_the_time_is_clock_now(monkeypatch):
+    """until, after and parse_time read the time through clock.now(), the one source (a
+    test that fixes it saw agent-ps's wake column move a second between two runs, on
+    PostgreSQL under load: each run measures the skew again)."""
+    from agentctl import clock
+    monkeypatch.setattr(clock, "now", lambda: 1000.0)
+    assert (until(1090.0), clock.after(5), parse_time("1970-01-01T00:20:00+00:00")) == \
+        ("in 1m30s", 1005.0, 1200.0)
+    assert parse_time("00:16:40", zone=datetime.timezone.utc) == 1000.0 + 86400
+
+
 def test_a_voided_turn_leaves_its_timer_due_again(conn, tmp_path):
     """A turn the API refused (exit 69) gives back what it took: its timer too."""
     fork("-n", "a", "--restart", "on-failure", "-m", script(tmp_path, REFUSING))
