@@ -235,3 +235,25 @@ def test_a_request_the_provider_could_not_take_is_sent_by_a_later_run(batching, 
     assert requests(conn, "a") == [("sent", None)] and len(batching.batches.made) == 1
     batching.batches.finish()
     assert agent("run", "a").out == "sent at last\n"
+
+
+def test_a_batch_the_provider_failed_fails_the_turn_with_its_reason(batching, conn):
+    fork("-n", "a", "-m", "openai:gpt-test", "--tier", "batch", "hello")
+    assert agent("run", "a").code == 0
+    batching.batches.fail(message="the input file is malformed")
+    run = agent("run", "--all")
+    assert run.code == 69 and "batch failed: the input file is malformed" in run.err, run.err
+    assert requests(conn, "a") == [("applied", "refused")] and direct(batching) == []
+
+
+def test_a_batch_the_provider_refuses_to_make_fails_the_turn(batching, conn, monkeypatch):
+    from agentctl.models import ModelError, batch
+
+    def refused(*args):
+        raise ModelError("model API error: openai: HTTP 400: batches are not enabled")
+    fork("-n", "a", "-m", "openai:gpt-test", "--tier", "batch", "hello")
+    monkeypatch.setattr(batch, "submit", refused)
+    run = agent("run", "a")
+    assert run.code == 69 and "batches are not enabled" in run.err, run.err
+    assert requests(conn, "a") == [("applied", "refused")]
+    assert "batch request refused" in agent("why", "a").out

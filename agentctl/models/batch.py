@@ -42,11 +42,12 @@ class Unknown(TempFail):
 
 class Status(Value):
     """A batch as the provider said it is: `status` its word, `ended` whether its
-    results are all there is, `files` (OpenAI: output and error file ids)."""
-    __slots__ = ("status", "ended", "files")
+    results are all there is, `files` (OpenAI: its output and error file ids, "" for
+    none), `error` (OpenAI: why a batch failed)."""
+    __slots__ = ("status", "ended", "files", "error")
 
-    def __init__(self, status, ended, files=()):
-        self.status, self.ended, self.files = status, ended, files
+    def __init__(self, status, ended, files=(), error=""):
+        self.status, self.ended, self.files, self.error = status, ended, files, error
 
 
 class Result(Value):
@@ -123,7 +124,7 @@ def status(model, batch):
         files = tuple(string(got.get(k)) for k in ("output_file_id", "error_file_id"))
         errors = [string(mapping(e).get("message")) for e in
                   mapping(got.get("errors")).get("data") or () if isinstance(e, dict)]
-        return Status(word, word in ENDED["openai"], files + tuple(errors[:1]))
+        return Status(word, word in ENDED["openai"], files, errors[0] if errors else "")
     got = _call(model, "GET", f"/v1/messages/batches/{batch}")
     word = string(got.get("processing_status"))
     return Status(word, word in ENDED["anthropic"])
@@ -134,14 +135,13 @@ def results(model, batch, state):
     requests that are in neither file are expired (the batch expired) or canceled."""
     found = {}
     if model.provider == "openai":
-        output, errors, *failure = state.files + ("", "", "")
-        for file in (output, errors):
+        for file in state.files:
             if file:
                 for line in _lines(model, f"/files/{file}/content"):
                     result = _openai(line)
                     found.setdefault(result.id, result)
         if state.status == "failed":    # the file itself was refused: every request is
-            return found, Result("", "errored", error=f"batch failed: {said(failure[0])}",
+            return found, Result("", "errored", error=f"batch failed: {said(state.error)}",
                                  refused=True)
         missing = {"expired": "expired", "cancelled": "canceled"}.get(state.status, "errored")
         return found, Result("", missing, error="no result in the batch's files")

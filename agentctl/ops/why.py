@@ -10,7 +10,7 @@ from agentctl.clock import age, iso, until
 from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, proctable, supervise, turns
 from agentctl.ops.lease import effective_status, held
-from agentctl.store import accounts, asks, batched as batches, events, mailbox, registry, turnlog
+from agentctl.store import accounts, asks, batched as batch_rows, events, mailbox, registry, turnlog
 from agentctl.text import first_line, host_port
 
 
@@ -59,7 +59,7 @@ def batched(conn, agent, now):
     """Its turn's model call waits in a provider's batch (agentctl(7), TIERS)."""
     if registry.has_exited(agent):
         return None
-    row = batches.waiting(conn, agent["id"])
+    row = batch_rows.waiting(conn, agent["id"])
     if row is None:
         return None
     if row["state"] == "queued":

@@ -137,13 +137,9 @@ def abandon(conn, turn_id):
 
 
 def cancelled(conn, batch):
+    """Its abandoned requests need no more: the batch was cancelled, or ended."""
     conn.execute("UPDATE batched SET state = 'cancelled' WHERE batch = ? "
                  "AND state = 'abandoned'", (batch,))
-
-
-def settled(conn, batch):
-    """Its abandoned requests need no cancel (the batch ended by itself)."""
-    cancelled(conn, batch)
 
 
 def refuse(conn, token, error):

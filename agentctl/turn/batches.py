@@ -210,7 +210,7 @@ def _collect(conn, model, batch_id, state, out):
                 events.record(conn, row["agent_id"], "batch", turn=row["turn_id"],
                               request=row["id"], batch=batch_id, state="ended",
                               outcome=outcome, error=result.error or None)
-        batched.settled(conn, batch_id)
+        batched.cancelled(conn, batch_id)      # its abandoned ones: ended, no cancel
 
 
 def _cancel(conn, model, batch_id):
