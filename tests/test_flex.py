@@ -28,7 +28,8 @@ def test_a_flex_agent_asks_the_flex_tier_and_is_priced_as_flex(fakeapi, conn):  
     assert "(flex)" in agent("log", "--kind", "call", "f").out
 
 
-def test_a_flex_call_served_at_the_standard_tier_is_priced_as_standard(fakeapi, conn):  # noqa: F811
+def test_a_flex_call_served_at_the_standard_tier_is_priced_as_standard(
+        fakeapi, conn):  # noqa: F811
     fork("-n", "f", "-m", "openai:gpt-test", "--tier", "flex", "hello")
     fakeapi.reply("served by default", service_tier="default")
     assert agent("run", "f").code == 0
@@ -36,7 +37,8 @@ def test_a_flex_call_served_at_the_standard_tier_is_priced_as_standard(fakeapi, 
     assert "tier" not in call
 
 
-def test_no_capacity_waits_and_tries_again_without_throttling_the_endpoint(fakeapi, conn):  # noqa: F811
+def test_no_capacity_waits_and_tries_again_without_throttling_the_endpoint(
+        fakeapi, conn):  # noqa: F811
     fork("-n", "f", "-m", "openai:gpt-test", "--tier", "flex", "hello")
     fakeapi.flex_unavailable(times=2)
     fakeapi.reply("third time")
@@ -52,7 +54,8 @@ def test_no_capacity_waits_and_tries_again_without_throttling_the_endpoint(fakea
     assert agent("run", "s").out == "standard at once\n"
 
 
-def test_after_its_wait_a_flex_call_is_made_at_the_standard_tier(fakeapi, conn, monkeypatch):  # noqa: F811
+def test_after_its_wait_a_flex_call_is_made_at_the_standard_tier(
+        fakeapi, conn, monkeypatch):  # noqa: F811
     monkeypatch.setenv("AGENTCTL_FLEX_WAIT", "0")
     fork("-n", "f", "-m", "openai:gpt-test", "--tier", "flex", "hello")
     fakeapi.flex_unavailable()
@@ -101,7 +104,8 @@ def test_the_operators_prices_take_a_tier_or_its_documented_discount(tmp_path, m
     assert prices.cost("openai:gpt-x1", url, dict(USAGE, tier="flex")) == 15_000_000
 
 
-def test_a_batched_call_is_charged_at_the_batch_price(fakeapi, conn, priced, monkeypatch):  # noqa: F811
+def test_a_batched_call_is_charged_at_the_batch_price(
+        fakeapi, conn, priced, monkeypatch):  # noqa: F811
     monkeypatch.setenv("AGENTCTL_BATCH_POLL", "0")
     fork("-n", "s", "-m", "anthropic:claude-test", "hello")
     fork("-n", "b", "-m", "anthropic:claude-test", "--tier", "batch", "hello")
