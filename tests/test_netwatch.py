@@ -1,4 +1,4 @@
-"""The outlet's watch (agentctl/tools/netwatch.py; agentctl(7), NETWORK): what can't
+"""The network's watch (agentctl/tools/netwatch.py; agentctl(7), NETWORK): what can't
 go through the proxy (UDP, DNS, a direct connection, an abstract unix socket) is
 refused with the line a refused host gets, and what can (its own loopback, the proxy)
 goes on untouched. Here the watch is run around a program on the host, whose network

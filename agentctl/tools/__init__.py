@@ -5,5 +5,5 @@ mcpreasons.py, package launchers launchers.py), which exist and which an agent m
 runs in the sandbox (agentctl(7), SANDBOX): its policy (sandbox.py), bubblewrap's
 mechanics (bwrap.py), the covers of protected paths (cover.py), the handles a call
 binds (handles.py), the syscall filter (seccomp.py), the network by host through the
-egress proxy (egress.py, outlet.py, netwatch.py), and the proxy through which a
+egress proxy (egress.py, netns.py, netwatch.py), and the proxy through which a
 tool's agentctl programs reach the database (proxy.py, forward.py)."""

@@ -42,6 +42,7 @@ class Call:
         if run_id is not None:      # what finds its processes after a crash (kill_run)
             env[RUN_MARK] = str(run_id)
         argv, self.status, self.prepared, fds = command(program.path), None, None, ()
+        first = None            # (given hosts: its network, made before bwrap)
         if sandbox is not None:
             self.status, status_w = os.pipe()
             fds = (status_w,)
@@ -49,6 +50,7 @@ class Call:
                 self.prepared = sandbox.wrap(argv, status_w, program.path)
                 env.update(self.prepared.env)
                 argv, handles = self.prepared.opened()
+                first = self.prepared.preexec
             except BaseException:
                 self._close_sandbox(status_w)
                 raise
@@ -57,7 +59,7 @@ class Call:
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env, start_new_session=True, pass_fds=fds)
+                cwd=cwd, env=env, start_new_session=True, pass_fds=fds, preexec_fn=first)
         except BaseException:
             self._close_sandbox(*fds)
             raise

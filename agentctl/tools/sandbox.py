@@ -12,13 +12,15 @@ where the host meets it is an allowlist, decided when the call starts:
   by name (--env); never the keys or a password otherwise;
 - the kernel: no capabilities; /proc of its own, its knobs read-only and its secrets
   hidden; a seccomp filter (seccomp.py); its own user, pid, ipc, uts and network
-  namespaces (no route out, no host's abstract socket); no new namespaces; a session
+  namespaces (no route out, no host's abstract socket: bwrap's, or given hosts the
+  one made before it, netns.py); no new namespaces; a session
   of its own; killed with agent-run. As root, its tools run as an unprivileged user
   (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
   every file it can reach; bwrap sets the call up as root, in a user namespace that
   maps root and that user alone (handles.Users: agentctl writes its maps);
 - the network: only the hosts of its --net list (an MCP server's "net"), through its
-  outlet (outlet.py) to the egress proxy in agent-run (egress.py);
+  own loopback, whose listener the egress proxy in agent-run serves (netns.py,
+  egress.py);
 - its limits (--limit): rlimits (prlimit; as root, set on bwrap's child while it
   waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
   so in the call's own it counts the call's (never root's, which it does not bind:
@@ -37,7 +39,7 @@ import resource
 import subprocess
 import zlib
 
-from agentctl import limits as limits_, paths, settings, spawn
+from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
 from agentctl.tools import bwrap, confine, cover, handles
 from agentctl.tools.handles import Handle, Prepared, Readable, Users  # noqa: F401 (Prepared: a wrap's)
@@ -231,17 +233,18 @@ class Sandbox:
             raise Unavailable(f"working directory {self.cwd}: {why}: give the agent "
                               "another (agent-set ID cwd=DIR)")
 
-    def _namespaces(self):
-        """bwrap's options for the namespaces, a network of its own always (its way out
-        is its outlet): unprivileged, a user namespace of its own (no new ones inside);
-        as root, the user namespace _users() gives (the tools run as another user, and
-        seccomp refuses new namespaces), and only the capabilities setpriv needs to
-        become that user (gone once it has)."""
+    def _namespaces(self, net):
+        """bwrap's options for the namespaces, a network of its own always (bwrap's;
+        given hosts, `net`, the one made before it: netns.py): unprivileged, a user
+        namespace of its own (no new ones inside); as root, the user namespace _users()
+        gives (the tools run as another user, and seccomp refuses new namespaces), and
+        only the capabilities setpriv needs to become that user (gone once it has)."""
+        args = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        args += [] if net else ["--unshare-net"]
         if os.geteuid() != 0:
-            return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-        return ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-                "--unshare-net", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
-                "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+            return args + ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
+                       "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
 
     def _system(self):
         """What every call of this sandbox sees of the system (the same each call)."""
@@ -281,14 +284,15 @@ class Sandbox:
         `ro`, `net`: more read-only paths, more hosts (an MCP server's, `who`, from the
         operator's configuration: a list of patterns); `own`, (a directory of
         agentctl's, where): a directory of its own it may write (made, and as root
-        given to the user it runs as), bound there. Given hosts, the call starts
-        behind its outlet, and its Prepared.env points its programs at it. As root,
+        given to the user it runs as), bound there. Given hosts, its bwrap starts in a
+        network made for it (Prepared.network, netns.py), and its Prepared.env points
+        its programs at the listener there. As root,
         bwrap makes a user namespace whose maps agentctl gives (Prepared.started), in
         which RLIMIT_NPROC counts the call's processes."""
         self._check()
         hosts = settings.listing(settings.listed(self.hosts) + list(net or ()))
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces() + self._users(per_call)
+        args = [bwrap.path()] + self._namespaces(bool(hosts)) + self._users(per_call)
         args += ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
         args += self._system()
@@ -318,13 +322,9 @@ class Sandbox:
             args += ["--ro-bind-fd", Handle(os.path.realpath(program)), program]
         if self.proxy is not None:
             args += ["--ro-bind-fd", Handle(self.proxy.dir), PROXY]
-        outlet, env = [], {}
+        network, env = None, {}
         if hosts:
-            egress = self._egress()
-            directory, inside = egress.socket_for(hosts, who)
-            args += ["--ro-bind-fd", Handle(directory), egress.SOCKET_DIR]
-            outlet = spawn.script(egress.OUTLET, inside, hosts or "-", "--")
-            env = dict(egress.VARIABLES)
+            network, env = self._egress().socket_for(hosts, who), dict(self.egress.VARIABLES)
         for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
             args += ["--remount-ro", path]              # enough for another user)
         if status_fd is not None:
@@ -333,8 +333,8 @@ class Sandbox:
         args += ["--chdir", self.cwd, "--"]
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
-        args += self._drop() + outlet + self._limits(per_call) + list(argv)
-        return Prepared(args, placeholders, env)
+        args += self._drop() + self._limits(per_call) + list(argv)
+        return Prepared(args, placeholders, env, network)
 
     def reaches(self, wanted, net=()):
         """Whether a call given `net` besides its agent's list may reach every host of
