@@ -1,10 +1,11 @@
 """make bench: what the egress proxy costs (agentctl(7), NETWORK). A web server on
 127.0.0.1, a process of its own as a host is (not one whose GIL the proxy shares),
 serves a small file and a 100 MB one; curl fetches each directly and as a call given
-hosts does (here without the sandbox, whose own cost tools.py measures): started by
-the process that makes the call's network first (netns.Stage, as agent-run's child
-does before it becomes bwrap), on that network's loopback, whose listener the egress
-proxy serves, splicing between each connection and the server's, one hop. The
+hosts does (here without the sandbox, whose own cost tools.py measures): started as
+agent-run starts a call (calls.popen) in a network made for it first (netns.Stage:
+as root by a thread of this process, else by the child), on that network's loopback,
+whose listener the egress proxy serves, splicing between each connection and the
+server's, one hop. The
 network's making and a connection's set-up in ms, and the 100 MB download as a ratio
 of the direct one, the network's making included (the goal's figure) and not (a
 listener on this loopback handed to the proxy: the bytes' one hop alone), pairs of
@@ -24,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import line  # noqa: E402  (bench/bench.py, beside this file)
-from agentctl.tools import egress, netns  # noqa: E402
+from agentctl.tools import calls, egress, netns  # noqa: E402
 from tests import localhttp  # noqa: E402
 
 PAIRS = int(os.environ.get("BENCH_RUNS", "15"))
@@ -80,43 +81,40 @@ def _measure(curl, port, path):
     """(small: pairs of seconds, directly and in a call's network handed to the egress
     proxy at `path`; the network's making, seconds; big: pairs; hop: ratios through a
     listener on this loopback handed to the proxy before)."""
-    def run(argv, proxied, at=netns.PORT):
-        if proxied:
-            argv = argv[:1] + ["-x", f"http://127.0.0.1:{at}"] + argv[1:]
-        stage = netns.Stage(path) if proxied is True else None
+    def run(argv, made):
+        """The seconds `argv` takes, started as a call is: in a network made for it
+        (`made`), or not."""
+        stage = netns.Stage(path) if made else None
         start = time.perf_counter()
         try:
-            subprocess.run(argv, check=True, preexec_fn=stage and stage.enter)
+            proc = calls.popen(argv, stage)
+            proc.communicate()
         finally:
             if stage is not None:
                 stage.close()
+        if proc.returncode != 0:
+            raise SystemExit(f"bench/net.py: {argv}: exit status {proc.returncode}")
         return time.perf_counter() - start
 
-    def fetch(name, proxied, at=netns.PORT):
-        return run([curl, "-sS", "-o", os.devnull, f"http://127.0.0.1:{port}/{name}"],
-                   proxied, at)
+    def fetch(name, at=None):
+        """The seconds curl takes to fetch `name`: directly, or through the proxy at
+        127.0.0.1:`at` (at PORT: in a network made for it)."""
+        proxy = ["-x", f"http://127.0.0.1:{at}"] if at else []
+        return run([curl, "-sS", "-o", os.devnull, *proxy, f"http://127.0.0.1:{port}/{name}"],
+                   at == netns.PORT)
 
     small, big, made = [], [], []
     for _ in range(PAIRS):
-        small.append((fetch("small", False), fetch("small", True)))
-        bare = time.perf_counter()
-        subprocess.run(["true"], check=True)
-        bare = time.perf_counter() - bare
-        stage = netns.Stage(path)
-        start = time.perf_counter()
-        try:
-            subprocess.run(["true"], check=True, preexec_fn=stage.enter)
-        finally:
-            stage.close()
-        made.append(time.perf_counter() - start - bare)
+        small.append((fetch("small"), fetch("small", netns.PORT)))
+        made.append(run(["true"], True) - run(["true"], False))
     for _ in range(PAIRS):
-        big.append((fetch("big", False), fetch("big", True)))
+        big.append((fetch("big"), fetch("big", netns.PORT)))
     listener = socket.create_server(("127.0.0.1", 0))
     held = subprocess.Popen(["sleep", "3600"])     # (whose pidfd the proxy holds)
     try:
         _hand(path, listener, held.pid)
         at = listener.getsockname()[1]
-        hop = [fetch("big", "held", at) / fetch("big", False) for _ in range(PAIRS)]
+        hop = [fetch("big", at) / fetch("big") for _ in range(PAIRS)]
     finally:
         held.terminate()
         held.wait()

@@ -185,6 +185,20 @@ def test_a_calls_network_ends_with_its_bwrap(proxy, sink):
     wait_until(refused, "the listener closed")
 
 
+def test_closing_the_proxy_ends_each_calls_network(tmp_path, sink):
+    """A turn's end closes the proxy: each call's listener is shut down, and its
+    thread (which polls it, and alone closes it) ends and lets go of what the call
+    handed over, though the call's process lives on."""
+    (tmp_path / "net").mkdir()
+    server = egress.Server(str(tmp_path / "net"), lambda *a: "")
+    address, r = network(server.socket_for(f"127.0.0.1:{sink[0]}", None))
+    wait_until(lambda: server.networks, "the network served")
+    server.close()
+    assert said(r) == b""
+    wait_until(lambda: not any(t.name == "agentctl-egress-call" for t in threading.enumerate()),
+               "the call's thread ended")
+
+
 def test_connections_past_the_most_at_once_are_closed(proxy, sink):
     """Connections held open count against the most at once (here 2): one more is
     closed unserved, and one is served again once a slot is free."""
@@ -312,6 +326,15 @@ def test_the_calls_network_is_its_own_loopback_with_the_proxys_listener(world, t
     (tmp_path / "work" / "look.py").write_text(code)
     result = attempt(world, tmp_path, f"{PYTHON} look.py", "--net", "127.0.0.1:9")
     assert result == f"['lo']\n[['0100007F:0C38', '0A']]\ntaken {errno.EADDRINUSE}\n", result
+
+
+def test_a_call_given_hosts_lives_as_long_as_its_tool(world, tmp_path):  # noqa: F811
+    """As root, the thread of agent-run that made the call's network and started its
+    bwrap stays its parent until it ends: bwrap dies with its parent (a thread's end
+    is that, to --die-with-parent), so a thread gone at once would kill the call."""
+    needs("bwrap", "bubblewrap")
+    result = attempt(world, tmp_path, "sleep 1; echo still here", "--net", "127.0.0.1:9")
+    assert result == "still here\n", result
 
 
 def test_the_tool_in_its_network_has_its_signals_as_without_it(world, tmp_path):  # noqa: F811

@@ -119,15 +119,19 @@ class Server:
                 self.slots.release()
 
     def close(self):
+        """Its sockets shut down and closed, and its directory removed; each call's
+        listener shut down (its thread ends, and closes it: a descriptor is closed by
+        the thread that polls it, never under it)."""
         self.closed = True
         with self.lock:
-            listeners = [s for s, _ in self.listeners.values()]
-            listeners += [n.listener for n in self.networks]    # (their threads end)
+            own = [s for s, _ in self.listeners.values()]
+            listeners = own + [n.listener for n in self.networks]
         for listener in listeners:
             try:
                 listener.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        for listener in own:
             listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -151,6 +155,9 @@ class Server:
             finally:
                 door.close()
             with self.lock:
+                if self.closed:
+                    network.close()
+                    return
                 self.networks.add(network)
             threading.Thread(target=self._network, args=(network, stored, patterns, who),
                              daemon=True, name="agentctl-egress-call").start()
@@ -167,7 +174,7 @@ class Server:
         try:
             while True:
                 for fd, event in poller.poll():
-                    if fd == network.pidfd or event & select.POLLHUP and fd == listener:
+                    if fd == network.pidfd or fd == listener and event & ~select.POLLIN:
                         return          # (its bwrap has ended, or the proxy closed)
                     if fd == network.watch:
                         if event & (select.POLLHUP | select.POLLERR):

@@ -202,7 +202,7 @@ class Prepared:
     still to open), and what it holds until the call has ended (the placeholders; as
     root, the handshake that gives its user namespace its maps); given hosts, the
     socket where its network is handed to the egress proxy (`network`), and once
-    opened the Stage (netns.py) whose `enter` the process that becomes bwrap runs."""
+    opened the Stage (netns.py) that makes that network where bwrap starts."""
 
     def __init__(self, argv, placeholders, env=None, network=None):
         self.argv, self.placeholders, self.handshake = argv, placeholders, None
@@ -211,8 +211,8 @@ class Prepared:
 
     def opened(self):
         """(argv, descriptors to pass, to be closed once bwrap has started): each handle
-        opened now, as bwrap gets it; given hosts, the Stage made (`preexec`):
-        Unavailable when its egress proxy can't be reached."""
+        opened now, as bwrap gets it; given hosts, its Stage (`stage`): Unavailable
+        when its egress proxy can't be reached."""
         if self.network is not None:
             from agentctl.tools import netns  # (start-up: 4 ms, only for a call given hosts)
             try:
@@ -223,12 +223,6 @@ class Prepared:
                     from None
         argv, fds, self.handshake = opened(self.argv)
         return argv, fds
-
-    @property
-    def preexec(self):
-        """What the process that becomes bwrap runs first (subprocess's preexec_fn):
-        given hosts, the network made; else None."""
-        return self.stage.enter if self.stage is not None else None
 
     def started(self):
         """bwrap has started: as root, its child gets the call's limits and its user

@@ -1,25 +1,29 @@
-"""A call's own network, made before its sandbox (agentctl(7), NETWORK). The process
-that is to become bwrap first makes a network namespace of its own (as root; else
-with a user namespace that maps its user alone, which owns it), brings its loopback
-up, listens there on 127.0.0.1:PORT (where the proxy variables point the tool's
-programs), installs the watch's filter (netwatch.py), and hands the listener, its
-standard error (the tool's), a pidfd of itself and the watch's descriptor to the
-egress proxy in agent-run (egress.py) over the socket of its list; then it becomes
-bwrap, which makes the rest of the sandbox in that network. The egress proxy accepts
-each connection on the listener itself and answers the watch, until that process has
-ended: nothing of agentctl's runs in the sandbox, and no process starts for it.
+"""A call's own network, made before its sandbox (agentctl(7), NETWORK), where its
+bwrap starts: a network namespace of its own (as root; else with a user namespace
+that maps its user alone, which owns it), its loopback up, a listener there on
+127.0.0.1:PORT (where the proxy variables point the tool's programs), the watch's
+filter installed (netwatch.py); the listener, the tool's standard error, a pidfd of
+bwrap and the watch's descriptor handed to the egress proxy in agent-run (egress.py)
+over the socket of its list. bwrap then makes the rest of the sandbox in that
+network, and the egress proxy accepts each connection on the listener itself and
+answers the watch, until bwrap has ended: nothing of agentctl's runs in the
+sandbox, and no process starts for it.
 
-Made in agent-run's child that becomes bwrap (subprocess's preexec_fn, in a process
-whose other threads did not follow it through the fork: what it calls is prepared
-before, so that the child imports nothing and takes no lock another thread may have
-held, it makes system calls), or in the MCP launcher (handles.launch) before it
-becomes bwrap. The standard library only.
+Made, as root, by a thread of agent-run that then starts bwrap (a network namespace
+and a seccomp filter are a thread's own, and what it starts inherits them: bwrap
+starts by vfork, and agent-run's memory is not copied); else in agent-run's child
+that becomes bwrap (subprocess's preexec_fn: a user namespace is made only by a
+process of one thread; what the child calls is prepared before the fork, so that
+it imports nothing and takes no lock another thread may have held); for a stdio MCP
+server, in its launcher (handles.launch) before it becomes bwrap. The standard
+library only.
 """
 
 import array
 import ctypes
 import fcntl
 import os
+import select
 import socket
 import struct
 import threading
@@ -34,9 +38,11 @@ FAILED = 71                         # its exit status when it can't be made (EX_
 
 
 class Stage:
-    """One call's network, to be made by the process that becomes its bwrap
-    (`enter`): the socket of its list's egress proxy at `path` connected now, in
-    agent-run or the launcher, and all the child needs prepared."""
+    """One call's network, to be made where its bwrap starts: the socket of its list's
+    egress proxy at `path` connected now (in agent-run, or the launcher), and what is
+    made there prepared. As root, a network namespace alone, which a thread may make
+    for itself (`spawned`: agent-run's memory is not copied); else with a user
+    namespace, which only a process of one thread may make (`enter`, in a child)."""
 
     def __init__(self, path):
         self.channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -45,10 +51,12 @@ class Stage:
         except OSError:
             self.channel.close()
             raise
-        self.ids = None if os.geteuid() == 0 else (os.geteuid(), os.getegid())
-        self.maps = [(f"/proc/self/{name}", text.encode()) for name, text in (
+        self.threaded = os.geteuid() == 0
+        self.flags = CLONE_NEWNET | (0 if self.threaded else CLONE_NEWUSER)
+        self.maps = [] if self.threaded else [(f"/proc/self/{name}", text.encode()) for
+                                              name, text in (
             ("setgroups", "deny"), ("uid_map", f"{os.geteuid()} {os.geteuid()} 1\n"),
-            ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))] if self.ids else []
+            ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))]   # (its user alone, as itself)
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.unshare = self.libc.unshare
         # the watch's filter, all but its system call made (None: a machine not watched)
@@ -56,19 +64,70 @@ class Stage:
 
     def enter(self):
         """In the process that becomes bwrap, before it does: the network made and
-        handed over. Where it can't be, a line on its standard error and its end
-        (FAILED): the call never runs without its way out, nor with another."""
+        handed over with its standard error (the tool's). Where it can't be, a line
+        there and its end (FAILED): the call never runs without its way out, nor with
+        another. (Its descriptors close at its exec: subprocess's close_fds, the
+        launcher's.)"""
         try:
-            self._enter()
+            listener, watch = self._made()
+            self._hand(listener, 2, os.pidfd_open(os.getpid()), watch)
         except BaseException as e:      # (in a child: nothing may rise past its exec)
-            os.write(2, f"agentctl: net: can't make the call's network namespace: "
-                        f"{getattr(e, 'strerror', None) or e}\n".encode("utf-8", "replace"))
+            os.write(2, f"agentctl: net: {_why(e)}\n".encode("utf-8", "replace"))
             os._exit(FAILED)
 
-    def _enter(self):
-        if self.unshare(CLONE_NEWNET | (CLONE_NEWUSER if self.ids else 0)) != 0:
+    def spawned(self, start, stderr):
+        """As root (`threaded`): `start()`, which starts the process that becomes
+        bwrap, run in a thread of its own that made the network first (a network
+        namespace, and a seccomp filter, are a thread's own, and what it starts
+        inherits them), then the network handed over with `stderr` (the tool's);
+        what `start()` returned. The thread then waits for that process to end: it
+        is its parent, whose end bwrap's --die-with-parent takes for agent-run's
+        (and it starts no other thread, which would be under the filter). Unavailable
+        when the network can't be made (a process started is killed)."""
+        box, ready = {}, threading.Event()
+
+        def run():
+            listener = watch = pidfd = None
+            try:
+                listener, watch = self._made()
+                try:
+                    box["started"] = start()
+                except BaseException as e:
+                    box["raised"] = e       # (its own error: as it is)
+                    return
+                pidfd = os.pidfd_open(box["started"].pid)
+                self._hand(listener, stderr, pidfd, watch)
+            except BaseException as e:
+                box["error"] = e
+            finally:
+                for fd in (watch, pidfd if "error" in box else None):
+                    if fd is not None:
+                        os.close(fd)
+                if listener is not None:
+                    listener.close()
+                ready.set()
+            if "error" not in box:
+                try:
+                    select.select([pidfd], [], [])     # (until its bwrap has ended)
+                finally:
+                    os.close(pidfd)
+        threading.Thread(target=run, name="agentctl-netns", daemon=True).start()
+        ready.wait()
+        if "raised" in box:
+            raise box["raised"]
+        if "error" in box:
+            if "started" in box:
+                box["started"].kill()
+                box["started"].wait()
+            from agentctl.tools.bwrap import Unavailable  # (start-up: 1 ms, only for a network refused)
+            raise Unavailable(_why(box["error"]))
+        return box["started"]
+
+    def _made(self):
+        """The network made: (its listener, the watch's descriptor or None)."""
+        if self.unshare(self.flags) != 0:
             raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
-        for path, text in self.maps:        # (its own user alone, as itself)
+        for path, text in self.maps:
             fd = os.open(path, os.O_WRONLY)
             try:
                 os.write(fd, text)
@@ -79,19 +138,23 @@ class Stage:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", PORT))
         listener.listen(64)
-        given = [listener.fileno(), 2, os.pidfd_open(os.getpid())]
-        if self.watch is not None:
-            try:
-                given.append(self.watch.install())
-            except OSError:
-                pass            # (a kernel without user notification: the kernel's alone)
+        try:
+            return listener, self.watch.install() if self.watch is not None else None
+        except OSError:
+            return listener, None   # (a kernel without user notification: its own refusals)
+
+    def _hand(self, listener, stderr, pidfd, watch):
+        given = [listener.fileno(), stderr, pidfd] + ([watch] if watch is not None else [])
         self.channel.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                         array.array("i", given).tobytes())])
-        # (the descriptors close at the exec: subprocess's close_fds, the launcher's)
 
     def close(self):
-        """Its side of the socket, once the child has it (or the call failed)."""
+        """Its side of the socket, once the network is handed (or the call failed)."""
         self.channel.close()
+
+
+def _why(error):
+    return f"can't make the call's network namespace: {getattr(error, 'strerror', None) or error}"
 
 
 class Network:
