@@ -49,9 +49,9 @@ def test_as_root_a_calls_processes_are_counted_in_a_user_namespace_of_its_own(wo
     """Not in a pids cgroup made for each call (13-17 ms a call): RLIMIT_NPROC, which
     binds the tools' user where it would not bind root, in a namespace that maps no
     other user."""
-    from agentctl.tools import sandbox
+    from agentctl.tools import runas
     as_root()
-    uid, _ = sandbox.user()
+    uid, _ = runas.user()
     result = attempt(world, tmp_path, "cat /proc/self/uid_map; id -u; "
                      "grep 'Max processes' /proc/self/limits", "--limit", "procs=20")
     lines = [line.split() for line in result.splitlines()]

@@ -17,12 +17,12 @@ where the host meets it is an allowlist, decided when the call starts:
   of its own; killed with agent-run. As root, its tools run as an unprivileged user
   (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
   every file it can reach; bwrap sets the call up as root, in a user namespace that
-  maps root and that user alone (handles.Users: agentctl writes its maps);
+  maps root and that user alone (runas.py; handles.Users: agentctl writes its maps);
 - the network: only the hosts of its --net list (an MCP server's "net"), through its
   own loopback, whose listener the egress proxy in agent-run serves (netns.py,
   egress.py);
-- its limits (--limit): rlimits (prlimit; as root, set on bwrap's child while it
-  waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
+- its limits (--limit): rlimits (runas.py: prlimit; as root, set on bwrap's child
+  while it waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
   so in the call's own it counts the call's (never root's, which it does not bind:
   hence the tools' user);
 - agentctl's programs: through its own proxy's socket (proxy.py), bound read-only.
@@ -34,15 +34,13 @@ names the fix (Unavailable): it never runs unsandboxed.
 import glob
 import json
 import os
-import pwd
-import resource
 import subprocess
 import zlib
 
 from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
-from agentctl.tools import bwrap, confine, cover, handles
-from agentctl.tools.handles import Handle, Prepared, Readable, Users  # noqa: F401 (Prepared: a wrap's)
+from agentctl.tools import bwrap, confine, cover, runas
+from agentctl.tools.handles import Handle, Prepared, Readable  # noqa: F401 (Prepared: a wrap's)
 
 PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -56,14 +54,6 @@ PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list
 # The environment every tool gets, from agent-run's (with LC_*); others by --env.
 ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM",
                "NO_COLOR")
-# Each limit (limits.KEYS) as prlimit names it (and RLIMIT_ + its name); cpu and mem
-# bind a call alone, not a server that lives a whole turn.
-RLIMITS = {"cpu": "cpu", "mem": "as", "procs": "nproc", "fsize": "fsize", "files": "nofile"}
-PER_CALL = ("cpu", "mem")
-USER = "AGENTCTL_SANDBOX_USER"      # as root: whom tools run as (default nobody)
-NOBODY = 65534
-NO_PRLIMIT = "the sandbox needs prlimit (util-linux) to set a call's limits"
-NO_SETPRIV = "as root, the sandbox needs setpriv (util-linux) to run tools as another user"
 
 
 Unavailable = bwrap.Unavailable    # the sandbox can't be made here; the message names the fix
@@ -76,40 +66,16 @@ def problem():
     try:
         path = bwrap.path()
         if os.geteuid() != 0 and bwrap.program("prlimit") is None:
-            return NO_PRLIMIT
+            return runas.NO_PRLIMIT
         _seccomp()
         if os.geteuid() == 0:
-            user()
+            runas.user()
     except Unavailable as e:
         return str(e)
     proc = subprocess.run([path, "--unshare-all", "--unshare-user", "--cap-drop", "ALL",
                            "--ro-bind", "/", "/", "--", "true"],
                           capture_output=True, text=True)
     return None if proc.returncode == 0 else bwrap.explain(proc.stderr)
-
-
-def user():
-    """As root: the (uid, gid) tools run as: $AGENTCTL_SANDBOX_USER (a user's name, or
-    UID[:GID]), else nobody. Never root."""
-    given = os.environ.get(USER, "").strip() or "nobody"
-    try:
-        if given.replace(":", "").isdigit():
-            uid, _, gid = given.partition(":")
-            uid = int(uid)
-            gid = int(gid) if gid else pwd.getpwuid(uid).pw_gid
-        else:
-            entry = pwd.getpwnam(given)
-            uid, gid = entry.pw_uid, entry.pw_gid
-    except KeyError:
-        if given != "nobody":
-            raise Unavailable(f"{USER}={given}: no such user") from None
-        uid, gid = NOBODY, NOBODY
-    if uid == 0 or gid == 0:
-        raise Unavailable(f"{USER}={given}: tools never run as root (name an "
-                          "unprivileged user)")
-    if bwrap.program("setpriv") is None:
-        raise Unavailable(NO_SETPRIV)
-    return uid, gid
 
 
 def _seccomp():
@@ -133,7 +99,7 @@ def _own(directory):
     root, owned by the user tools run as (and by it alone: mode 0700)."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     if os.geteuid() == 0:
-        uid, gid = user()
+        uid, gid = runas.user()
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             if os.fstat(fd).st_uid != uid:
@@ -236,8 +202,8 @@ class Sandbox:
     def _namespaces(self, net):
         """bwrap's options for the namespaces, a network of its own always (bwrap's;
         given hosts, `net`, the one made before it: netns.py): unprivileged, a user
-        namespace of its own (no new ones inside); as root, the user namespace _users()
-        gives (the tools run as another user, and seccomp refuses new namespaces), and
+        namespace of its own (no new ones inside); as root, the user namespace
+        runas.users() gives (the tools run as another user, and seccomp refuses new namespaces), and
         only the capabilities setpriv needs to become that user (gone once it has)."""
         args = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
         args += [] if net else ["--unshare-net"]
@@ -292,7 +258,8 @@ class Sandbox:
         self._check()
         hosts = settings.listing(settings.listed(self.hosts) + list(net or ()))
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces(bool(hosts)) + self._users(per_call)
+        args = [bwrap.path()] + self._namespaces(bool(hosts)) + runas.users(self.limits,
+                                                                            per_call)
         args += ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
         args += self._system()
@@ -333,7 +300,7 @@ class Sandbox:
         args += ["--chdir", self.cwd, "--"]
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
-        args += self._drop() + self._limits(per_call) + list(argv)
+        args += runas.drop() + runas.prlimit(self.limits, per_call) + list(argv)
         return Prepared(args, placeholders, env, network)
 
     def reaches(self, wanted, net=()):
@@ -362,39 +329,3 @@ class Sandbox:
         if self.egress is not None:
             self.egress.close()
             self.egress = None
-
-    def _users(self, per_call):
-        """As root: bwrap's user namespace, mapping root (bwrap, to set the call up)
-        and the user the tools run as (setpriv's, _drop), whose processes RLIMIT_NPROC
-        then counts in this namespace alone; the call's rlimits, set on bwrap's child
-        while it waits for its maps."""
-        if os.geteuid() != 0:
-            return []
-        return [Users(*user(), [(getattr(resource, f"RLIMIT_{RLIMITS[key].upper()}"), value)
-                                for key, value in self._set(per_call)])]
-
-    def _drop(self):
-        """As root: setpriv's command that makes the tool another user, for good."""
-        if os.geteuid() != 0:
-            return []
-        uid, gid = user()
-        return [bwrap.program("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-
-    def _set(self, per_call):
-        """(key, value) of each limit the call gets: cpu and mem for a call alone, not
-        a server that lives a whole turn. A limit lifted is not set: the call keeps
-        agent-run's own (which only a privileged process could raise)."""
-        return [(key, self.limits[key]) for key in RLIMITS
-                if self.limits[key] is not None and (per_call or key not in PER_CALL)]
-
-    def _limits(self, per_call):
-        """prlimit's command for the limits, unless root (Users sets them); processes
-        (nproc) are counted in the call's own user namespace."""
-        if os.geteuid() == 0:
-            return []
-        prlimit = bwrap.program("prlimit")
-        if prlimit is None:
-            raise Unavailable(NO_PRLIMIT)
-        return [prlimit] + [f"--{RLIMITS[key]}={value}" for key, value in self._set(per_call)] \
-            + ["--"]
