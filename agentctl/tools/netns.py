@@ -155,7 +155,8 @@ class Stage:
 
 
 def _why(error):
-    return f"can't make the call's network namespace: {getattr(error, 'strerror', None) or error}"
+    why = getattr(error, "strerror", None) or error
+    return f"can't make the call's network namespace: {why}"
 
 
 class Network:

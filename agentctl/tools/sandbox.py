@@ -13,8 +13,8 @@ where the host meets it is an allowlist, decided when the call starts:
 - the kernel: no capabilities; /proc of its own, its knobs read-only and its secrets
   hidden; a seccomp filter (seccomp.py); its own user, pid, ipc, uts and network
   namespaces (no route out, no host's abstract socket: bwrap's, or given hosts the
-  one made before it, netns.py); no new namespaces; a session
-  of its own; killed with agent-run. As root, its tools run as an unprivileged user
+  one made before it, netns.py); no new namespaces; a session of its own; killed
+  with agent-run. As root, its tools run as an unprivileged user
   (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
   every file it can reach; bwrap sets the call up as root, in a user namespace that
   maps root and that user alone (runas.py; handles.Users: agentctl writes its maps);
@@ -22,9 +22,9 @@ where the host meets it is an allowlist, decided when the call starts:
   own loopback, whose listener the egress proxy in agent-run serves (netns.py,
   egress.py);
 - its limits (--limit): rlimits (runas.py: prlimit; as root, set on bwrap's child
-  while it waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
-  so in the call's own it counts the call's (never root's, which it does not bind:
-  hence the tools' user);
+  while it waits for its maps); RLIMIT_NPROC counts a user's processes in one user
+  namespace, so in the call's own it counts the call's (never root's, which it does
+  not bind: hence the tools' user);
 - agentctl's programs: through its own proxy's socket (proxy.py), bound read-only.
 
 Where bwrap is missing or can't make namespaces, a call fails with a message that
