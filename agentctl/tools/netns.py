@@ -22,6 +22,7 @@ library only.
 import array
 import ctypes
 import fcntl
+import gc
 import os
 import select
 import signal
@@ -89,7 +90,9 @@ class Stage:
 
         def run():
             listener = watch = pidfd = None
-            try:
+            collecting = gc.isenabled()     # (no finalizer of another thread's garbage
+            gc.disable()                    # runs here, under the filter, before the
+            try:                            # watch is handed over: none would answer)
                 listener, watch = self._made()
                 try:
                     box["started"] = start()
@@ -101,6 +104,8 @@ class Stage:
             except BaseException as e:
                 box["error"] = e
             finally:
+                if collecting:
+                    gc.enable()
                 for fd in (watch, pidfd if "error" in box else None):
                     if fd is not None:
                         os.close(fd)
