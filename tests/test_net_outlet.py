@@ -432,3 +432,44 @@ def test_a_network_that_cant_be_made_is_a_line_and_no_call(proxy, monkeypatch):
                                               "unprivileged_userns_clone, or AppArmor's "
                                               "restriction of them)")
     assert not server.networks
+
+
+def test_no_finalizer_waits_under_the_filter_before_the_watch_is_handed(proxy):
+    """As root, a thread of agent-run makes the call's network and runs under the
+    watch's filter: a finalizer the collector ran there that sends would hang it
+    while no one can answer, before the watch is handed over (the collector is off
+    then) or after the proxy let go of it while the thread still held a copy (it
+    holds none once handed: the kernel then says ENOSYS)."""
+    from agentctl.tools import netns
+    if os.geteuid() != 0:
+        pytest.skip("as root alone a thread makes the network")
+    server, path = proxy
+    ends = socket.socketpair()
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            try:
+                ends[0].sendmsg([b"x"])
+            except OSError:     # (ENOSYS once the proxy let go of the watch: no hang)
+                pass
+
+    def start():
+        for _ in range(5000):       # (enough for the collector to run, were it on)
+            Cycle()
+        return subprocess.Popen(["true"])
+    stage = netns.Stage(path)
+    made = {}
+    thread = threading.Thread(target=lambda: made.update(proc=stage.spawned(start, 2)),
+                              daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the thread that makes the network hung"
+    stage.close()
+    made["proc"].wait()
+    import gc
+    gc.collect()
+    ends[0].close()
+    ends[1].close()

@@ -104,13 +104,13 @@ class Stage:
             except BaseException as e:
                 box["error"] = e
             finally:
-                if collecting:
-                    gc.enable()
                 for fd in (watch, pidfd if "error" in box else None):
                     if fd is not None:
-                        os.close(fd)
-                if listener is not None:
-                    listener.close()
+                        os.close(fd)        # (the watch: the proxy's alone now, which
+                if listener is not None:    # answers, or once it has let go of it,
+                    listener.close()        # the kernel says ENOSYS)
+                if collecting:
+                    gc.enable()
                 ready.set()
             if "error" not in box:
                 try:
