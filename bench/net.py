@@ -5,11 +5,10 @@ hosts does (here without the sandbox, whose own cost tools.py measures): started
 agent-run starts a call (calls.popen) in a network made for it first (netns.Stage:
 as root by a thread of this process, else by the child), on that network's loopback,
 whose listener the egress proxy serves, splicing between each connection and the
-server's, one hop. The
-network's making and a connection's set-up in ms, and the 100 MB download as a ratio
-of the direct one, the network's making included (the goal's figure) and not (a
-listener on this loopback handed to the proxy: the bytes' one hop alone), pairs of
-runs in one run."""
+server's, one hop. The network's making and a connection's set-up in ms, and the
+100 MB download as a ratio of the direct one, the network's making included (the
+goal's figure) and not (a listener on this loopback handed to the proxy: the bytes'
+one hop alone), in the same rounds of runs in one run."""
 
 import array
 import os
@@ -80,7 +79,8 @@ def main():
 def _measure(curl, port, path):
     """(small: pairs of seconds, directly and in a call's network handed to the egress
     proxy at `path`; the network's making, seconds; big: pairs; hop: ratios through a
-    listener on this loopback handed to the proxy before)."""
+    listener on this loopback handed to the proxy before, each to the direct fetch of
+    the same round)."""
     def run(argv, made):
         """The seconds `argv` takes, started as a call is: in a network made for it
         (`made`), or not."""
@@ -107,14 +107,15 @@ def _measure(curl, port, path):
     for _ in range(PAIRS):
         small.append((fetch("small"), fetch("small", netns.PORT)))
         made.append(run(["true"], True) - run(["true"], False))
-    for _ in range(PAIRS):
-        big.append((fetch("big"), fetch("big", netns.PORT)))
     listener = socket.create_server(("127.0.0.1", 0))
     held = subprocess.Popen(["sleep", "3600"])     # (whose pidfd the proxy holds)
     try:
         _hand(path, listener, held.pid)
-        at = listener.getsockname()[1]
-        hop = [fetch("big", at) / fetch("big") for _ in range(PAIRS)]
+        at, hop = listener.getsockname()[1], []
+        for _ in range(PAIRS):      # (the one hop in the same rounds: the same machine)
+            direct = fetch("big")
+            big.append((direct, fetch("big", netns.PORT)))
+            hop.append(fetch("big", at) / direct)
     finally:
         held.terminate()
         held.wait()
