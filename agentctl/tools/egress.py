@@ -36,6 +36,7 @@ CHUNK = 1 << 16            # the bytes read at once of a head
 SPLICED = 1 << 20          # the bytes a splice moves at most
 F_SETPIPE_SZ = 1031
 PROXY_URL = f"http://127.0.0.1:{PORT}"
+OWN = {("tcp", PORT)}       # what listens in a call's network while it lives (netwatch)
 # What a sandbox's programs read to find the proxy (curl reads http_proxy in lower case
 # only; node's fetch the variables only with NODE_USE_ENV_PROXY). NO_PROXY is left
 # unset: every connection goes through the proxy, the host's loopback too (refused
@@ -180,7 +181,7 @@ class Server:
                         if event & (select.POLLHUP | select.POLLERR):
                             poller.unregister(fd)
                         else:
-                            netwatch.answer(fd, network.say, listed)
+                            netwatch.answer(fd, network.say, listed, OWN)
                         continue
                     try:
                         conn, _ = network.listener.accept()
