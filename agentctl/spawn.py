@@ -22,17 +22,6 @@ def python(code, *, site=True):
             f"import sys; sys.path.insert(0, {TOP!r}); {code}"]
 
 
-def script(path, *args):
-    """argv that runs the file `path` of agentctl (a module that imports nothing of
-    agentctl but its siblings) under agentctl's Python: its run() is the process. The standard library and its own directory alone on its import path
-    (-S; -P: not the current directory): no package is imported on the way, for a
-    process that starts with each call (the sandbox's outlet)."""
-    directory, name = os.path.split(path)
-    code = (f"import sys; sys.path.insert(0, {directory!r}); "
-            f"from {name.removesuffix('.py')} import run; run()")
-    return [PYTHON, "-S", "-P", "-c", code, *args]
-
-
 def program(name, *args):
     """argv that runs the program agent-`name` (agentctl/cli/NAME.py) with `args`: its
     main()'s return is the process's exit status."""

@@ -1,13 +1,16 @@
 """make bench: what the egress proxy costs (agentctl(7), NETWORK). A web server on
 127.0.0.1, a process of its own as a host is (not one whose GIL the proxy shares),
-serves a small file and a 100 MB one; curl fetches each directly and through the
-outlet and the egress proxy (as a sandboxed call given hosts does, here without the
-sandbox, whose own cost tools.py measures): the outlet hands each connection to the
-egress proxy, which splices between it and the server's, one hop. The outlet's start
-and a connection's set-up in ms, and the 100 MB download as a ratio of the direct
-one, the outlet's start included (the goal's figure) and not (an outlet started
-before: the bytes' one hop alone), pairs of runs in one run."""
+serves a small file and a 100 MB one; curl fetches each directly and as a call given
+hosts does (here without the sandbox, whose own cost tools.py measures): started as
+agent-run starts a call (calls.popen) in a network made for it first (netns.Stage:
+as root by a thread of this process, else by the child), on that network's loopback,
+whose listener the egress proxy serves, splicing between each connection and the
+server's, one hop. The network's making and a connection's set-up in ms, and the
+100 MB download as a ratio of the direct one, the network's making included (the
+goal's figure) and not (a listener on this loopback handed to the proxy: the bytes'
+one hop alone), in the same rounds of runs in one run."""
 
+import array
 import os
 import shutil
 import socket
@@ -21,8 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import line  # noqa: E402  (bench/bench.py, beside this file)
-from agentctl import spawn  # noqa: E402
-from agentctl.tools import egress, outlet  # noqa: E402
+from agentctl.tools import calls, egress, netns  # noqa: E402
 from tests import localhttp  # noqa: E402
 
 PAIRS = int(os.environ.get("BENCH_RUNS", "15"))
@@ -50,69 +52,86 @@ def main():
         proxy = egress.Server(sockets, lambda *a: "")
         try:
             _wait_for(port)
-            directory, inside = proxy.socket_for(f"127.0.0.1:{port}", None)
-            path = inside.replace(egress.SOCKET_DIR, directory)
-            small, started, big, hop = _measure(curl, port,
-                                                spawn.script(outlet.__file__, path,
-                                                             f"127.0.0.1:{port}", "--"))
+            path = proxy.socket_for(f"127.0.0.1:{port}", None)
+            small, made, big, hop = _measure(curl, port, path)
         finally:
             proxy.close()
             server.terminate()
             server.wait()
-    outlet_ms = statistics.median(started) * 1000
+    made_ms = statistics.median(made) * 1000
     setup_ms = statistics.median(p - d for d, p in small) * 1000
     print(f"N1. a small fetch: {statistics.median(d for d, _ in small) * 1000:.1f} ms "
-          f"directly, {statistics.median(p for _, p in small) * 1000:.1f} ms through the "
-          f"outlet and the egress proxy")
-    line("N1. what the outlet's start adds to a call given hosts (ms)", outlet_ms,
+          f"directly, {statistics.median(p for _, p in small) * 1000:.1f} ms in a call's "
+          f"network, through the egress proxy")
+    line("N1. what making a call's network adds to a call given hosts (ms)", made_ms,
          lambda v: (v <= 25, "<= 25 ms"), unit=" ms")
-    line("N1. a connection's set-up through the proxy, outlet's start aside (ms)",
-         setup_ms - outlet_ms, lambda v: (v <= 5, "<= 5 ms"), unit=" ms")
+    line("N1. a connection's set-up through the proxy, the network's making aside (ms)",
+         setup_ms - made_ms, lambda v: (v <= 5, "<= 5 ms"), unit=" ms")
     ratios = [p / d for d, p in big]
     print(f"N2. 100 MB: {statistics.median(d for d, _ in big) * 1000:.0f} ms directly, "
           f"{statistics.median(p for _, p in big) * 1000:.0f} ms through the proxy")
     line("N2. a 100 MB download through the proxy / directly", statistics.median(ratios),
          lambda v: (v <= 1.3, "<= 1.3x"), spread=(min(ratios), max(ratios)))
-    line("N2. the same, the outlet started before (one hop alone)",
+    line("N2. the same, the network made before (one hop alone)",
          statistics.median(hop), spread=(min(hop), max(hop)))
 
 
-def _measure(curl, port, through):
-    """(small: pairs of seconds, directly and through `through`, the outlet's argv; the
-    outlet's start, seconds; big: pairs; hop: ratios through an outlet started before).
-    One outlet at a time: it listens on its fixed port, outside a sandbox too."""
-    def fetch(name, proxied, started=False):
-        argv = [curl, "-sS", "-o", os.devnull, f"http://127.0.0.1:{port}/{name}"]
-        if proxied:
-            argv = ([] if started else through) + argv[:1] + [
-                "-x", f"http://127.0.0.1:{outlet.PORT}"] + argv[1:]
+def _measure(curl, port, path):
+    """(small: pairs of seconds, directly and in a call's network handed to the egress
+    proxy at `path`; the network's making, seconds; big: pairs; hop: ratios through a
+    listener on this loopback handed to the proxy before, each to the direct fetch of
+    the same round)."""
+    def run(argv, made):
+        """The seconds `argv` takes, started as a call is: in a network made for it
+        (`made`), or not."""
+        stage = netns.Stage(path) if made else None
         start = time.perf_counter()
-        subprocess.run(argv, check=True)
+        try:
+            proc = calls.popen(argv, stage)
+            proc.communicate()
+        finally:
+            if stage is not None:
+                stage.close()
+        if proc.returncode != 0:
+            raise SystemExit(f"bench/net.py: {argv}: exit status {proc.returncode}")
         return time.perf_counter() - start
 
-    def start_only():
-        start = time.perf_counter()
-        subprocess.run(through + ["true"], check=True)
-        return time.perf_counter() - start
+    def fetch(name, at=None):
+        """The seconds curl takes to fetch `name`: directly, or through the proxy at
+        127.0.0.1:`at` (at PORT: in a network made for it)."""
+        proxy = ["-x", f"http://127.0.0.1:{at}"] if at else []
+        return run([curl, "-sS", "-o", os.devnull, *proxy, f"http://127.0.0.1:{port}/{name}"],
+                   at == netns.PORT)
 
-    small, big, started = [], [], []
+    small, big, made = [], [], []
     for _ in range(PAIRS):
-        direct, proxied = fetch("small", False), fetch("small", True)
-        small.append((direct, proxied))
-        bare = time.perf_counter()
-        subprocess.run(["true"], check=True)
-        bare = time.perf_counter() - bare
-        started.append(start_only() - bare)
-    for _ in range(PAIRS):
-        big.append((fetch("big", False), fetch("big", True)))
-    held = subprocess.Popen(through + ["sleep", "3600"])
+        small.append((fetch("small"), fetch("small", netns.PORT)))
+        made.append(run(["true"], True) - run(["true"], False))
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = subprocess.Popen(["sleep", "3600"])     # (whose pidfd the proxy holds)
     try:
-        _wait_for(outlet.PORT)
-        hop = [fetch("big", True, started=True) / fetch("big", False) for _ in range(PAIRS)]
+        _hand(path, listener, held.pid)
+        at, hop = listener.getsockname()[1], []
+        for _ in range(PAIRS):      # (the one hop in the same rounds: the same machine)
+            direct = fetch("big")
+            big.append((direct, fetch("big", netns.PORT)))
+            hop.append(fetch("big", at) / direct)
     finally:
         held.terminate()
         held.wait()
-    return small, started, big, hop
+        listener.close()
+    return small, made, big, hop
+
+
+def _hand(path, listener, pid):
+    """A listener of this network handed to the proxy at `path` as Stage.enter hands
+    one, served while process `pid` lives."""
+    pidfd = os.pidfd_open(pid)
+    with socket.socket(socket.AF_UNIX) as door:
+        door.connect(path)
+        door.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array(
+            "i", [listener.fileno(), 2, pidfd]).tobytes())])
+    os.close(pidfd)
 
 
 def _wait_for(port):

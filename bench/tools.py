@@ -205,14 +205,14 @@ def parts(place):
     """T3: the sandbox of a call, part by part, against the program run directly: the
     sandbox of T1's agent, as agent-run makes it (its proxy, its database)."""
     from agentctl.ids import new_id
-    from agentctl.tools import programs, proxy, sandbox
+    from agentctl.tools import programs, proxy, runas, sandbox
     from agentctl.tools.bwrap import open_parents
     from agentctl.tools.handles import Users
     os.environ.update({k: place.env[k] for k in ("XDG_CACHE_HOME", "AGENTCTL_TOOLS",
                                                  "AGENTCTL_MCP")})  # (paths.protected's)
     path, database = place.tool, place.db("t1-boxed1")
     env = programs.environment(new_id(), database)
-    server = proxy.Server(env, place.cwd, peer_uids={sandbox.user()[0]}
+    server = proxy.Server(env, place.cwd, peer_uids={runas.user()[0]}
                           if os.geteuid() == 0 else None)
     box = sandbox.Sandbox({"cwd": place.cwd, "ro": None, "net": None, "limits": None,
                            "rw": None, "env": None}, env, server, database)

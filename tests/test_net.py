@@ -1,7 +1,7 @@
-"""The network by allowlist (agentctl(7), NETWORK): a sandbox has no route out but its
-outlet, and the egress proxy lets through only what the agent's --net list names.
-Real programs (curl, pip, git) in the sandbox reach fixtures on 127.0.0.1, named by
-address; what a model would try beyond the list (other hosts, the loopback database,
+"""The network by allowlist (agentctl(7), NETWORK): a sandbox has no route out but the
+egress proxy's listener on its loopback, which lets through only what the agent's
+--net list names. Real programs (curl, pip, git) in the sandbox reach fixtures on
+127.0.0.1, named by address; what a model would try beyond the list (other hosts, the loopback database,
 names that lead to loopback or the metadata address, abstract sockets, raw UDP, DNS)
 is refused, and every connection is in the event log."""
 
@@ -235,7 +235,7 @@ def test_every_public_host_still_leaves_out_loopback_and_the_metadata_address(
     assert says in result, result
 
 
-def test_no_route_but_the_outlet(world, tmp_path, site):  # noqa: F811
+def test_no_route_but_the_proxy(world, tmp_path, site):  # noqa: F811
     """With a list, a direct connection to the host's loopback (the PostgreSQL port, a
     local MCP server), an abstract socket of the host, raw UDP and DNS all fail: the
     sandbox's network is its own; each is refused with its line on the tool's stderr."""

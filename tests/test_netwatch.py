@@ -1,4 +1,4 @@
-"""The outlet's watch (agentctl/tools/netwatch.py; agentctl(7), NETWORK): what can't
+"""The network's watch (agentctl/tools/netwatch.py; agentctl(7), NETWORK): what can't
 go through the proxy (UDP, DNS, a direct connection, an abstract unix socket) is
 refused with the line a refused host gets, and what can (its own loopback, the proxy)
 goes on untouched. Here the watch is run around a program on the host, whose network
@@ -110,3 +110,26 @@ def test_the_filter_is_whole_instructions_on_each_machine_watched():
         assert len(code) % 8 == 0 and len(code) // 8 == 15
     assert netwatch.program(machine="sparc") is None
     assert os.path.exists("/proc/net/unix")
+
+
+def test_the_proxys_own_listener_is_known_not_looked_up(monkeypatch):
+    """A connection to the proxy (127.0.0.1:3128 in the call's network) goes on without
+    reading /proc/PID/net/tcp, which walks every TCP socket of the machine (2 ms with
+    a few hundred: a call's first connection waited that long); another loopback port
+    is looked up in the caller's network."""
+    import ctypes
+    from agentctl.tools import egress
+    machine = os.uname().machine
+    if machine not in netwatch.CALLS:
+        return
+    looked = []
+    monkeypatch.setattr(netwatch, "_listening", lambda kind, key, pid: looked.append(key))
+    connect = netwatch.CALLS[machine][1]
+    for port, own, refused, asked in [(3128, egress.OWN, False, []),
+                                      (5432, egress.OWN, True, [5432]),
+                                      (3128, (), True, [3128])]:
+        address = ctypes.create_string_buffer(inet("127.0.0.1", port), 16)
+        looked.clear()
+        args = [3, ctypes.addressof(address), 16, 0, 0, 0]     # connect(3, &address, 16)
+        said = netwatch._judge(os.getpid(), connect, args, "pypi.org", own)
+        assert (said is not None, looked) == (refused, asked), (port, own, said)

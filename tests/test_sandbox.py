@@ -330,53 +330,6 @@ def test_bwraps_version_is_asked_once_for_each_bwrap(tmp_path, monkeypatch):
     assert asked.read_text().count("x") == 3    # not 0.8: asked each time
 
 
-NOBODY = """
-import subprocess, sys
-sys.path[:0] = [{root!r}, {site!r}]     # agentctl, and pyseccomp
-from agentctl.tools import sandbox
-box = sandbox.Sandbox({{"cwd": {work!r}, "ro": None, "net": None, "limits": "procs=10",
-                       "rw": None, "env": None, "name": "a", "id": "a"}},
-                      {{"PATH": "/usr/bin:/bin"}})
-prepared = box.wrap(["/usr/bin/python3", "-c", {forks!r}])
-argv, fds = prepared.opened()
-assert prepared.handshake is None, "bwrap maps a user other than root itself"
-print(subprocess.run(argv, capture_output=True, text=True, env=box.environment,
-                     pass_fds=fds).stdout)
-prepared.close()
-"""
-
-
-def test_the_process_limit_binds_a_user_other_than_root(tmp_path):
-    """Not root: RLIMIT_NPROC, set in the sandbox's own user namespace (so that it counts
-    the call's processes, not all of the user's). Run as nobody, by the system's Python,
-    on a copy of agentctl that nobody can read (a checkout in root's home is not)."""
-    import shutil
-    import subprocess
-    import tempfile
-    setpriv = needs("setpriv", "util-linux")
-    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
-        pytest.skip("needs root (to become nobody) and the system's /usr/bin/python3")
-    work = tempfile.mkdtemp(prefix="agentctl-nobody-")
-    try:
-        os.chmod(work, 0o777)
-        forks = FORKS.split('"', 1)[1].rsplit('"', 1)[0]
-        import pyseccomp
-        package = os.path.join(work, "package")
-        shutil.copytree(os.path.join(ROOT, "agentctl"), os.path.join(package, "agentctl"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(pyseccomp.__file__, package)
-        code = NOBODY.format(root=package, work=work, forks=forks, site=package)
-        proc = subprocess.run([setpriv, "--reuid", "65534", "--regid", "65534",
-                               "--clear-groups", "/usr/bin/python3", "-c", code],
-                              capture_output=True, text=True, timeout=120,
-                              env={"PATH": "/usr/bin:/bin", "HOME": work}, cwd=work)
-        assert proc.returncode == 0, proc.stderr
-        forked = int(proc.stdout.split()[-1])
-        assert 0 < forked < 10, proc.stdout
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def test_agent_set_narrows_the_sandbox_and_widens_it_within_the_ancestors(world, tmp_path):
     """agent-set, driven by the settings' declaration: an agent narrows its own sandbox;
     an ancestor gives a descendant what its own tools have; only the operator gives

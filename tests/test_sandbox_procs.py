@@ -8,15 +8,18 @@ its maps never waits for a bwrap that is gone.
 
 import os
 import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import pytest
 
 from agentctl.store.db import connect
 
-from .conftest import calling, fork, needs, script, shell, tool_results
+from .conftest import ROOT, calling, fork, needs, script, shell, tool_results
 from .test_external_tools import make_tool
-from .test_sandbox import FORK_LOOP, attempt, world  # noqa: F401  (world: the fixture)
+from .test_sandbox import FORK_LOOP, FORKS, attempt, world  # noqa: F401  (world: the fixture)
 
 PYTHON = sys.executable
 
@@ -46,9 +49,9 @@ def test_as_root_a_calls_processes_are_counted_in_a_user_namespace_of_its_own(wo
     """Not in a pids cgroup made for each call (13-17 ms a call): RLIMIT_NPROC, which
     binds the tools' user where it would not bind root, in a namespace that maps no
     other user."""
-    from agentctl.tools import sandbox
+    from agentctl.tools import runas
     as_root()
-    uid, _ = sandbox.user()
+    uid, _ = runas.user()
     result = attempt(world, tmp_path, "cat /proc/self/uid_map; id -u; "
                      "grep 'Max processes' /proc/self/limits", "--limit", "procs=20")
     lines = [line.split() for line in result.splitlines()]
@@ -133,3 +136,54 @@ def test_a_shipped_tool_is_not_bound_again(tmp_path):
             assert argv[-1] == program
         finally:
             prepared.close()
+
+
+NOBODY = """
+import subprocess, sys
+sys.path[:0] = [{root!r}]     # agentctl, and pyseccomp
+from agentctl.tools import sandbox
+box = sandbox.Sandbox({{"cwd": {work!r}, "ro": None, "net": None, "limits": "procs=10",
+                       "rw": None, "env": None, "name": "a", "id": "a"}},
+                      {{"PATH": "/usr/bin:/bin"}})
+prepared = box.wrap(["/usr/bin/python3", "-c", {forks!r}])
+argv, fds = prepared.opened()
+assert prepared.handshake is None, "bwrap maps a user other than root itself"
+print(subprocess.run(argv, capture_output=True, text=True, env=box.environment,
+                     pass_fds=fds).stdout)
+prepared.close()
+"""
+
+
+def as_nobody(code, **given):
+    """Run `code` (formatted with `root`, agentctl's and pyseccomp's directory, `work`,
+    a directory nobody may write, and `given`) as nobody by the system's Python, on a
+    copy of agentctl that nobody can read (a checkout in root's home is not): its
+    stdout. Skipped unless root (to become nobody) and /usr/bin/python3 is there."""
+    setpriv = needs("setpriv", "util-linux")
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to become nobody) and the system's /usr/bin/python3")
+    work = tempfile.mkdtemp(prefix="agentctl-nobody-")
+    try:
+        os.chmod(work, 0o777)
+        import pyseccomp
+        package = os.path.join(work, "package")
+        shutil.copytree(os.path.join(ROOT, "agentctl"), os.path.join(package, "agentctl"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(pyseccomp.__file__, package)
+        proc = subprocess.run([setpriv, "--reuid", "65534", "--regid", "65534",
+                               "--clear-groups", "/usr/bin/python3", "-c",
+                               code.format(root=package, work=work, **given)],
+                              capture_output=True, text=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin", "HOME": work}, cwd=work)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_process_limit_binds_a_user_other_than_root():
+    """Not root: RLIMIT_NPROC, set in the sandbox's own user namespace (so that it counts
+    the call's processes, not all of the user's)."""
+    forks = FORKS.split('"', 1)[1].rsplit('"', 1)[0]
+    forked = int(as_nobody(NOBODY, forks=forks).split()[-1])
+    assert 0 < forked < 10, forked

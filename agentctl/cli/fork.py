@@ -63,17 +63,17 @@ def cli(db_path, parent, name, at, prompt, **options):
 def _sandbox_user_can_write(cwd):
     """As root, the child's tools run as the sandbox's user (agentctl(7), SANDBOX): say so
     when its working directory is not that user's to write."""
-    from agentctl.tools import sandbox  # (start-up: 5 ms, only for root's forks)
+    from agentctl.tools import runas  # (start-up: 3 ms, only for root's forks)
     try:
-        uid, gid = sandbox.user()
+        uid, gid = runas.user()
         st = os.stat(cwd)
-    except (sandbox.Unavailable, OSError):
+    except (runas.Unavailable, OSError):
         return          # (its first call says why)
     bit = stat.S_IWUSR if st.st_uid == uid else stat.S_IWGRP if st.st_gid == gid \
         else stat.S_IWOTH
     if not st.st_mode & bit:
         warn("agent-fork", f"{cwd}: as root, its tools run as uid {uid} "
-                           f"(${sandbox.USER}, else nobody), who can't write there: give it "
+                           f"(${runas.USER}, else nobody), who can't write there: give it "
                            f"the directory (chown -R {uid} DIR) or name another user")
 
 

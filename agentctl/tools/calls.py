@@ -55,9 +55,8 @@ class Call:
             fds += tuple(handles)
             cwd = None          # (bwrap's --chdir: the host's path is not looked up again)
         try:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env, start_new_session=True, pass_fds=fds)
+            self.proc = popen(argv, self.prepared and self.prepared.stage, cwd=cwd, env=env,
+                              pass_fds=fds)
         except BaseException:
             self._close_sandbox(*fds)
             raise
@@ -208,6 +207,28 @@ class Call:
 
 class ToolFailed(Exception):
     pass
+
+
+def popen(argv, stage, **options):
+    """The call's process (its three standard streams pipes, a session of its own);
+    given hosts, its network made first (`stage`, netns.Stage): as root by a thread of
+    agent-run, then started by vfork (no copy of agent-run's memory), the tool's
+    standard error a pipe made here, whose write end the network holds too; else by
+    the child, before it becomes bwrap."""
+    options.update(stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    if stage is None or not stage.threaded:
+        return subprocess.Popen(argv, stderr=subprocess.PIPE, **options,
+                                preexec_fn=stage.enter if stage is not None else None)
+    r, w = os.pipe()
+    try:
+        proc = stage.spawned(lambda: subprocess.Popen(argv, stderr=w, **options), w)
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    proc.stderr = open(r, "rb")     # (as subprocess.PIPE makes it)
+    return proc
 
 
 def _pidfd(pid):

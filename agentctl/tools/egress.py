@@ -1,21 +1,23 @@
-"""The egress proxy (agentctl(7), NETWORK): a sandbox's one way out. The sandbox has a
-network of its own with no route out; its outlet (outlet.py) listens on its loopback
-at PORT, where the proxy variables point its programs, and hands each connection it
-accepts (its descriptor) over a socket bound into it to this proxy, which runs in
-agent-run, outside, and reads and writes the connection itself: the bytes cross one
-proxy, spliced between the tool's socket and the host's (_pump). Here each
-request is judged against the list of hosts of the sandbox (agentctl.hosts): HTTPS by
-CONNECT HOST:PORT (no TLS is opened here), plain HTTP by its absolute URL; the name is
+"""The egress proxy (agentctl(7), NETWORK): a sandbox's one way out. A call given hosts
+runs in a network of its own with no route out, made before its sandbox (netns.py),
+whose listener on its loopback at PORT (where the proxy variables point its programs)
+is handed here, to agent-run, outside, over the socket of its list (`socket_for`, in
+agent-run's private directory: no sandbox sees it), with the tool's standard error, a
+pidfd of its bwrap and the watch's descriptor (netwatch.py). Here each connection is
+accepted from that listener and read and written from here: the bytes cross one
+proxy, spliced between the tool's socket and the host's (_pump). Each request is
+judged against the list of hosts of the sandbox (agentctl.hosts): HTTPS by CONNECT
+HOST:PORT (no TLS is opened here), plain HTTP by its absolute URL; the name is
 resolved here (there is no DNS inside), the address checked, and connected to as
 resolved (a name can't be made to lead elsewhere between the check and the
 connection). Every connection, allowed or refused, is a record (drain()) that the turn
-writes to the event log; a refused one is also one line on the tool's standard error,
-whose descriptor the outlet hands over with each connection.
+writes to the event log; a refused one is also one line on the tool's standard error.
+A call's listener is served until its bwrap has ended.
 """
 
-import array
 import fcntl
 import os
+import select
 import shutil
 import socket
 import tempfile
@@ -24,8 +26,8 @@ import time
 
 from agentctl import hosts, paths
 from agentctl.text import host_port
-from agentctl.tools import outlet
-from agentctl.tools.outlet import PORT, SOCKET, SOCKET_DIR
+from agentctl.tools import netns, netwatch
+from agentctl.tools.netns import PORT
 
 HEAD_MOST = 64 * 1024       # the bytes of a request's head
 HEAD_SECONDS = 30.0         # to send it
@@ -34,6 +36,7 @@ CHUNK = 1 << 16            # the bytes read at once of a head
 SPLICED = 1 << 20          # the bytes a splice moves at most
 F_SETPIPE_SZ = 1031
 PROXY_URL = f"http://127.0.0.1:{PORT}"
+OWN = {("tcp", PORT)}       # what listens in a call's network while it lives (netwatch)
 # What a sandbox's programs read to find the proxy (curl reads http_proxy in lower case
 # only; node's fetch the variables only with NODE_USE_ENV_PROXY). NO_PROXY is left
 # unset: every connection goes through the proxy, the host's loopback too (refused
@@ -45,23 +48,22 @@ VARIABLES["NODE_USE_ENV_PROXY"] = "1"
 
 class Server:
     """The egress proxy of one turn's sandboxes: a socket per list of hosts (the
-    agent's, each MCP server's), each alone in a directory of its own in `dir`, which
-    only the sandboxes of that list see (at SOCKET_DIR, read-only): a tool can't reach
-    the socket of an MCP server's wider list. `dir` is removed at close."""
+    agent's, each MCP server's) in `dir`, agent-run's private directory, where each
+    call given that list hands its network (netns.Stage), served until its bwrap has
+    ended. `dir` is removed at close."""
 
-    SOCKET_DIR = SOCKET_DIR
     VARIABLES = VARIABLES
-    OUTLET = outlet.__file__        # (spawn.script)
-    MOST = 256                  # connections at once, of all its sockets
+    MOST = 256                  # connections at once, of all its calls
 
     def __init__(self, directory, grant):
         self.dir = directory
         self.grant = grant          # (list, pattern, who) -> the grant that would allow it
         self.lock = threading.Lock()
-        self.listeners = {}         # (list as stored, who) -> (socket, its directory)
+        self.listeners = {}         # (list as stored, who) -> (socket, its path)
         self.records = []
         self.closed = False
         self.slots = threading.BoundedSemaphore(self.MOST)
+        self.networks = set()       # the calls' networks being served (netns.Network)
 
     @classmethod
     def made(cls, hosts, agent):
@@ -70,7 +72,6 @@ class Server:
         crash leaves is swept as the program proxy's are)."""
         directory = tempfile.mkdtemp(prefix=f"proxy-{os.getpid()}-net-",
                                      dir=paths.runtime(make=True))
-        os.chmod(directory, 0o755)      # (a tool of another uid reaches its sockets)
 
         def grant(stored, wanted, who):
             """What would allow a host refused: the agent's list with it (agent-set), or
@@ -83,24 +84,19 @@ class Server:
         return cls(directory, grant)
 
     def socket_for(self, stored, who):
-        """(the directory to bind at SOCKET_DIR, the socket's path inside the sandbox)
-        for the list `stored` (one pattern a line) of `who` (the agent's: None; an MCP
-        server's name)."""
+        """The path of the socket where a call given the list `stored` (one pattern a
+        line) of `who` (the agent's: None; an MCP server's name) hands its network."""
         key = (stored, who)
         with self.lock:
             if key not in self.listeners:
-                directory = os.path.join(self.dir, str(len(self.listeners)))
-                os.mkdir(directory)
-                os.chmod(directory, 0o755)
+                path = os.path.join(self.dir, str(len(self.listeners)))
                 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                path = os.path.join(directory, SOCKET)
                 listener.bind(path)
-                os.chmod(path, 0o666)   # (a tool may run as another uid)
                 listener.listen(64)
-                self.listeners[key] = (listener, directory)
+                self.listeners[key] = (listener, path)
                 threading.Thread(target=self._accept, args=(listener, stored, who),
                                  daemon=True, name="agentctl-egress").start()
-            return self.listeners[key][1], f"{SOCKET_DIR}/{SOCKET}"
+            return self.listeners[key][1]
 
     def drain(self):
         """The connections ended since the last drain, each a dict of the net event's
@@ -124,48 +120,90 @@ class Server:
                 self.slots.release()
 
     def close(self):
+        """Its sockets shut down and closed, and its directory removed; each call's
+        listener shut down (its thread ends, and closes it: a descriptor is closed by
+        the thread that polls it, never under it)."""
         self.closed = True
         with self.lock:
-            listeners = [s for s, _ in self.listeners.values()]
+            own = [s for s, _ in self.listeners.values()]
+            listeners = own + [n.listener for n in self.networks]
         for listener in listeners:
             try:
                 listener.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        for listener in own:
             listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _accept(self, listener, stored, who):
+        """The networks of the calls given the list `stored`, each served by a thread
+        of its own."""
         patterns = hosts.read(stored)
         while not self.closed:
             try:
-                conn, _ = listener.accept()
+                door, _ = listener.accept()
             except OSError:
                 if self.closed:
                     return
                 time.sleep(0.05)
                 continue
-            if not self.slots.acquire(blocking=False):
-                conn.close()            # (too many at once: the tool sees a reset)
+            try:
+                door.settimeout(HEAD_SECONDS)
+                network = netns.received(door)
+            except (OSError, ValueError):
                 continue
-            threading.Thread(target=self._serve, args=(conn, stored, patterns, who),
-                             daemon=True).start()
+            finally:
+                door.close()
+            with self.lock:
+                if self.closed:
+                    network.close()
+                    return
+                self.networks.add(network)
+            threading.Thread(target=self._network, args=(network, stored, patterns, who),
+                             daemon=True, name="agentctl-egress-call").start()
+
+    def _network(self, network, stored, patterns, who):
+        """Serve one call's network until its bwrap has ended (or the proxy closes):
+        each connection to its listener, each question of its watch."""
+        poller = select.poll()
+        listener = network.listener.fileno()
+        for fd in (listener, network.pidfd, network.watch):
+            if fd is not None:
+                poller.register(fd, select.POLLIN)
+        listed = stored.replace("\n", ",")
+        try:
+            while True:
+                for fd, event in poller.poll():
+                    if fd == network.pidfd or fd == listener and event & ~select.POLLIN:
+                        return          # (its bwrap has ended, or the proxy closed)
+                    if fd == network.watch:
+                        if event & (select.POLLHUP | select.POLLERR):
+                            poller.unregister(fd)
+                        else:
+                            netwatch.answer(fd, network.say, listed, OWN)
+                        continue
+                    try:
+                        conn, _ = network.listener.accept()
+                    except OSError:
+                        continue
+                    if not self.slots.acquire(blocking=False):
+                        conn.close()    # (too many at once: the tool sees a reset)
+                        continue
+                    threading.Thread(target=self._serve, daemon=True, args=(
+                        conn, network.say, stored, patterns, who)).start()
+        finally:
+            with self.lock:
+                self.networks.discard(network)
+            network.close()
 
     def _note(self, record):
         with self.lock:
             self.records.append(record)
 
-    def _serve(self, door, stored, patterns, who):
+    def _serve(self, conn, say, stored, patterns, who):
         started = time.monotonic()
-        stderr = conn = None
         try:
-            door.settimeout(HEAD_SECONDS)
-            conn, stderr = hello(door)
-            door.close()
-            if conn is None:
-                _say(stderr, "agentctl: net: refused: what was handed to the egress proxy "
-                     "is not a TCP connection\n")
-                return
             conn.settimeout(HEAD_SECONDS)
             head, rest = _head(conn)
             request = _request(head)
@@ -179,7 +217,7 @@ class Server:
                 wanted = host_port(str(address or host))
                 line = (f"agentctl: net: refused {host_port(host, port)}: {refusal}; "
                         f"{self.grant(stored, wanted, who)}\n")
-                _say(stderr, line)
+                say(line)
                 conn.sendall(_response(403, line))
                 self._note(dict(record, outcome="refused", reason=refusal, sent=0,
                                 received=0, seconds=round(time.monotonic() - started, 3)))
@@ -207,11 +245,7 @@ class Server:
         except (OSError, ValueError):
             pass            # the client went away, or its head never came whole
         finally:
-            door.close()
-            if conn is not None:
-                conn.close()
-            if stderr is not None:
-                os.close(stderr)
+            conn.close()
             self.slots.release()
 
 
@@ -237,49 +271,6 @@ def _decide(patterns, host, port):
     return (f"{host} resolves to {addresses[0]}, which is {hosts.describe(addresses[0])}: "
             f"only its list naming it by address reaches it "
             f"({','.join(p.text for p in patterns)})"), addresses[0]
-
-
-def hello(door):
-    """(the connection, the tool's standard error) that the outlet hands over `door`
-    (outlet.hand_over): one byte with two descriptors, each None when it is not given.
-    The connection is taken only when it is what the outlet accepts, a TCP connection
-    (not a pipe, a file, a datagram or unix socket, nor a listening one): a descriptor
-    from the sandbox is closed unless it is used, and no more than two are taken."""
-    fds = array.array("i")
-    data, ancillary, _, _ = door.recvmsg(1, socket.CMSG_SPACE(2 * fds.itemsize),
-                                         socket.MSG_CMSG_CLOEXEC)
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    for extra in fds[2:]:
-        os.close(extra)
-    if data != b"\0" or not fds:
-        for fd in fds[:2]:
-            os.close(fd)
-        raise ValueError("no hello")
-    stderr = fds[1] if len(fds) > 1 else None
-    return _connection(fds[0]), stderr
-
-
-def _connection(fd):
-    """The socket of descriptor `fd` if it is a connected TCP one, else None (`fd`
-    closed)."""
-    try:
-        given = socket.socket(fileno=fd)
-    except OSError:         # (not a socket)
-        os.close(fd)
-        return None
-    try:
-        if (given.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM
-                and given.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) in (
-                    socket.AF_INET, socket.AF_INET6)
-                and not given.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-                and given.getpeername()):
-            return given
-    except OSError:
-        pass
-    given.close()
-    return None
 
 
 def _head(conn):
@@ -338,15 +329,6 @@ def _response(status, text):
     body = text.encode("utf-8", "replace")
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
-
-
-def _say(fd, line):
-    if fd is None:
-        return
-    try:
-        os.write(fd, line.encode("utf-8", "replace"))
-    except OSError:
-        pass
 
 
 def _relay(client, upstream, first):

@@ -143,15 +143,16 @@ def opened(argv):
     return out, fds, handshake
 
 
-def launcher(argv):
+def launcher(argv, network=None):
     """argv that opens the handles in `argv` in a process of its own, then runs it: the
-    launcher's first argument lists where the handles stand (2,7,...)."""
+    launcher's first argument lists where the handles stand (2,7,...); its second,
+    the socket where it hands the network it makes (netns.Stage), or "-"."""
     kinds = ((Readable, "r"), (Stderr, "s"), (Handle, ""))
     where = ",".join(f"{n}u{w.coded()}" if isinstance(w, Users) else
                      n_kind(n, w, kinds) for n, w in enumerate(argv)
                      if isinstance(w, (Handle, Users)))
     return spawn.python("from agentctl.tools.handles import launch; launch()", site=False) \
-        + [where or "-"] + [str(w) for w in argv]
+        + [where or "-", network or "-"] + [str(w) for w in argv]
 
 
 def n_kind(n, word, kinds):
@@ -168,9 +169,12 @@ def launch():
             where[int(n)] = lambda w, coded=coded: Users.decoded(coded)
         elif n.rstrip("rs").isdigit():
             where[int(n.rstrip("rs"))] = {"r": Readable, "s": Stderr}.get(n[-1], Handle)
-    given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[2:])]
+    given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[3:])]
     try:
         argv, fds, handshake = opened(given)
+        if sys.argv[2] != "-":
+            from agentctl.tools import netns  # (start-up: 4 ms, only for a server given hosts)
+            stage = netns.Stage(sys.argv[2])
     except OSError as e:
         sys.stderr.write(f"bwrap: not started: {e.strerror or e}\n")
         sys.exit(126)
@@ -188,21 +192,35 @@ def launch():
             finally:
                 os._exit(0)
         os.waitpid(helper, 0)
+    if sys.argv[2] != "-":
+        stage.enter()               # (its descriptors close at the exec)
     os.execv(argv[0], argv)         # (our ends of the handshake close here)
 
 
 class Prepared:
-    """One call's sandbox (sandbox.Sandbox.wrap's): its argv (bwrap's, with the handles still to open), and what
-    it holds until the call has ended (the placeholders; as root, the handshake that
-    gives its user namespace its maps)."""
+    """One call's sandbox (sandbox.Sandbox.wrap's): its argv (bwrap's, with the handles
+    still to open), and what it holds until the call has ended (the placeholders; as
+    root, the handshake that gives its user namespace its maps); given hosts, the
+    socket where its network is handed to the egress proxy (`network`), and once
+    opened the Stage (netns.py) that makes that network where bwrap starts."""
 
-    def __init__(self, argv, placeholders, env=None):
+    def __init__(self, argv, placeholders, env=None, network=None):
         self.argv, self.placeholders, self.handshake = argv, placeholders, None
         self.env = env or {}        # what its environment needs besides the sandbox's
+        self.network, self.stage = network, None
 
     def opened(self):
         """(argv, descriptors to pass, to be closed once bwrap has started): each handle
-        opened now, as bwrap gets it."""
+        opened now, as bwrap gets it; given hosts, its Stage (`stage`): Unavailable
+        when its egress proxy can't be reached."""
+        if self.network is not None:
+            from agentctl.tools import netns  # (start-up: 4 ms, only for a call given hosts)
+            try:
+                self.stage = netns.Stage(self.network)
+            except OSError as e:
+                from agentctl.tools.bwrap import Unavailable  # (start-up: 1 ms, only for a proxy gone)
+                raise Unavailable(f"the egress proxy can't be reached ({e.strerror or e})") \
+                    from None
         argv, fds, self.handshake = opened(self.argv)
         return argv, fds
 
@@ -211,6 +229,9 @@ class Prepared:
         namespace its maps now (until then, bwrap waits). Unavailable when a limit
         can't be set (then bwrap fails: the call does not run)."""
         handshake, self.handshake = self.handshake, None
+        if self.stage is not None:
+            self.stage.close()      # (the network is handed: the child's end did)
+            self.stage = None
         if handshake is not None:
             try:
                 handshake.give()
@@ -221,11 +242,14 @@ class Prepared:
 
     def launcher(self):
         """argv that opens the handles itself (for a starter that passes no
-        descriptors: the MCP SDK's)."""
-        return launcher(self.argv)
+        descriptors: the MCP SDK's), and makes the network given hosts."""
+        return launcher(self.argv, self.network)
 
     def close(self):
         self.placeholders.release()
+        if self.stage is not None:
+            self.stage.close()
+            self.stage = None
         if self.handshake is not None:
             self.handshake.close()
             self.handshake = None

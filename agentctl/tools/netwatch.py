@@ -1,28 +1,30 @@
-"""The outlet's watch on what can't go through it (agentctl(7), NETWORK): a datagram or
-a connection to an address outside the sandbox (UDP, DNS to a server named by address,
-a program that ignores the proxy variables), a DNS query to a loopback resolver or a
-connection to a loopback port where nothing of the sandbox listens (the host's are not
-there), a connection to an abstract unix socket that does not exist. The
-sandbox has no route out and none of its host's abstract sockets, so the kernel
-refuses them anyway, with an errno that names nothing; the watch makes each refusal
-the line a refused host gets on the tool's standard error.
+"""The watch on what can't go through the egress proxy (agentctl(7), NETWORK): a
+datagram or a connection to an address outside the sandbox (UDP, DNS to a server named
+by address, a program that ignores the proxy variables), a DNS query to a loopback
+resolver or a connection to a loopback port where nothing of the sandbox listens (the
+host's are not there), a connection to an abstract unix socket that does not exist.
+The sandbox's network has no route out and none of its host's abstract sockets, so the
+kernel refuses them anyway, with an errno that names nothing; the watch makes each
+refusal the line a refused host gets on the tool's standard error.
 
-How: seccomp's user notification. The tool's process installs, before it becomes the
-tool, a filter (install()) that makes the kernel ask the outlet about each connect(),
-each sendto() given an address and each sendmsg()/sendmmsg(); the outlet reads the
-address from the caller's memory and answers (watch()): go on (the kernel then does
-the call as it would have), or refuse it (ECONNREFUSED, ENETUNREACH) after the line.
-What it lets go, the kernel still judges: the watch refuses, it never allows more
-(a caller that changes the address after it was read gets the kernel's own answer).
+How: seccomp's user notification. The process that becomes the call's bwrap installs
+(netns.py), before its exec, a filter (Prepared) that makes the kernel ask the egress
+proxy in agent-run about each connect(), each sendto() given an address and each
+sendmsg()/sendmmsg() of it and of all it starts; the proxy reads the address from
+the caller's memory and answers (answer()): go on (the kernel then does the call as
+it would have), or refuse it (ECONNREFUSED, ENETUNREACH) after the line. What it lets
+go, the kernel still judges: the watch refuses, it never allows more (a caller that
+changes the address after it was read gets the kernel's own answer).
 
-The standard library only (the outlet starts with every call given hosts); ctypes
-only in the tool's process, before it execs.
+The standard library only (the MCP launcher installs it too).
 """
 
+import ctypes
 import errno
 import fcntl
-import _socket      # (not socket nor os: the outlet imports as little as will do)
-import posix
+import os
+import select
+import socket
 import struct
 import sys
 
@@ -41,7 +43,7 @@ def program(exempt=0xFFFFFFFF, machine=None):
     """The filter (struct sock_filter[]), or None on a machine not watched; a sendmsg()
     on descriptor `exempt` is not asked about (the one that hands the listener over,
     closed before the tool starts)."""
-    found = CALLS.get(machine or posix.uname().machine)
+    found = CALLS.get(machine or os.uname().machine)
     if found is None:
         return None
     arch, connect, sendto, sendmsg, sendmmsg, _ = found
@@ -58,65 +60,87 @@ def program(exempt=0xFFFFFFFF, machine=None):
     return b"".join(struct.pack("=HBBI", *op) for op in code)
 
 
-def install(filter_code):
-    """In the tool's process, before it execs: the filter installed; the listener's
-    descriptor (the outlet's end of it)."""
-    import ctypes  # (start-up: 3 to 8 ms, only in the tool's process, before its exec)
-    buffer = ctypes.create_string_buffer(filter_code, len(filter_code))
+class _Program(ctypes.Structure):      # struct sock_fprog
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    prog = Prog(len(filter_code) // 8, ctypes.addressof(buffer))
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.syscall(CALLS[posix.uname().machine][5], SET_MODE_FILTER, NEW_LISTENER,
-                      ctypes.byref(prog))
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), posix.strerror(ctypes.get_errno()))
-    return fd
+
+class Prepared:
+    """The filter ready to install (`install()`: a system call alone, for a process
+    between its fork and its exec)."""
+
+    def __init__(self, code, libc):
+        self.buffer = ctypes.create_string_buffer(code, len(code))
+        self.program = _Program(len(code) // 8, ctypes.addressof(self.buffer))
+        self.syscall, self.number = libc.syscall, CALLS[os.uname().machine][5]
+
+    def install(self):
+        """The filter installed in this process (inherited by all it starts); the
+        listener's descriptor, from which the kernel's questions are read."""
+        fd = self.syscall(self.number, SET_MODE_FILTER, NEW_LISTENER,
+                          ctypes.byref(self.program))
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        return fd
+
+
+def prepared(exempt, libc=None):
+    """The filter that exempts descriptor `exempt`, prepared (Prepared), or None on a
+    machine not watched."""
+    code = program(exempt)
+    return None if code is None else Prepared(code, libc or ctypes.CDLL(None, use_errno=True))
 
 
 def watch(listener, say, hosts):
-    """Answer the kernel's questions on `listener` until the tool's processes are all
-    gone: `say(line)` writes a refusal's line; `hosts`, the list's text for it."""
-    question = bytearray(NOTIF.size)
+    """Answer the kernel's questions on `listener` until no process is left under the
+    filter: `say(line)` writes a refusal's line; `hosts`, the list's text for it."""
+    poller = select.poll()
+    poller.register(listener, select.POLLIN)
     while True:
-        question[:] = bytes(NOTIF.size)
-        try:
-            fcntl.ioctl(listener, RECV, question)
-        except InterruptedError:
-            continue
-        except OSError as e:
-            if e.errno == errno.ENOENT:     # the caller was gone before it was asked
-                continue
-            return                          # no process left under the filter
-        (ident, pid, _, nr, _, _, *args) = NOTIF.unpack(question)
-        try:
-            refusal = _judge(pid, nr, args, hosts)
-            fcntl.ioctl(listener, ID_VALID, struct.pack("=Q", ident))  # (pid not reused)
-        except OSError:
-            refusal = None
-        if refusal is not None:
-            say(refusal[1])
-        answer = RESP.pack(ident, 0, -refusal[0], 0) if refusal else \
-            RESP.pack(ident, 0, 0, CONTINUE)
-        try:
-            fcntl.ioctl(listener, SEND, answer)
-        except OSError:
-            pass                            # (the caller was killed meanwhile)
+        events = poller.poll()
+        if any(event & (select.POLLHUP | select.POLLERR) for _, event in events):
+            return
+        answer(listener, say, hosts)
 
 
-def _judge(pid, nr, args, hosts):
+def answer(listener, say, hosts, own=()):
+    """Answer the question waiting on `listener` (readable): let the call go on, or
+    refuse it with its line (`say`). `own`: (kind, port) pairs known to listen in the
+    caller's network (the proxy's listener), not looked up: /proc/PID/net/tcp walks
+    every TCP socket of the machine (2 ms where it has a few hundred)."""
+    question = bytearray(NOTIF.size)
+    try:
+        fcntl.ioctl(listener, RECV, question)
+    except OSError:
+        return                      # (its caller gone before it was asked, or none)
+    (ident, pid, _, nr, _, _, *args) = NOTIF.unpack(question)
+    try:
+        refusal = _judge(pid, nr, args, hosts, own)
+        fcntl.ioctl(listener, ID_VALID, struct.pack("=Q", ident))  # (pid not reused)
+    except OSError:
+        refusal = None
+    if refusal is not None:
+        say(refusal[1])
+    answered = RESP.pack(ident, 0, -refusal[0], 0) if refusal else \
+        RESP.pack(ident, 0, 0, CONTINUE)
+    try:
+        fcntl.ioctl(listener, SEND, answered)
+    except OSError:
+        pass                        # (the caller was killed meanwhile)
+
+
+def _judge(pid, nr, args, hosts, own=()):
     """(errno, line) of a call to refuse, or None to let it go."""
-    calls = CALLS[posix.uname().machine]
+    calls = CALLS[os.uname().machine]
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
         if nr in (calls[1], calls[2]):      # connect(fd, addr, len), sendto(..., addr, len)
             where, length = (args[1], args[2]) if nr == calls[1] else (args[4], args[5])
         else:                               # sendmsg(fd, msghdr), sendmmsg(fd, mmsghdr[])
-            where, length = struct.unpack("=QI", posix.pread(mem.fileno(), 12, args[1]))
+            where, length = struct.unpack("=QI", os.pread(mem.fileno(), 12, args[1]))
         if not where or length < 2:
             return None
-        address = posix.pread(mem.fileno(), min(length, 128), where)
-    return judge(address, hosts, datagram=nr != calls[1])
+        address = os.pread(mem.fileno(), min(length, 128), where)
+    return judge(address, hosts, datagram=nr != calls[1],
+                 listening=lambda kind, key: (kind, key) in own or _listening(kind, key, pid))
 
 
 def judge(address, hosts, datagram=False, listening=None):
@@ -124,7 +148,7 @@ def judge(address, hosts, datagram=False, listening=None):
     `listening(kind, port)`: whether something of the sandbox's listens there."""
     listening = listening or _listening
     family = struct.unpack("=H", address[:2])[0]
-    if family == _socket.AF_UNIX:
+    if family == socket.AF_UNIX:
         name = address[2:]
         if not name[:1] == b"\0" or len(name) < 2:
             return None                     # a path: the files decide
@@ -134,13 +158,13 @@ def judge(address, hosts, datagram=False, listening=None):
         return errno.ECONNREFUSED, (
             f"agentctl: net: refused abstract socket @{name}: the sandbox has none of its "
             "host's abstract sockets, and none of its own is named so\n")
-    if family == _socket.AF_INET and len(address) >= 8:
-        port, ip = struct.unpack("!H", address[2:4])[0], _socket.inet_ntop(
-            _socket.AF_INET, address[4:8])
+    if family == socket.AF_INET and len(address) >= 8:
+        port, ip = struct.unpack("!H", address[2:4])[0], socket.inet_ntop(
+            socket.AF_INET, address[4:8])
         local = ip.startswith("127.") or ip == "0.0.0.0"
-    elif family == _socket.AF_INET6 and len(address) >= 24:
-        port, ip = struct.unpack("!H", address[2:4])[0], _socket.inet_ntop(
-            _socket.AF_INET6, address[8:24])
+    elif family == socket.AF_INET6 and len(address) >= 24:
+        port, ip = struct.unpack("!H", address[2:4])[0], socket.inet_ntop(
+            socket.AF_INET6, address[8:24])
         local = ip in ("::1", "::") or ip.startswith("::ffff:127.")
     else:
         return None
@@ -164,12 +188,13 @@ def judge(address, hosts, datagram=False, listening=None):
         "allows an address outside it\n")
 
 
-def _listening(kind, key):
-    """Whether the sandbox (its network namespace: the outlet's) has a socket of `kind`
-    bound at port `key` (udp, tcp: listening) or an abstract unix socket named `key`."""
+def _listening(kind, key, pid="self"):
+    """Whether the network namespace of process `pid` (the caller's: the sandbox's)
+    has a socket of `kind` bound at port `key` (udp, tcp: listening) or an abstract
+    unix socket named `key`."""
     if kind == "unix":
         try:
-            with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            with open(f"/proc/{pid}/net/unix", encoding="utf-8", errors="replace") as f:
                 return any(line.split()[-1] == f"@{key}" for line in f
                            if len(line.split()) >= 8)
         except OSError:
@@ -177,7 +202,7 @@ def _listening(kind, key):
     port = f":{key:04X}"
     for table in (kind, kind + "6"):
         try:
-            with open(f"/proc/net/{table}", encoding="ascii") as f:
+            with open(f"/proc/{pid}/net/{table}", encoding="ascii") as f:
                 next(f, None)
                 for line in f:
                     fields = line.split()
@@ -192,21 +217,19 @@ def said(fd=2):
     """say() for watch(): a line written whole on `fd` (the tool's standard error)."""
     def say(line):
         try:
-            posix.write(fd, line.encode("utf-8", "replace"))
+            os.write(fd, line.encode("utf-8", "replace"))
         except OSError:
             pass
     return say
 
 
 if __name__ == "__main__":     # (a check by hand: python -m agentctl.tools.netwatch CMD...)
-    import os
-    import socket
     import threading
     a, b = socket.socketpair()
     pid = os.fork()
     if pid == 0:
         a.close()
-        fd = install(program(b.fileno()))
+        fd = prepared(b.fileno()).install()
         socket.send_fds(b, [b"x"], [fd])
         b.close()
         os.execvp(sys.argv[1], sys.argv[1:])

@@ -12,17 +12,19 @@ where the host meets it is an allowlist, decided when the call starts:
   by name (--env); never the keys or a password otherwise;
 - the kernel: no capabilities; /proc of its own, its knobs read-only and its secrets
   hidden; a seccomp filter (seccomp.py); its own user, pid, ipc, uts and network
-  namespaces (no route out, no host's abstract socket); no new namespaces; a session
-  of its own; killed with agent-run. As root, its tools run as an unprivileged user
+  namespaces (no route out, no host's abstract socket: bwrap's, or given hosts the
+  one made before it, netns.py); no new namespaces; a session of its own; killed
+  with agent-run. As root, its tools run as an unprivileged user
   (AGENTCTL_SANDBOX_USER, else nobody): uid 0 in a user namespace is still root to
   every file it can reach; bwrap sets the call up as root, in a user namespace that
-  maps root and that user alone (handles.Users: agentctl writes its maps);
+  maps root and that user alone (runas.py; handles.Users: agentctl writes its maps);
 - the network: only the hosts of its --net list (an MCP server's "net"), through its
-  outlet (outlet.py) to the egress proxy in agent-run (egress.py);
-- its limits (--limit): rlimits (prlimit; as root, set on bwrap's child while it
-  waits for its maps); RLIMIT_NPROC counts a user's processes in one user namespace,
-  so in the call's own it counts the call's (never root's, which it does not bind:
-  hence the tools' user);
+  own loopback, whose listener the egress proxy in agent-run serves (netns.py,
+  egress.py);
+- its limits (--limit): rlimits (runas.py: prlimit; as root, set on bwrap's child
+  while it waits for its maps); RLIMIT_NPROC counts a user's processes in one user
+  namespace, so in the call's own it counts the call's (never root's, which it does
+  not bind: hence the tools' user);
 - agentctl's programs: through its own proxy's socket (proxy.py), bound read-only.
 
 Where bwrap is missing or can't make namespaces, a call fails with a message that
@@ -32,15 +34,13 @@ names the fix (Unavailable): it never runs unsandboxed.
 import glob
 import json
 import os
-import pwd
-import resource
 import subprocess
 import zlib
 
-from agentctl import limits as limits_, paths, settings, spawn
+from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
-from agentctl.tools import bwrap, confine, cover, handles
-from agentctl.tools.handles import Handle, Prepared, Readable, Users  # noqa: F401 (Prepared: a wrap's)
+from agentctl.tools import bwrap, confine, cover, runas
+from agentctl.tools.handles import Handle, Prepared, Readable  # noqa: F401 (Prepared: a wrap's)
 
 PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -54,14 +54,6 @@ PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list
 # The environment every tool gets, from agent-run's (with LC_*); others by --env.
 ENVIRONMENT = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM",
                "NO_COLOR")
-# Each limit (limits.KEYS) as prlimit names it (and RLIMIT_ + its name); cpu and mem
-# bind a call alone, not a server that lives a whole turn.
-RLIMITS = {"cpu": "cpu", "mem": "as", "procs": "nproc", "fsize": "fsize", "files": "nofile"}
-PER_CALL = ("cpu", "mem")
-USER = "AGENTCTL_SANDBOX_USER"      # as root: whom tools run as (default nobody)
-NOBODY = 65534
-NO_PRLIMIT = "the sandbox needs prlimit (util-linux) to set a call's limits"
-NO_SETPRIV = "as root, the sandbox needs setpriv (util-linux) to run tools as another user"
 
 
 Unavailable = bwrap.Unavailable    # the sandbox can't be made here; the message names the fix
@@ -74,40 +66,16 @@ def problem():
     try:
         path = bwrap.path()
         if os.geteuid() != 0 and bwrap.program("prlimit") is None:
-            return NO_PRLIMIT
+            return runas.NO_PRLIMIT
         _seccomp()
         if os.geteuid() == 0:
-            user()
+            runas.user()
     except Unavailable as e:
         return str(e)
     proc = subprocess.run([path, "--unshare-all", "--unshare-user", "--cap-drop", "ALL",
                            "--ro-bind", "/", "/", "--", "true"],
                           capture_output=True, text=True)
     return None if proc.returncode == 0 else bwrap.explain(proc.stderr)
-
-
-def user():
-    """As root: the (uid, gid) tools run as: $AGENTCTL_SANDBOX_USER (a user's name, or
-    UID[:GID]), else nobody. Never root."""
-    given = os.environ.get(USER, "").strip() or "nobody"
-    try:
-        if given.replace(":", "").isdigit():
-            uid, _, gid = given.partition(":")
-            uid = int(uid)
-            gid = int(gid) if gid else pwd.getpwuid(uid).pw_gid
-        else:
-            entry = pwd.getpwnam(given)
-            uid, gid = entry.pw_uid, entry.pw_gid
-    except KeyError:
-        if given != "nobody":
-            raise Unavailable(f"{USER}={given}: no such user") from None
-        uid, gid = NOBODY, NOBODY
-    if uid == 0 or gid == 0:
-        raise Unavailable(f"{USER}={given}: tools never run as root (name an "
-                          "unprivileged user)")
-    if bwrap.program("setpriv") is None:
-        raise Unavailable(NO_SETPRIV)
-    return uid, gid
 
 
 def _seccomp():
@@ -131,7 +99,7 @@ def _own(directory):
     root, owned by the user tools run as (and by it alone: mode 0700)."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     if os.geteuid() == 0:
-        uid, gid = user()
+        uid, gid = runas.user()
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             if os.fstat(fd).st_uid != uid:
@@ -231,17 +199,18 @@ class Sandbox:
             raise Unavailable(f"working directory {self.cwd}: {why}: give the agent "
                               "another (agent-set ID cwd=DIR)")
 
-    def _namespaces(self):
-        """bwrap's options for the namespaces, a network of its own always (its way out
-        is its outlet): unprivileged, a user namespace of its own (no new ones inside);
-        as root, the user namespace _users() gives (the tools run as another user, and
-        seccomp refuses new namespaces), and only the capabilities setpriv needs to
-        become that user (gone once it has)."""
+    def _namespaces(self, net):
+        """bwrap's options for the namespaces, a network of its own always (bwrap's;
+        given hosts, `net`, the one made before it: netns.py): unprivileged, a user
+        namespace of its own (no new ones inside); as root, the user namespace
+        runas.users() gives (the tools run as another user, and seccomp refuses new namespaces), and
+        only the capabilities setpriv needs to become that user (gone once it has)."""
+        args = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        args += [] if net else ["--unshare-net"]
         if os.geteuid() != 0:
-            return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-        return ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-                "--unshare-net", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
-                "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+            return args + ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        return args + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
+                       "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
 
     def _system(self):
         """What every call of this sandbox sees of the system (the same each call)."""
@@ -281,14 +250,16 @@ class Sandbox:
         `ro`, `net`: more read-only paths, more hosts (an MCP server's, `who`, from the
         operator's configuration: a list of patterns); `own`, (a directory of
         agentctl's, where): a directory of its own it may write (made, and as root
-        given to the user it runs as), bound there. Given hosts, the call starts
-        behind its outlet, and its Prepared.env points its programs at it. As root,
+        given to the user it runs as), bound there. Given hosts, its bwrap starts in a
+        network made for it (Prepared.network, netns.py), and its Prepared.env points
+        its programs at the listener there. As root,
         bwrap makes a user namespace whose maps agentctl gives (Prepared.started), in
         which RLIMIT_NPROC counts the call's processes."""
         self._check()
         hosts = settings.listing(settings.listed(self.hosts) + list(net or ()))
         shown = self.ro + [os.path.realpath(p) for p in ro]
-        args = [bwrap.path()] + self._namespaces() + self._users(per_call)
+        args = [bwrap.path()] + self._namespaces(bool(hosts)) + runas.users(self.limits,
+                                                                            per_call)
         args += ["--die-with-parent", "--new-session"]
         args += ["--seccomp", Readable(_seccomp())]
         args += self._system()
@@ -318,13 +289,9 @@ class Sandbox:
             args += ["--ro-bind-fd", Handle(os.path.realpath(program)), program]
         if self.proxy is not None:
             args += ["--ro-bind-fd", Handle(self.proxy.dir), PROXY]
-        outlet, env = [], {}
+        network, env = None, {}
         if hosts:
-            egress = self._egress()
-            directory, inside = egress.socket_for(hosts, who)
-            args += ["--ro-bind-fd", Handle(directory), egress.SOCKET_DIR]
-            outlet = spawn.script(egress.OUTLET, inside, hosts or "-", "--")
-            env = dict(egress.VARIABLES)
+            network, env = self._egress().socket_for(hosts, who), dict(self.egress.VARIABLES)
         for path in hidden if os.geteuid() != 0 else ():   # (root's: mode 0555 is
             args += ["--remount-ro", path]              # enough for another user)
         if status_fd is not None:
@@ -333,8 +300,8 @@ class Sandbox:
         args += ["--chdir", self.cwd, "--"]
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
-        args += self._drop() + outlet + self._limits(per_call) + list(argv)
-        return Prepared(args, placeholders, env)
+        args += runas.drop() + runas.prlimit(self.limits, per_call) + list(argv)
+        return Prepared(args, placeholders, env, network)
 
     def reaches(self, wanted, net=()):
         """Whether a call given `net` besides its agent's list may reach every host of
@@ -362,39 +329,3 @@ class Sandbox:
         if self.egress is not None:
             self.egress.close()
             self.egress = None
-
-    def _users(self, per_call):
-        """As root: bwrap's user namespace, mapping root (bwrap, to set the call up)
-        and the user the tools run as (setpriv's, _drop), whose processes RLIMIT_NPROC
-        then counts in this namespace alone; the call's rlimits, set on bwrap's child
-        while it waits for its maps."""
-        if os.geteuid() != 0:
-            return []
-        return [Users(*user(), [(getattr(resource, f"RLIMIT_{RLIMITS[key].upper()}"), value)
-                                for key, value in self._set(per_call)])]
-
-    def _drop(self):
-        """As root: setpriv's command that makes the tool another user, for good."""
-        if os.geteuid() != 0:
-            return []
-        uid, gid = user()
-        return [bwrap.program("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-
-    def _set(self, per_call):
-        """(key, value) of each limit the call gets: cpu and mem for a call alone, not
-        a server that lives a whole turn. A limit lifted is not set: the call keeps
-        agent-run's own (which only a privileged process could raise)."""
-        return [(key, self.limits[key]) for key in RLIMITS
-                if self.limits[key] is not None and (per_call or key not in PER_CALL)]
-
-    def _limits(self, per_call):
-        """prlimit's command for the limits, unless root (Users sets them); processes
-        (nproc) are counted in the call's own user namespace."""
-        if os.geteuid() == 0:
-            return []
-        prlimit = bwrap.program("prlimit")
-        if prlimit is None:
-            raise Unavailable(NO_PRLIMIT)
-        return [prlimit] + [f"--{RLIMITS[key]}={value}" for key, value in self._set(per_call)] \
-            + ["--"]

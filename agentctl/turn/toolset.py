@@ -27,12 +27,12 @@ SETTLE_SECONDS = 5      # for the connections its MCP servers leave, at the turn
 
 def _peers():
     """Who a sandboxed tool's process is: the operator, or as root the sandbox's user."""
-    from agentctl.tools import sandbox  # (start-up: 3 ms, only for a sandboxed call)
+    from agentctl.tools import runas  # (start-up: 3 ms, only for a sandboxed call)
     if os.geteuid() != 0:
         return {os.getuid()}
     try:
-        return {sandbox.user()[0]}
-    except sandbox.Unavailable:
+        return {runas.user()[0]}
+    except runas.Unavailable:
         return {os.getuid()}        # (the call says why it can't be made)
 
 
