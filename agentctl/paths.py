@@ -106,6 +106,11 @@ def mcp_cache():
     return os.path.join(cache_home(), "agentctl", "mcp-tools.json")
 
 
+def mcp_sessions():
+    """The Streamable HTTP servers' sessions kept for an agent's next turn (tools/mcp.py)."""
+    return os.path.join(cache_home(), "agentctl", "mcp-sessions.json")
+
+
 def mcp_own(server):
     """An MCP server's own directory, its launcher's package cache (tools/launchers.py)."""
     return os.path.join(cache_home(), "agentctl", "mcp", f"{server}.cache")

@@ -2,7 +2,8 @@
 agent-run through the same configuration a user writes, over stdio, or run by a test
 over Streamable HTTP or SSE (`mcp_server.py http|sse PORTFILE`: it listens on a free
 port of 127.0.0.1 and writes the port there; with $MCP_TOKEN, a request without
-"Authorization: Bearer $MCP_TOKEN" is refused as an OAuth-protected server refuses it).
+"Authorization: Bearer $MCP_TOKEN" is refused as an OAuth-protected server refuses it;
+with $MCP_METHODS, the method of each message POSTed to it is added to that file).
 
 $MCP_STARTS counts its starts; with $MCP_EXTRA naming a file that holds "gone", it has
 no tool `extra` (a server whose program changed since it was listed); with $MCP_CRASH
@@ -94,6 +95,8 @@ def fresh() -> str:
 async def grow(ctx: Context) -> str:
     server.tool(description="A tool added while the server ran.")(fresh)
     await ctx.notify_tools_changed()            # a subscriptions/listen stream (2026-07-28)
+    if ctx.session.client_params is not None:   # the handshake's revisions: a notification
+        await ctx.session.send_tool_list_changed()
     return "grown"
 
 
@@ -122,12 +125,43 @@ def _guarded(app, token):
     return guarded
 
 
+def _logged(app, path):
+    """The ASGI app, each POSTed message's method (a client's answer: "-") added to the
+    file `path`, a line each."""
+    import json
+
+    async def logged(scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        try:
+            method = json.loads(body).get("method", "-")
+        except (ValueError, AttributeError):
+            method = "?"
+        with open(path, "a") as f:
+            f.write(f"{method}\n")
+        given = []
+
+        async def again():
+            if not given:
+                given.append(True)
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+        await app(scope, again, send)
+    return logged
+
+
 def serve_http(kind, portfile):
     import socket
     import uvicorn
     app = server.streamable_http_app() if kind == "http" else server.sse_app()
     if os.environ.get("MCP_TOKEN"):
         app = _guarded(app, os.environ["MCP_TOKEN"])
+    if os.environ.get("MCP_METHODS"):
+        app = _logged(app, os.environ["MCP_METHODS"])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     with open(portfile + ".tmp", "w") as f:

@@ -325,8 +325,15 @@ def test_mcp_servers_start_only_for_agents_granted_their_tools(mcp_config, tmp_p
     assert [t for t in json.loads(listed.out) if t["source"].startswith("mcp")] == []
 
 
-def test_mcp_without_the_sdk_names_the_extra(mcp_config, tmp_path):
-    fork("-n", "w", "--allow", "notes__*", "-m", "echo", "hi")
+def test_mcp_without_the_sdk_speaks_to_stdio_and_names_the_extra_for_sse(mcp_config, tmp_path):
+    """agentctl speaks MCP itself: without the SDK installed in agent-run's Python, a
+    stdio server's tool is called all the same; an SSE server, which the SDK alone
+    speaks to, says which extra it needs, and breaks its own tools only."""
+    config = json.loads((tmp_path / "mcp.json").read_text())
+    config["mcpServers"]["old"] = {"type": "sse", "url": "http://127.0.0.1:9/sse"}
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    model = script(tmp_path, calling([("notes__add", {"a": 2, "b": 40})]))
+    fork("-n", "w", "--allow", "notes__*", "--allow", "old__*", "-m", model, "go")
     code = ("import sys, builtins\n"
             "real = builtins.__import__\n"
             "def no_mcp(name, *a, **k):\n"
@@ -336,9 +343,10 @@ def test_mcp_without_the_sdk_names_the_extra(mcp_config, tmp_path):
             "from agentctl.cli.run import main\nsys.exit(main(['w']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT)
-    assert proc.returncode == 0, proc       # the turn runs, without the server's tools
-    assert proc.stderr == ("agent-run: MCP tools need the mcp extra: from agentctl's "
-                           "checkout, make install EXTRAS=mcp (or pip install '.[mcp]')\n")
+    assert proc.returncode == 0, proc       # the turn runs, with the stdio server's tools
+    assert "agent-run: MCP server old: this server needs the mcp extra: from agentctl's " \
+        "checkout, make install EXTRAS=mcp (or pip install '.[mcp]')\n" in proc.stderr
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["42"]
 
 
 @pytest.mark.parametrize("text, said", [

@@ -194,8 +194,9 @@ def test_the_program_check_catches_an_import_of_a_program(module, source, progra
     assert programs_imported(modules, programs()) == [f"{module} -> {program}: imports a program"]
 
 
-# A call on a connection, or a string that starts as a statement does.
-SQL = re.compile(r"\bconn\w*\.execute|[\"']\s*(SELECT|INSERT|UPDATE|DELETE|WITH|PRAGMA|BEGIN|"
+# A call on a connection, or a string that starts as a statement does (not an HTTP
+# request's method).
+SQL = re.compile(r"\bconn\w*\.execute|(?<!method=)[\"']\s*(SELECT|INSERT|UPDATE|DELETE|WITH|PRAGMA|BEGIN|"
                  r"COMMIT|ROLLBACK|CREATE|ALTER)\b")
 
 

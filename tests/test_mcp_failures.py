@@ -89,8 +89,8 @@ def test_a_listed_http_server_that_is_down_or_refuses_its_token_is_said(http_ser
     monkeypatch.setenv("NOTES_TOKEN", "revoked-0123456789")       # a token revoked
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
-    assert ran.err.splitlines()[-1] == (
-        "agent-run: MCP server notes: can't start it: the server refused the token (HTTP "
+    assert ran.err.splitlines()[-1] == (    # (its session of the listing's turn resumed)
+        "agent-run: MCP server notes: add: the server refused the token (HTTP "
         "401): is it wrong, expired or revoked?")
     assert "revoked-0123456789" not in ran.err
     assert "refused the token" in tool_events("w")[-1]
@@ -99,9 +99,9 @@ def test_a_listed_http_server_that_is_down_or_refuses_its_token_is_said(http_ser
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
     assert ran.err.splitlines()[-1].startswith(
-        f"agent-run: MCP server notes: can't start it: can't connect to {url}"), ran.err
+        f"agent-run: MCP server notes: add: can't connect to {url}"), ran.err
     assert f"can't connect to {url}" in tool_events("w")[-1]
-    assert tool_results(db(), "w")[-1].startswith("error: MCP server notes: can't start it: "
+    assert tool_results(db(), "w")[-1].startswith("error: MCP server notes: add: "
                                                   "can't connect")
 
 

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 from agentctl import jsonin, paths
 from agentctl.errors import UsageError
@@ -209,32 +210,71 @@ def servers(warnings):
 def cached(entry, environment=None):
     """The tools `entry` offered when it was last listed, [(name, description, schema)],
     or None when its entry or program has changed since, or it never was."""
-    found = _load().get(entry.key(environment))
+    found = _load(paths.mcp_cache()).get(entry.key(environment))
     if not isinstance(found, list):
         return None
     return [tuple(t) for t in found]
 
 
 def remember(entry, tools, environment=None):
-    """Keep `tools` as what `entry` offers (written whole, then renamed: a reader never
-    sees half a cache)."""
-    import tempfile  # (start-up: 0.9 ms, only to remember a server's tools)
-    known = _load()
+    """Keep `tools` as what `entry` offers."""
+    known = _load(paths.mcp_cache())
     known[entry.key(environment)] = [list(t) for t in tools]
-    path = paths.mcp_cache()
+    _store(paths.mcp_cache(), known)
+
+
+# -- a Streamable HTTP server's session, kept for its agent's next turn ---------------------
+
+SESSION_SECONDS = 24 * 3600     # kept unused this long at most
+
+
+def session(entry, environment):
+    """The session `entry`'s server gave this agent ($AGENT_ID) on an earlier turn, to be
+    resumed ({"session", "version"}), or None."""
+    found = _load(paths.mcp_sessions()).get(_session_key(entry, environment))
+    if not isinstance(found, dict) or not isinstance(found.get("session"), str) or \
+            not isinstance(found.get("version"), str):
+        return None
+    return found
+
+
+def keep_session(entry, environment, kept):
+    """Keep `kept` (None: forget it) as the agent's session with `entry`'s server; the
+    sessions unused for SESSION_SECONDS forgotten (a session is the agent's alone: the
+    file is its user's alone)."""
+    path, key, now = paths.mcp_sessions(), _session_key(entry, environment), time.time()
+    known = {k: v for k, v in _load(path).items() if isinstance(v, dict)
+             and isinstance(v.get("at"), (int, float)) and now - v["at"] < SESSION_SECONDS}
+    if (known.get(key) or {}).get("session") == (kept or {}).get("session") and kept:
+        return      # (as it was: nothing written)
+    if kept:
+        known[key] = {**kept, "at": now}
+    elif known.pop(key, None) is None:
+        return
+    _store(path, known)
+
+
+def _session_key(entry, environment):
+    return f"{entry.key(environment)}:{(environment or {}).get('AGENT_ID', '')}"
+
+
+def _store(path, known):
+    """`known` written to `path` whole, then renamed (a reader never sees half of it),
+    its user's alone."""
+    import tempfile  # (start-up: 0.9 ms, only to remember what a server said)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, scratch = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".mcp-tools.")
+        fd, scratch = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".mcp.")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(known, f)
         os.replace(scratch, path)
     except OSError:
-        pass        # a cache that can't be written: listed again next time
+        pass        # a cache that can't be written: asked again next time
 
 
-def _load():
+def _load(path):
     try:
-        with open(paths.mcp_cache(), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             found = jsonin.loads(f.read(jsonin.MAX_BYTES * 16), max_bytes=jsonin.MAX_BYTES * 16)
     except (OSError, ValueError, UnicodeDecodeError):
         return {}

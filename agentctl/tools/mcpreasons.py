@@ -11,15 +11,6 @@ STDERR_LINES = 3
 EXITED_EARLY = "it exited (or closed its standard output) before it answered"
 
 
-class Refused(Exception):
-    """An HTTP server's refusal, as the transport saw it."""
-
-    def __init__(self, status, authenticate):
-        super().__init__(f"HTTP {status}")
-        self.response = type("Response", (), {"status_code": status,
-                                              "headers": {"www-authenticate": authenticate}})
-
-
 def _leaves(error):
     """The innermost exceptions of an exception group."""
     if isinstance(error, BaseExceptionGroup):
@@ -48,12 +39,15 @@ def reason(error, entry):
                     '("Authorization": "Bearer ${TOKEN}")')
         if status is not None:
             return f"HTTP {status} from {entry.spec.get('url')}"
-        if name in ("ConnectError", "ConnectTimeout", "ConnectionRefusedError"):
+        if name in ("ConnectError", "ConnectTimeout", "ConnectionRefusedError",
+                    "NewConnectionError", "ConnectTimeoutError", "NameResolutionError"):
             return f"can't connect to {entry.spec.get('url')}: {text or name}"
         if name == "FileNotFoundError" and entry.transport == "stdio":
             return f"no such program: {entry.spec['command']}"
         if name in ("CancelledError",):
             continue
+        if name == "TimeoutError" and text:
+            return text
         if "Connection closed" in text and entry.transport == "stdio":
             return EXITED_EARLY
         return f"{name}: {text}" if text else name

@@ -1,0 +1,380 @@
+"""MCP spoken by agentctl itself (agent-run(1), MCP servers): JSON-RPC 2.0 over a stdio
+server's pipes (a message a line) or a Streamable HTTP server's POSTs (a JSON reply or an
+SSE stream), after the initialize handshake of the revisions 2024-11-05 to 2025-11-25.
+It asks what a turn asks (tools/list, tools/call, a call's cancel) and answers what a
+server may ask of a client that offers nothing (ping; anything else: not offered).
+
+The official SDK does the same at a price no turn should pay: importing it takes
+0.5-0.8 s of CPU (its pydantic models), before the server has started. The SDK stays
+for what this does not speak: the older SSE transport, and a server of the 2026-07-28
+revision alone (one that refuses the handshake: Modern), for which mcpsdk.py is used.
+
+The standard library, and models/transport.py's connections for HTTP (its proxies and
+certificates, as every call of agentctl's).
+"""
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from agentctl import __version__
+
+VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")   # newest first
+CLIENT = {"name": "agentctl", "version": __version__}
+INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")    # as the SDK's stdio
+GRACE_SECONDS = 0.1     # for a stdio server to end once its input closes, before SIGTERM
+STOP_SECONDS = 2.0      # for it to end after SIGTERM, before SIGKILL
+NOT_OFFERED = -32601    # JSON-RPC: method not found
+
+
+class Error(Exception):
+    """The server's JSON-RPC error: its message (and code, data)."""
+
+    def __init__(self, error):
+        error = error if isinstance(error, dict) else {}
+        super().__init__(str(error.get("message") or "an error without a message"))
+        self.code, self.data = error.get("code"), error.get("data")
+
+
+class Closed(Exception):
+    """The server ended or closed its side before it answered."""
+
+    def __init__(self):
+        super().__init__("Connection closed")
+
+
+class Modern(Exception):
+    """The server refused the handshake: one of the 2026-07-28 revision alone (or not an
+    MCP server): the SDK, which speaks that revision, is asked instead."""
+
+
+class Status(Exception):
+    """An HTTP server's answer that is not MCP's: `response` as mcpreasons reads it."""
+
+    def __init__(self, status, authenticate=""):
+        super().__init__(f"HTTP {status}")
+        self.response = type("Response", (), {"status_code": status,
+                                              "headers": {"www-authenticate": authenticate}})
+
+
+class Expired(Exception):
+    """An HTTP server no longer knows the session named (404): a new one is made."""
+
+
+class _Waiting:
+    """One request's answer, to come."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.message = None
+
+    def give(self, message):
+        self.message = message
+        self.done.set()
+
+
+class Session:
+    """A server's session: requests sent, their answers awaited (`poll()` asked every
+    `poll_seconds` meanwhile: what it raises gives the request up), what the server
+    sends meanwhile answered. `changed()` is called when it says its tools changed."""
+
+    def __init__(self, changed=lambda: None):
+        self.changed = changed
+        self.ids = itertools.count(1)
+        self.waiting = {}
+        self.lock = threading.Lock()
+        self.version = None
+        self.ended = False
+
+    def handshake(self, timeout):
+        """initialize, then notifications/initialized: the revision agreed (Modern if
+        the server refuses it)."""
+        try:
+            result = self.request("initialize", {
+                "protocolVersion": VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT},
+                timeout)
+        except Error as e:
+            raise Modern(str(e)) from None
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if version not in VERSIONS:
+            raise Modern(f"it speaks protocol revision {version!r}")
+        self.version = version
+        self.notify("notifications/initialized")
+
+    def list_tools(self, timeout):
+        """Every tool the server offers (each page of its list): dicts as MCP says them."""
+        tools, cursor = [], None
+        for _ in range(1000):
+            result = self.request("tools/list", {"cursor": cursor} if cursor else {}, timeout)
+            tools += [t for t in result.get("tools") or () if isinstance(t, dict)
+                      and isinstance(t.get("name"), str)]
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return tools
+
+    def call_tool(self, name, arguments, timeout, poll=None, poll_seconds=0.5):
+        return self.request("tools/call", {"name": name, "arguments": arguments}, timeout,
+                            poll, poll_seconds)
+
+    def request(self, method, params, timeout, poll=None, poll_seconds=0.5):
+        """The result of `method`; Error for the server's error, TimeoutError when
+        none came in `timeout` seconds (the request then cancelled)."""
+        number = next(self.ids)
+        waiting = self.waiting[number] = _Waiting()
+        deadline = time.monotonic() + timeout
+        try:
+            self._send({"jsonrpc": "2.0", "id": number, "method": method, "params": params},
+                       waiting)
+            while not waiting.done.wait(min(poll_seconds, max(0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    self._cancel(number, "timed out")
+                    raise TimeoutError(f"no answer in {timeout:g} s")
+                if poll is not None:
+                    try:
+                        poll()
+                    except BaseException:
+                        self._cancel(number, "given up")
+                        raise
+        finally:
+            self.waiting.pop(number, None)
+        message = waiting.message
+        if isinstance(message, BaseException):
+            raise message
+        if "error" in message:
+            raise Error(message["error"])
+        result = message.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def notify(self, method, params=None):
+        message = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._send(message, None)
+
+    def _cancel(self, number, why):
+        try:
+            self.notify("notifications/cancelled", {"requestId": number, "reason": why})
+        except Exception:
+            pass        # (a server gone: nothing to cancel)
+
+    def _received(self, message):
+        """A message the server sent: an answer given to its request, a request of its
+        own answered, a notification seen."""
+        if not isinstance(message, dict):
+            for each in message if isinstance(message, list) else ():
+                self._received(each)
+            return
+        method = message.get("method")
+        if method is None:
+            waiting = self.waiting.get(message.get("id"))
+            if waiting is not None:
+                waiting.give(message)
+        elif "id" in message:
+            answer = {"jsonrpc": "2.0", "id": message["id"]}
+            if method == "ping":
+                answer["result"] = {}
+            else:
+                answer["error"] = {"code": NOT_OFFERED, "message": f"{method}: not offered "
+                                   "by this client"}
+            try:
+                self._send(answer, None)
+            except Exception:
+                pass
+        elif method == "notifications/tools/list_changed":
+            self.changed()
+
+    def _lost(self, error):
+        """Every request still waiting ends with `error`."""
+        self.ended = True
+        for waiting in list(self.waiting.values()):
+            waiting.give(error)
+
+
+class Stdio(Session):
+    """A server that is a process: `argv` started with `env` over INHERITED, in `cwd`, its
+    standard error into the file `errlog`, in a session of its own (its group stopped
+    with it)."""
+
+    def __init__(self, argv, env, cwd, errlog, changed=lambda: None):
+        super().__init__(changed)
+        environment = {k: os.environ[k] for k in INHERITED if k in os.environ}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=errlog, env={**environment, **env}, cwd=cwd,
+                                     start_new_session=True)
+        self.writing = threading.Lock()
+        threading.Thread(target=self._read, name="agentctl-mcp", daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue        # (not a message: a server's stray print)
+            self._received(message)
+        self._lost(Closed())
+
+    def _send(self, message, waiting):
+        data = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        with self.writing:
+            if self.ended:
+                raise Closed()
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                raise Closed() from None
+
+    def end(self):
+        """Its input closed: the server's sign to end (close() waits for it)."""
+        with self.writing:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def close(self, keep=False):
+        """Its input closed; the process given GRACE_SECONDS to end, then its group
+        SIGTERM, and STOP_SECONDS later SIGKILL."""
+        self.end()
+        for sig, seconds in ((None, GRACE_SECONDS), (signal.SIGTERM, STOP_SECONDS),
+                             (signal.SIGKILL, STOP_SECONDS)):
+            if sig is not None:
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                self.proc.wait(seconds)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.proc.stdout.close()
+
+
+class Http(Session):
+    """A Streamable HTTP server at `url`, sent `headers` too. `kept`, a session the server
+    gave an earlier turn ({"session", "version"}): used without a new handshake while the
+    server knows it (else a new one is made); `keep`, the session left open at the end
+    (kept() says it) rather than deleted."""
+
+    def __init__(self, url, headers, changed=lambda: None, kept=None):
+        super().__init__(changed)
+        self.url, self.headers = url, dict(headers or {})
+        self.session = (kept or {}).get("session")
+        self.version = (kept or {}).get("version") if self.session else None
+        self.resumed = self.session is not None
+
+    def handshake(self, timeout):
+        if not self.resumed:
+            super().handshake(timeout)
+
+    def request(self, method, params, timeout, poll=None, poll_seconds=0.5):
+        try:
+            return super().request(method, params, timeout, poll, poll_seconds)
+        except Expired:
+            if not self.resumed or method == "initialize":
+                raise Status(404) from None
+            self.resumed, self.session, self.version = False, None, None
+            super().handshake(timeout)      # (the server forgot it: a session anew)
+            return super().request(method, params, timeout, poll, poll_seconds)
+
+    def end(self):
+        pass
+
+    def kept(self):
+        """What the next turn may resume, or None."""
+        return {"session": self.session, "version": self.version} if self.session else None
+
+    def _send(self, message, waiting):
+        """POSTed; its answer read in a thread of its own when one is awaited."""
+        if waiting is None:
+            response = self._post(message, None)
+            _done(response)
+            return
+        threading.Thread(target=self._answer, args=(message, waiting), daemon=True,
+                         name="agentctl-mcp").start()
+
+    def _answer(self, message, waiting):
+        try:
+            response = self._post(message, waiting)
+            try:
+                kind = (response.headers.get("content-type") or "").split(";")[0].strip()
+                if kind == "text/event-stream":
+                    for data in _events(response):
+                        self._received(data)
+                        if waiting.done.is_set():
+                            break
+                else:
+                    self._received(json.loads(response.read() or b"null"))
+            finally:
+                _done(response)
+            if not waiting.done.is_set():
+                waiting.give(Closed())
+        except Exception as e:
+            waiting.give(e)
+
+    def _post(self, message, waiting):
+        from agentctl.models import transport  # (start-up: 25 ms, only for an HTTP server's call)
+        headers = {**self.headers, "Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}
+        if self.session:
+            headers["Mcp-Session-Id"] = self.session
+        if self.version:
+            headers["MCP-Protocol-Version"] = self.version
+        response = transport.open_post(self.url, json.dumps(message).encode(), headers,
+                                       (10, 30 if waiting is None else 3600))
+        status = response.status
+        if status == 404 and self.session:
+            _done(response)
+            raise Expired()
+        if status >= 300:
+            _done(response)
+            if message.get("method") == "initialize" and status in (400, 405, 406, 415):
+                raise Modern(f"HTTP {status}")
+            raise Status(status, response.headers.get("www-authenticate", ""))
+        if message.get("method") == "initialize":
+            self.session = response.headers.get("mcp-session-id") or None
+        return response
+
+    def close(self, keep=False):
+        """The session deleted on the server, unless `keep`."""
+        if self.session and not keep:
+            from agentctl.models import transport  # (start-up: 25 ms, only for an HTTP server)
+            try:
+                _done(transport.open_post(self.url, None, {**self.headers,
+                                                           "Mcp-Session-Id": self.session},
+                                          (5, 5), method="DELETE"))
+            except Exception:
+                pass    # (a server gone: its session with it)
+
+
+def _events(response):
+    """The JSON of each SSE event's data in `response`, as it comes."""
+    buffer, data = b"", []
+    while True:
+        chunk = response.read1(65536)
+        if not chunk:
+            return
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if not line:
+                if data:
+                    try:
+                        yield json.loads(b"\n".join(data))
+                    except ValueError:
+                        pass
+                data = []
+            elif line.startswith(b"data:"):
+                data.append(line[5:].removeprefix(b" "))
+
+
+def _done(response):
+    from agentctl.models import transport  # (start-up: 25 ms, only for an HTTP server)
+    transport.done(response)
