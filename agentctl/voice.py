@@ -148,6 +148,18 @@ def question_mail(label, agent_id, request_id, question):
             f"{question}\nAnswer with the answer tool: request {request_id}, answer.")
 
 
+def elicitation_mail(label, agent_id, request_id, tool, message, fields):
+    return (f"{label} ({agent_id}) called {tool}, whose MCP server asks (request "
+            f"{request_id}):\n{message}\nIts form: {fields}. Answer with the answer tool: "
+            f"request {request_id}, answer (a JSON object of its fields, or the text of "
+            "its one field), or approve false to decline.")
+
+
+def elicitation_what(tool, message, fields):
+    """An MCP server's question, as agent-answer lists it."""
+    return f"{tool} asks: {message} [{fields}]"
+
+
 def approval_mail(label, agent_id, request_id, tool, arguments):
     return (f"{label} ({agent_id}) asks to run "
             f"{shown_call(tool, arguments)} (request {request_id}).\nDecide with the "

@@ -91,6 +91,19 @@ def fresh() -> str:
     return "new"
 
 
+@server.tool(description="Ask for a name and an age (elicitation), then greet.")
+async def greet(ctx: Context) -> str:
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int = 0
+    asked = await ctx.elicit("Who is there?", Person)
+    if asked.action == "accept":
+        return f"hello {asked.data.name}, {asked.data.age}"
+    return f"no one ({asked.action})"
+
+
 @server.tool(description="Offer one more tool, and say that the list changed.")
 async def grow(ctx: Context) -> str:
     server.tool(description="A tool added while the server ran.")(fresh)

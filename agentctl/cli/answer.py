@@ -10,7 +10,7 @@ from agentctl.cli.program import actor, connect, program, run
 from agentctl.cli.stdio import read_body
 from agentctl.errors import UsageError
 from agentctl.ids import short
-from agentctl.ops import asks
+from agentctl.ops import asks, elicitation
 from agentctl.store import asks as asks_store
 from agentctl.store.db import transaction
 from agentctl.text import first_line
@@ -76,6 +76,8 @@ def _complete_requests(ctx, word):
 
 def item(row):
     what = row["question"] if row["kind"] == "question" else \
+        voice.elicitation_what(row["tool"], row["question"], elicitation.fields(
+            row["arguments"])) if row["kind"] == elicitation.KIND else \
         voice.shown_call(row["tool"], row["arguments"])
     return {"id": row["id"], "agent": row["agent_id"], "name": row["agent_name"],
             "kind": row["kind"], "age": int(clock.now() - row["created_at"]),

@@ -6,10 +6,12 @@ decided (answered, approved, denied; or expired at its deadline), by the operato
 lifecycle parent is told by mail; the next agent-run resumes the turn at the call.
 """
 
+import json
+
 from agentctl import clock, env, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import new_id
-from agentctl.ops import grants, mail
+from agentctl.ops import elicitation, grants, mail
 from agentctl.store import asks as asks_store, events, registry
 
 DECISIONS = {"answer": "answered", "approve": "approved", "deny": "denied"}
@@ -21,20 +23,24 @@ def ask_timeout():
     return env.duration("AGENTCTL_ASK_TIMEOUT", None)
 
 
-def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None):
+def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None, form=None):
     """Record a request for the call, in the caller's transaction, and tell the agent's
     supervisor by mail (mail.supervisor: none for a child of init, whose requests the
-    operator lists with agent-answer)."""
+    operator lists with agent-answer). An MCP server's question (elicitation) has the
+    `form` it asks to be filled, kept as its arguments."""
     request_id = new_id()
     seconds = seconds if seconds is not None else ask_timeout()
     deadline = clock.now() + seconds if seconds else None
-    tool = call["tool_name"] if kind == "approval" else None
-    arguments = call["content"] if kind == "approval" else None
+    tool = call["tool_name"] if kind in ("approval", elicitation.KIND) else None
+    arguments = call["content"] if kind == "approval" else form
     asks_store.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,
                     question=question, tool=tool, arguments=arguments, deadline=deadline)
     events.record(conn, agent["id"], "ask", request=request_id, type=kind, tool=tool)
     if kind == "question":
         body = voice.question_mail(registry.label(agent), agent["id"], request_id, question)
+    elif kind == elicitation.KIND:
+        body = voice.elicitation_mail(registry.label(agent), agent["id"], request_id, tool,
+                                      question, elicitation.fields(form))
     else:
         body = voice.approval_mail(registry.label(agent), agent["id"], request_id, tool,
                                    arguments)
@@ -51,10 +57,18 @@ def decide(conn, ref, by, how, text=None):
         raise Refused(_already(conn, row))
     if row["kind"] == "question" and how != "answer":
         raise UsageError(f"request {row['id']} is a question: answer it with TEXT")
+    if row["kind"] == elicitation.KIND and how == "approve":
+        raise UsageError(f"request {row['id']} is an MCP server's question: answer it with "
+                         "TEXT, or --deny it")
     if row["kind"] == "approval" and how == "answer":
         raise UsageError(f"request {row['id']} asks to run {row['tool']}: --approve or --deny it")
     if how == "answer" and not (text or "").strip():
         raise UsageError("an empty answer")
+    if row["kind"] == elicitation.KIND and how == "answer":
+        try:
+            text = json.dumps(elicitation.content(row["arguments"], text))
+        except UsageError as e:
+            raise UsageError(f"request {row['id']}: {e}") from None
     if row["deadline"] is not None and row["deadline"] <= clock.now():
         raise Refused(f"request {row['id']} expired: no answer in time (its deadline was "
                       f"{clock.iso(row['deadline'])})")

@@ -15,9 +15,19 @@ def insert(conn, request_id, agent_id, turn_id, call_id, kind, question=None, to
                   clock.now(), deadline))
 
 
-def of_call(conn, turn_id, call_id):
+def of_call(conn, turn_id, call_id, kinds=("question", "approval")):
+    """The call's latest request of one of `kinds`, or None."""
+    marks = ", ".join("?" for _ in kinds)
+    return conn.execute(f"SELECT * FROM requests WHERE turn_id = ? AND tool_call_id = ? "
+                        f"AND kind IN ({marks}) ORDER BY created_at DESC, id LIMIT 1",
+                        (turn_id, call_id, *kinds)).fetchone()
+
+
+def all_of_call(conn, turn_id, call_id, kind):
+    """The call's requests of `kind`, oldest first."""
     return conn.execute("SELECT * FROM requests WHERE turn_id = ? AND tool_call_id = ? "
-                        "ORDER BY created_at DESC LIMIT 1", (turn_id, call_id)).fetchone()
+                        "AND kind = ? ORDER BY created_at, id", (turn_id, call_id,
+                                                                 kind)).fetchall()
 
 
 def get(conn, request_id):

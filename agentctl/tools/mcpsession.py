@@ -28,6 +28,16 @@ class Failed(Exception):
     """A server could not be started or reached: the one-line reason names it."""
 
 
+class Elicited(Exception):
+    """During a call, the server asked a question (elicitation/create: `params`) that
+    the call had no answer for: it was told "cancel", and the call is to be made again
+    once the question is answered (ops/elicitation.py)."""
+
+    def __init__(self, server, params):
+        super().__init__(f"MCP server {server} asks a question")
+        self.server, self.params = server, params
+
+
 class Servers:
     """The MCP servers of one turn. `sandbox()` gives the sandbox a stdio server runs
     in (None: an unconfined agent's), made at the first start that needs it. `warn`
@@ -44,6 +54,7 @@ class Servers:
         self.changed = set()        # servers that said their list of tools changed
         self.entries = {}
         self.groups = []            # the sandboxes of servers (tools/sandbox.Prepared)
+        self.answering = None       # the call's answers to give, the questions asked
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -81,6 +92,7 @@ class Servers:
         if entry.transport == "http":
             session = mcpwire.Http(filled["url"], filled["headers"], changed,
                                    kept=mcp.session(entry, self.environment))
+            session.elicit = self._elicit
             try:
                 session.handshake(START_SECONDS)
                 return session
@@ -91,6 +103,7 @@ class Servers:
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "w", encoding="utf-8", errors="replace") as errlog:
             session = mcpwire.Stdio(argv, env, cwd, errlog, changed)
+        session.elicit = self._elicit
         try:
             session.handshake(START_SECONDS)
             return session
@@ -178,32 +191,56 @@ class Servers:
         mcp.remember(entry, found, self.environment)
         return found
 
-    def call(self, entry, tool, arguments, timeout, poll):
+    def call(self, entry, tool, arguments, timeout, poll, answers=()):
         """(text, parts) of a call's result: parts are what is not text (images), as
         voice.media renders them. ToolFailed for an error result, a timeout, a server
         that can't be started, or a tool it no longer has (its list is taken again for
         the next turn). `poll` is asked every POLL seconds while the call runs: what it
-        raises (a KILL) gives the call up and is raised."""
+        raises (a KILL) gives the call up and is raised. `answers`, to the server's
+        questions (elicitation/create) in the order it asks them; one it asks beyond
+        them is Elicited."""
         try:
             session = self.client(entry)
         except Failed as e:
             raise self._fails(str(e)) from None
+        self.answering = {"answers": list(answers), "asked": []}
         try:
             result = session.call_tool(tool, arguments, timeout, poll, POLL)
         except TimeoutError:
+            self._asked(entry)
             raise self._fails(f"MCP server {entry.name}: {tool}: no result in {timeout:g} s",
                               voice.timed_out(timeout)) from None
         except Exception as e:
+            self._asked(entry)
             reason = mcpreasons.reason(e, entry)
             if "unknown tool" in reason.lower() and tool not in self._names(entry):
                 raise self._fails(voice.mcp_tool_gone(entry.name, tool)) from None
             raise self._fails(f"MCP server {entry.name}: {tool}: {reason}") from None
+        self._asked(entry)
         text, parts = content(result.get("content"))
         if result.get("isError"):
             if "unknown tool" in text.lower() and tool not in self._names(entry):
                 raise self._fails(voice.mcp_tool_gone(entry.name, tool))
             raise ToolFailed(text or voice.MCP_FAILED)     # the tool's own error: its result
         return text, parts
+
+    def _elicit(self, params):
+        """The answer to a server's question: the call's next, else "cancel" and the
+        question kept (Elicited, once the call has ended); outside a call, or a URL
+        to visit (which no one here would), "decline"."""
+        answering = self.answering
+        if answering is None or params.get("mode", "form") != "form":
+            return {"action": "decline"}
+        if answering["answers"]:
+            return answering["answers"].pop(0)
+        answering["asked"].append(params)
+        return {"action": "cancel"}
+
+    def _asked(self, entry):
+        """Elicited, when the server asked what the call had no answer for."""
+        asked, self.answering = self.answering["asked"], None
+        if asked:
+            raise Elicited(entry.name, asked[0])
 
     def _fails(self, line, text=None):
         """The ToolFailed of a server's failure (`text` for the model, else `line`),

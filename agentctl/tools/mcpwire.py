@@ -2,7 +2,8 @@
 server's pipes (a message a line) or a Streamable HTTP server's POSTs (a JSON reply or an
 SSE stream), after the initialize handshake of the revisions 2024-11-05 to 2025-11-25.
 It asks what a turn asks (tools/list, tools/call, a call's cancel) and answers what a
-server may ask of a client that offers nothing (ping; anything else: not offered).
+server may ask of it: ping, and a form's elicitation (elicitation/create) where the
+session has an `elicit` (its answer); anything else is not offered.
 
 The official SDK does the same at a price no turn should pay: importing it takes
 0.5-0.8 s of CPU (its pydantic models), before the server has started. The SDK stays
@@ -84,6 +85,7 @@ class Session:
 
     def __init__(self, changed=lambda: None):
         self.changed = changed
+        self.elicit = None          # params -> the answer to the server's elicitation/create
         self.ids = itertools.count(1)
         self.waiting = {}
         self.lock = threading.Lock()
@@ -95,7 +97,8 @@ class Session:
         the server refuses it)."""
         try:
             result = self.request("initialize", {
-                "protocolVersion": VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT},
+                "protocolVersion": VERSIONS[0], "clientInfo": CLIENT,
+                "capabilities": {"elicitation": {}} if self.elicit is not None else {}},
                 timeout)
         except Error as e:
             raise Modern(str(e)) from None
@@ -178,6 +181,9 @@ class Session:
             answer = {"jsonrpc": "2.0", "id": message["id"]}
             if method == "ping":
                 answer["result"] = {}
+            elif method == "elicitation/create" and self.elicit is not None:
+                params = message.get("params")
+                answer["result"] = self.elicit(params if isinstance(params, dict) else {})
             else:
                 answer["error"] = {"code": NOT_OFFERED, "message": f"{method}: not offered "
                                    "by this client"}

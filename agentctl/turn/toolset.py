@@ -15,7 +15,7 @@ import time
 from agentctl import voice
 from agentctl.errors import Refused
 from agentctl.ids import INIT_ID
-from agentctl.ops import asks, grants, lease
+from agentctl.ops import asks, elicitation, grants, lease
 from agentctl.store import asks as asks_store, db, events, registry, toolruns
 from agentctl.turn import builtin as tools
 
@@ -38,6 +38,14 @@ def _peers():
 
 class Paused(Exception):
     """The turn waits for the decision of a request (its id)."""
+
+
+class Asked(Exception):
+    """An MCP server asked a question the call had no answer for (`params`)."""
+
+    def __init__(self, params):
+        super().__init__("an MCP server's question")
+        self.params = params
 
 
 class Toolset:
@@ -196,7 +204,7 @@ class Toolset:
         name = call["tool_name"]
         self.turn_id = turn_id
         if name == "ask" or self.allowance.needs_approval(name):
-            row = asks_store.of_call(conn, turn_id, call["tool_call_id"])
+            row = asks_store.of_call(conn, turn_id, call["tool_call_id"])   # (an ask's)
             if row is None:
                 row = self._ask(conn, agent_id, turn_id, call)
                 if row is None:
@@ -276,16 +284,25 @@ class Toolset:
         except tools.ToolError as e:
             return tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
                                       started)
+        answers = self._answers(conn, turn_id, call) if call["tool_name"] in self.mcp_tools \
+            else ()
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],
                                     call["tool_name"], lease.host())
         media = None
         try:
-            text, media = self._run(conn, agent_id, call, arguments, run_id)
+            text, media = self._run(conn, agent_id, call, arguments, run_id, answers)
             outcome = "ok"
         except calls.ToolFailed as e:
             text, outcome = voice.tool_error(e), "error"
+        except Asked as e:          # (an MCP server's question: the turn pauses)
+            with lease.holding(conn, agent_id):
+                toolruns.end(conn, run_id, "asked")
+                question, form = elicitation.question(e.params)
+                row = asks.open_request(conn, registry.get(conn, agent_id), turn_id, call,
+                                        elicitation.KIND, question=question, form=form)
+            raise Paused(row["id"]) from None
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
             tools.record_result(conn, agent_id, turn_id, call, text, started, outcome, media)
@@ -316,7 +333,15 @@ class Toolset:
             by = made.pop("by", None)
             events.record(conn, agent_id, "net", turn=turn_id, tool=by or tool, **made)
 
-    def _run(self, conn, agent_id, call, arguments, run_id):
+    def _answers(self, conn, turn_id, call):
+        """What the MCP server is told when the call asks its questions again: the
+        decisions of the requests it made (Paused while one waits)."""
+        rows = asks_store.all_of_call(conn, turn_id, call["tool_call_id"], elicitation.KIND)
+        if rows and rows[-1]["decision"] is None:
+            raise Paused(rows[-1]["id"])
+        return elicitation.answers(rows)
+
+    def _run(self, conn, agent_id, call, arguments, run_id, answers=()):
         from agentctl.tools import calls, sandbox  # (start-up: 3 ms, only for an external call)
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
@@ -332,9 +357,13 @@ class Toolset:
             with lease.holding(conn, agent_id):
                 toolruns.set_group(conn, run_id, running.pgid)
             return running.wait(poll), None
+        from agentctl.tools import mcpsession  # (start-up: 0 ms, only for an MCP call: loaded)
         entry, tool, _, _ = self.mcp_tools[name]
         timeout, cap = calls.settings(None)
-        text, media = self.servers.call(entry, tool, arguments, timeout, poll)
+        try:
+            text, media = self.servers.call(entry, tool, arguments, timeout, poll, answers)
+        except mcpsession.Elicited as e:
+            raise Asked(e.params) from None
         cut = text.encode()[:cap]
         return (text if len(cut) == len(text.encode()) else
                 cut.decode("utf-8", "ignore") + voice.output_cut(cap)), media
