@@ -71,6 +71,7 @@ PG_SKIP = tests/test_jsonin.py tests/test_table.py tests/test_completions.py tes
 	tests/test_otlp.py tests/test_telemetry.py tests/test_tracing.py tests/test_top_views.py \
 	tests/test_registries.py tests/test_mcp_launchers.py tests/test_netwatch.py \
 	tests/test_mcp_failures.py tests/test_mcp_wire.py tests/test_mcp_elicit.py \
+	tests/test_mcp_tasks.py \
 	tests/test_models_transport.py \
 	tests/test_models_tls.py \
 	tests/test_batch_crash.py tests/test_fakebatch.py tests/test_text.py

@@ -27,6 +27,7 @@ PLAIN_TURN = {
     "agentctl.models.limits", "agentctl.models.openai", "agentctl.models.transport",
     "agentctl.ops", "agentctl.ops.asks", "agentctl.ops.authority", "agentctl.ops.budget",
     "agentctl.ops.confinement", "agentctl.ops.deadlines", "agentctl.ops.docs",
+    "agentctl.ops.elicitation",  # (a request's kind, with ops.asks: 80 lines, no import)
     "agentctl.ops.ending", "agentctl.ops.endpoints", "agentctl.ops.gate",
     "agentctl.ops.grants", "agentctl.ops.lease", "agentctl.ops.lifecycle", "agentctl.ops.mail",
     "agentctl.ops.prices", "agentctl.ops.signals", "agentctl.ops.supervise",

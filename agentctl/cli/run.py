@@ -144,6 +144,9 @@ def cli(db_path, everything, jobs, model, max_steps, fmt, as_json, no_prompt, li
         if asked:
             warn("agent-run", f"{registry.label(me)}: paused: request {asked[0]['id']} "
                               "waits for an answer (agent-answer)")
+    if outcome.status == "task":
+        warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: a call's "
+                          "MCP task still runs: the agent's next run polls it")
     if outcome.status == "killed":
         warn("agent-run", f"{registry.label(registry.get(conn, outcome.agent_id))}: "
                           "killed by KILL during its turn (voided)")

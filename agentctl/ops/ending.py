@@ -151,6 +151,14 @@ def batched(conn, agent_id, turn_id, spec):
     return outcome(conn, agent_id, turn_id, "batched", spec, text="")
 
 
+def task_waits(conn, agent_id, turn_id, spec):
+    """A call's MCP task still runs (tools/mcptasks.py): the turn stays open, kept
+    with the call's run, and the agent is given back runnable: its next run (cron's
+    --all) resumes the turn at the call and polls the task again."""
+    release(conn, agent_id)
+    return outcome(conn, agent_id, turn_id, "task", spec, text="")
+
+
 def stopped(conn, agent_id, turn_id, spec):
     """STOP: the turn stays open and resumes after CONT. None when a CONT took
     the STOP back before this transaction: the turn goes on."""

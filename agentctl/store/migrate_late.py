@@ -165,3 +165,10 @@ def batch(db):
     CREATE INDEX batched_agent ON batched(agent_id, state);
     CREATE INDEX batched_state ON batched(state, batch)
     """)
+
+
+@MIGRATIONS(name="0021_tool_run_task")
+def tool_run_task(db):
+    # A call of an MCP tool that its server made a task (agent-run(1), MCP servers): the
+    # task, which the agent's next runs poll, kept with its run until it is done.
+    _run(db, "ALTER TABLE tool_runs ADD COLUMN task TEXT")

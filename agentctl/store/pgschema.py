@@ -248,6 +248,7 @@ MIGRATIONS = [
           "CREATE INDEX batched_turn ON batched(turn_id, step)",
           "CREATE INDEX batched_agent ON batched(agent_id, state)",
           "CREATE INDEX batched_state ON batched(state, batch)"]),
+    (21, [f"ALTER TABLE tool_runs ADD COLUMN task {_TEXT}"]),         # 0021_tool_run_task
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the

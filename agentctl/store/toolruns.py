@@ -21,6 +21,11 @@ def end(conn, run_id, outcome):
                  (clock.now(), outcome, run_id))
 
 
+def wait_for_task(conn, run_id, task):
+    """The run waits for its MCP server's task (`task`, as JSON): it stays unfinished."""
+    conn.execute("UPDATE tool_runs SET task = ? WHERE id = ?", (task, run_id))
+
+
 def unfinished(conn, turn_id, call_id):
     """The run of this call that started and never ended, or None."""
     return conn.execute("SELECT * FROM tool_runs WHERE turn_id = ? AND tool_call_id = ? "

@@ -46,7 +46,7 @@ def reason(error, entry):
             return f"no such program: {entry.spec['command']}"
         if name in ("CancelledError",):
             continue
-        if name == "TimeoutError" and text:
+        if name in ("TimeoutError", "Ended") and text:
             return text
         if "Connection closed" in text and entry.transport == "stdio":
             return EXITED_EARLY

@@ -154,7 +154,7 @@ class Sdk:
         return [t.model_dump(mode="json", by_alias=True, exclude_none=True)
                 for t in listed.tools]
 
-    def call_tool(self, name, arguments, timeout, poll=None, poll_seconds=0.5):
+    def call_tool(self, name, arguments, timeout, poll=None, poll_seconds=0.5, task=None):
         import asyncio  # (start-up: 21 ms, only for a server the SDK speaks to)
         import concurrent.futures  # (start-up: 3 ms, only for a server the SDK speaks to)
         future = asyncio.run_coroutine_threadsafe(self.client.call_tool(name, arguments),
@@ -176,6 +176,9 @@ class Sdk:
 
     def end(self):
         pass
+
+    def tasks(self):
+        return False        # (made none: the SDK's calls wait for their result)
 
     def close(self, keep=False):
         if self.stop is not None:

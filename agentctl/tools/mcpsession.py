@@ -14,7 +14,7 @@ import os
 import time
 
 from agentctl import keys, paths, voice
-from agentctl.tools import launchers, mcp, mcpreasons, mcpwire
+from agentctl.tools import launchers, mcp, mcphttp, mcpreasons, mcptasks, mcpwire
 from agentctl.tools.calls import POLL, ToolFailed
 from agentctl.tools.handles import Stderr
 from agentctl.tools.sandbox import Unavailable
@@ -55,6 +55,7 @@ class Servers:
         self.entries = {}
         self.groups = []            # the sandboxes of servers (tools/sandbox.Prepared)
         self.answering = None       # the call's answers to give, the questions asked
+        self.listed = {}            # server -> its tools as it listed them this run
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -90,7 +91,7 @@ class Servers:
             return self._sdk(entry, lambda sdk: sdk.sse(filled["url"], filled["headers"],
                                                         changed))
         if entry.transport == "http":
-            session = mcpwire.Http(filled["url"], filled["headers"], changed,
+            session = mcphttp.Http(filled["url"], filled["headers"], changed,
                                    kept=mcp.session(entry, self.environment))
             session.elicit = self._elicit
             try:
@@ -186,6 +187,7 @@ class Servers:
                              f"{mcpreasons.reason(e, entry)}") from None
         finally:
             self.took.setdefault(entry.name, round(time.monotonic() - started, 2))
+        self.listed[entry.name] = listed
         found = [(t["name"], _text(t.get("description")), t.get("inputSchema") or {})
                  for t in listed]
         mcp.remember(entry, found, self.environment)
@@ -203,20 +205,60 @@ class Servers:
             session = self.client(entry)
         except Failed as e:
             raise self._fails(str(e)) from None
+        task = mcptasks.TTL_SECONDS if self._tasks(entry, session, tool) else None
         self.answering = {"answers": list(answers), "asked": []}
         try:
-            result = session.call_tool(tool, arguments, timeout, poll, POLL)
-        except TimeoutError:
+            result = session.call_tool(tool, arguments, timeout, poll, POLL, task)
+            if task is not None and isinstance(result.get("task"), dict):
+                result = mcptasks.awaited(session, entry.name, result["task"], timeout, poll,
+                                          POLL, keep=isinstance(session, mcphttp.Http))
+        except BaseException as e:
             self._asked(entry)
-            raise self._fails(f"MCP server {entry.name}: {tool}: no result in {timeout:g} s",
-                              voice.timed_out(timeout)) from None
-        except Exception as e:
-            self._asked(entry)
-            reason = mcpreasons.reason(e, entry)
-            if "unknown tool" in reason.lower() and tool not in self._names(entry):
-                raise self._fails(voice.mcp_tool_gone(entry.name, tool)) from None
-            raise self._fails(f"MCP server {entry.name}: {tool}: {reason}") from None
+            raise self._failed(entry, tool, e, timeout) from None
         self._asked(entry)
+        return self._result(entry, tool, result)
+
+    def resume(self, entry, tool, stored, timeout, poll):
+        """(text, parts) of the call whose task `stored` (mcptasks.Waits.stored's) an
+        earlier run left: polled again at once (Waits again while it runs)."""
+        try:
+            session = self.client(entry)
+        except Failed as e:
+            raise self._fails(str(e)) from None
+        try:
+            result = mcptasks.awaited(session, entry.name, {**stored, "pollInterval": stored.get(
+                "poll", 1) * 1000}, timeout, poll, POLL, keep=isinstance(session, mcphttp.Http),
+                resumed=True)
+        except BaseException as e:
+            raise self._failed(entry, tool, e, timeout) from None
+        return self._result(entry, tool, result)
+
+    def _tasks(self, entry, session, tool):
+        """Whether the call is to be made a task: the server makes tasks of calls, and
+        its listing (taken now, when this run has none) says the tool may be one."""
+        if not isinstance(session, mcpwire.Session) or not session.tasks():
+            return False
+        if entry.name not in self.listed:
+            try:
+                self.tools(entry)
+            except Failed:
+                return False
+        return mcptasks.support(self.listed.get(entry.name, ()), tool)
+
+    def _failed(self, entry, tool, error, timeout):
+        """What a call's failure `error` becomes: itself when it is not the server's
+        (a KILL, a task kept), else the ToolFailed said once a run."""
+        if isinstance(error, mcptasks.Waits) or not isinstance(error, Exception):
+            return error
+        if isinstance(error, TimeoutError):
+            return self._fails(f"MCP server {entry.name}: {tool}: no result in {timeout:g} s",
+                               voice.timed_out(timeout))
+        reason = mcpreasons.reason(error, entry)
+        if "unknown tool" in reason.lower() and tool not in self._names(entry):
+            return self._fails(voice.mcp_tool_gone(entry.name, tool))
+        return self._fails(f"MCP server {entry.name}: {tool}: {reason}")
+
+    def _result(self, entry, tool, result):
         text, parts = content(result.get("content"))
         if result.get("isError"):
             if "unknown tool" in text.lower() and tool not in self._names(entry):
@@ -269,9 +311,9 @@ class Servers:
         for session in self.sessions.values():
             session.end()           # (all at once: each then ends while the others do)
         for name, session in self.sessions.items():
-            kept = session.kept() if isinstance(session, mcpwire.Http) else None
+            kept = session.kept() if isinstance(session, mcphttp.Http) else None
             session.close(keep=kept is not None)
-            if isinstance(session, mcpwire.Http):
+            if isinstance(session, mcphttp.Http):
                 mcp.keep_session(self.entries[name], self.environment, kept)
         self.sessions = {}
         for prepared in self.groups:

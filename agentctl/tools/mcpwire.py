@@ -10,8 +10,7 @@ The official SDK does the same at a price no turn should pay: importing it takes
 for what this does not speak: the older SSE transport, and a server of the 2026-07-28
 revision alone (one that refuses the handshake: Modern), for which mcpsdk.py is used.
 
-The standard library, and models/transport.py's connections for HTTP (its proxies and
-certificates, as every call of agentctl's).
+The standard library; Streamable HTTP in mcphttp.py.
 """
 
 import itertools
@@ -62,10 +61,6 @@ class Status(Exception):
                                               "headers": {"www-authenticate": authenticate}})
 
 
-class Expired(Exception):
-    """An HTTP server no longer knows the session named (404): a new one is made."""
-
-
 class _Waiting:
     """One request's answer, to come."""
 
@@ -90,6 +85,7 @@ class Session:
         self.waiting = {}
         self.lock = threading.Lock()
         self.version = None
+        self.capabilities = {}      # the server's, from its handshake
         self.ended = False
 
     def handshake(self, timeout):
@@ -106,6 +102,8 @@ class Session:
         if version not in VERSIONS:
             raise Modern(f"it speaks protocol revision {version!r}")
         self.version = version
+        capabilities = result.get("capabilities")
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         self.notify("notifications/initialized")
 
     def list_tools(self, timeout):
@@ -120,9 +118,21 @@ class Session:
                 break
         return tools
 
-    def call_tool(self, name, arguments, timeout, poll=None, poll_seconds=0.5):
-        return self.request("tools/call", {"name": name, "arguments": arguments}, timeout,
-                            poll, poll_seconds)
+    def call_tool(self, name, arguments, timeout, poll=None, poll_seconds=0.5, task=None):
+        """The call's result; given `task` (its time to live, seconds), the call made a
+        task (2025-11-25's tasks): the result may then be {"task": {...}}, the task the
+        server made, whose result tasks/result gives once it is done."""
+        params = {"name": name, "arguments": arguments}
+        if task is not None:
+            params["task"] = {"ttl": int(task * 1000)}
+        return self.request("tools/call", params, timeout, poll, poll_seconds)
+
+    def tasks(self):
+        """Whether the server makes tasks of tool calls (its capabilities say so)."""
+        tasks = self.capabilities.get("tasks")
+        requests = tasks.get("requests") if isinstance(tasks, dict) else None
+        tools = requests.get("tools") if isinstance(requests, dict) else None
+        return isinstance(tools, dict) and "call" in tools
 
     def request(self, method, params, timeout, poll=None, poll_seconds=0.5):
         """The result of `method`; Error for the server's error, TimeoutError when
@@ -260,127 +270,3 @@ class Stdio(Session):
             except subprocess.TimeoutExpired:
                 continue
         self.proc.stdout.close()
-
-
-class Http(Session):
-    """A Streamable HTTP server at `url`, sent `headers` too. `kept`, a session the server
-    gave an earlier turn ({"session", "version"}): used without a new handshake while the
-    server knows it (else a new one is made); `keep`, the session left open at the end
-    (kept() says it) rather than deleted."""
-
-    def __init__(self, url, headers, changed=lambda: None, kept=None):
-        super().__init__(changed)
-        self.url, self.headers = url, dict(headers or {})
-        self.session = (kept or {}).get("session")
-        self.version = (kept or {}).get("version") if self.session else None
-        self.resumed = self.session is not None
-
-    def handshake(self, timeout):
-        if not self.resumed:
-            super().handshake(timeout)
-
-    def request(self, method, params, timeout, poll=None, poll_seconds=0.5):
-        try:
-            return super().request(method, params, timeout, poll, poll_seconds)
-        except Expired:
-            if not self.resumed or method == "initialize":
-                raise Status(404) from None
-            self.resumed, self.session, self.version = False, None, None
-            super().handshake(timeout)      # (the server forgot it: a session anew)
-            return super().request(method, params, timeout, poll, poll_seconds)
-
-    def end(self):
-        pass
-
-    def kept(self):
-        """What the next turn may resume, or None."""
-        return {"session": self.session, "version": self.version} if self.session else None
-
-    def _send(self, message, waiting):
-        """POSTed; its answer read in a thread of its own when one is awaited."""
-        if waiting is None:
-            response = self._post(message, None)
-            _done(response)
-            return
-        threading.Thread(target=self._answer, args=(message, waiting), daemon=True,
-                         name="agentctl-mcp").start()
-
-    def _answer(self, message, waiting):
-        try:
-            response = self._post(message, waiting)
-            try:
-                kind = (response.headers.get("content-type") or "").split(";")[0].strip()
-                if kind == "text/event-stream":
-                    for data in _events(response):
-                        self._received(data)
-                        if waiting.done.is_set():
-                            break
-                else:
-                    self._received(json.loads(response.read() or b"null"))
-            finally:
-                _done(response)
-            if not waiting.done.is_set():
-                waiting.give(Closed())
-        except Exception as e:
-            waiting.give(e)
-
-    def _post(self, message, waiting):
-        from agentctl.models import transport  # (start-up: 25 ms, only for an HTTP server's call)
-        headers = {**self.headers, "Content-Type": "application/json",
-                   "Accept": "application/json, text/event-stream"}
-        if self.session:
-            headers["Mcp-Session-Id"] = self.session
-        if self.version:
-            headers["MCP-Protocol-Version"] = self.version
-        response = transport.open_post(self.url, json.dumps(message).encode(), headers,
-                                       (10, 30 if waiting is None else 3600))
-        status = response.status
-        if status == 404 and self.session:
-            _done(response)
-            raise Expired()
-        if status >= 300:
-            _done(response)
-            if message.get("method") == "initialize" and status in (400, 405, 406, 415):
-                raise Modern(f"HTTP {status}")
-            raise Status(status, response.headers.get("www-authenticate", ""))
-        if message.get("method") == "initialize":
-            self.session = response.headers.get("mcp-session-id") or None
-        return response
-
-    def close(self, keep=False):
-        """The session deleted on the server, unless `keep`."""
-        if self.session and not keep:
-            from agentctl.models import transport  # (start-up: 25 ms, only for an HTTP server)
-            try:
-                _done(transport.open_post(self.url, None, {**self.headers,
-                                                           "Mcp-Session-Id": self.session},
-                                          (5, 5), method="DELETE"))
-            except Exception:
-                pass    # (a server gone: its session with it)
-
-
-def _events(response):
-    """The JSON of each SSE event's data in `response`, as it comes."""
-    buffer, data = b"", []
-    while True:
-        chunk = response.read1(65536)
-        if not chunk:
-            return
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            line = line.rstrip(b"\r")
-            if not line:
-                if data:
-                    try:
-                        yield json.loads(b"\n".join(data))
-                    except ValueError:
-                        pass
-                data = []
-            elif line.startswith(b"data:"):
-                data.append(line[5:].removeprefix(b" "))
-
-
-def _done(response):
-    from agentctl.models import transport  # (start-up: 25 ms, only for an HTTP server)
-    transport.done(response)

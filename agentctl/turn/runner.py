@@ -18,7 +18,7 @@ from agentctl.ops.gate import Gate
 from agentctl.store import history, registry, turnlog
 from agentctl.store.db import path_of
 from agentctl.turn import builtin, compaction, context
-from agentctl.turn.toolset import Paused, Toolset
+from agentctl.turn.toolset import Paused, TaskWaits, Toolset
 from agentctl.turn.watch import NOBODY
 
 DEFAULT_MAX_STEPS = 20
@@ -236,6 +236,8 @@ def _loop(conn, agent_id, turn, spec, client, max_steps, on_text, toolset, watch
         return ending.killed(conn, agent_id, turn_id, spec)
     except Paused as e:
         return ending.paused(conn, agent_id, turn_id, spec, e.args[0])
+    except TaskWaits:
+        return ending.task_waits(conn, agent_id, turn_id, spec)
 
 
 def _separated(on_text):

@@ -40,6 +40,14 @@ class Paused(Exception):
     """The turn waits for the decision of a request (its id)."""
 
 
+class TaskWaits(Exception):
+    """A call's MCP task still runs: kept with its run (`stored`), the turn waits."""
+
+    def __init__(self, stored):
+        super().__init__("an MCP server's task still runs")
+        self.stored = stored
+
+
 class Asked(Exception):
     """An MCP server asked a question the call had no answer for (`params`)."""
 
@@ -271,7 +279,8 @@ class Toolset:
         from agentctl.tools import calls  # (start-up: 3 ms, only for an external tool's call)
         started = time.monotonic()
         left = toolruns.unfinished(conn, turn_id, call["tool_call_id"])
-        if left is not None:                # a run that died with its agent-run
+        task = json.loads(left["task"]) if left is not None and left["task"] else None
+        if left is not None and task is None:   # a run that died with its agent-run
             if left["host"] == lease.host():
                 calls.kill_run(left["pgid"], agent_id, left["id"])
             with lease.holding(conn, agent_id):
@@ -288,11 +297,11 @@ class Toolset:
             else ()
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
-            run_id = toolruns.start(conn, agent_id, turn_id, call["tool_call_id"],
-                                    call["tool_name"], lease.host())
+            run_id = left["id"] if task is not None else toolruns.start(
+                conn, agent_id, turn_id, call["tool_call_id"], call["tool_name"], lease.host())
         media = None
         try:
-            text, media = self._run(conn, agent_id, call, arguments, run_id, answers)
+            text, media = self._run(conn, agent_id, call, arguments, run_id, answers, task)
             outcome = "ok"
         except calls.ToolFailed as e:
             text, outcome = voice.tool_error(e), "error"
@@ -303,6 +312,10 @@ class Toolset:
                 row = asks.open_request(conn, registry.get(conn, agent_id), turn_id, call,
                                         elicitation.KIND, question=question, form=form)
             raise Paused(row["id"]) from None
+        except TaskWaits as e:      # (its next run polls it)
+            with lease.holding(conn, agent_id):
+                toolruns.wait_for_task(conn, run_id, e.stored)
+            raise
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
             tools.record_result(conn, agent_id, turn_id, call, text, started, outcome, media)
@@ -341,7 +354,7 @@ class Toolset:
             raise Paused(rows[-1]["id"])
         return elicitation.answers(rows)
 
-    def _run(self, conn, agent_id, call, arguments, run_id, answers=()):
+    def _run(self, conn, agent_id, call, arguments, run_id, answers=(), task=None):
         from agentctl.tools import calls, sandbox  # (start-up: 3 ms, only for an external call)
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
@@ -357,13 +370,16 @@ class Toolset:
             with lease.holding(conn, agent_id):
                 toolruns.set_group(conn, run_id, running.pgid)
             return running.wait(poll), None
-        from agentctl.tools import mcpsession  # (start-up: 0 ms, only for an MCP call: loaded)
+        from agentctl.tools import mcpsession, mcptasks  # (start-up: 0 ms, only for an MCP call: loaded)
         entry, tool, _, _ = self.mcp_tools[name]
         timeout, cap = calls.settings(None)
         try:
-            text, media = self.servers.call(entry, tool, arguments, timeout, poll, answers)
+            text, media = self.servers.resume(entry, tool, task, timeout, poll) if task \
+                else self.servers.call(entry, tool, arguments, timeout, poll, answers)
         except mcpsession.Elicited as e:
             raise Asked(e.params) from None
+        except mcptasks.Waits as e:
+            raise TaskWaits(e.stored()) from None
         cut = text.encode()[:cap]
         return (text if len(cut) == len(text.encode()) else
                 cut.decode("utf-8", "ignore") + voice.output_cut(cap)), media

@@ -28,7 +28,7 @@ from agentctl import keys, money, voice
 from agentctl.ops import lease, prices
 from agentctl.store import registry
 from agentctl.text import first_line
-from agentctl.turn.toolset import Paused
+from agentctl.turn.toolset import Paused, TaskWaits
 from agentctl.turn.watch import Watcher
 
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -235,6 +235,8 @@ class Tracer(Watcher):
         if error is not None:
             if isinstance(error, Paused):
                 span.set_attribute("agentctl.tool.outcome", "paused")
+            elif isinstance(error, TaskWaits):
+                span.set_attribute("agentctl.tool.outcome", "task")
             else:
                 self._failed(span, error)
         elif text is not None and voice.is_error(text):
