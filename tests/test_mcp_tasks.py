@@ -66,3 +66,25 @@ def test_a_task_the_server_forgot_is_an_error_the_model_sees(tasks, tmp_path):
     assert ran.code == 0, ran.err
     result, = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
     assert result.startswith("error: MCP server jobs: build: ") and "no task task-1" in result
+
+
+def test_a_task_without_a_usable_id_or_polled_too_fast_is_held_to_bounds():
+    from agentctl.tools import mcptasks
+
+    class Session:
+        def __init__(self):
+            self.asked = []
+
+        def request(self, method, params, timeout, *more):
+            self.asked.append(method)
+            return {"status": "completed"} if method == "tasks/get" else {"content": []}
+    for bad in ({"taskId": ""}, {"taskId": "x" * 257}, {"taskId": 7}, {}):
+        with pytest.raises(mcptasks.Ended, match="no usable id"):
+            mcptasks.awaited(Session(), "jobs", bad, 30, None, 0.05, keep=False)
+    session = Session()
+    assert mcptasks.awaited(session, "jobs", {"taskId": "t", "status": "working",
+                                              "pollInterval": 1}, 30, None, 0.05,
+                            keep=False) == {"content": []}
+    assert session.asked == ["tasks/get", "tasks/result"]
+    assert mcptasks._interval({"pollInterval": 1}) == mcptasks.POLL_RANGE[0]
+    assert mcptasks._interval({"pollInterval": 10 ** 9}) == mcptasks.POLL_RANGE[1]

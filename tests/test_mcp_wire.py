@@ -169,3 +169,17 @@ def test_a_session_the_server_no_longer_knows_is_made_anew(logged_server, tmp_pa
     assert methods()[4:] == ["tools/call", "initialize", "notifications/initialized",
                              "tools/call"]
     assert "forgotten-0123" not in kept.read_text()
+
+
+def test_a_question_outside_a_call_too_long_or_sending_to_a_url_is_declined(tmp_path):
+    from agentctl.tools import mcpsession
+    servers = mcpsession.Servers(str(tmp_path), {})
+    form = {"message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}
+    assert servers._elicit(form) == {"action": "decline"}          # no call waits
+    servers.answering = {"answers": [], "asked": []}
+    assert servers._elicit({**form, "mode": "url", "url": "http://x"}) == {"action": "decline"}
+    assert servers._elicit({**form, "message": "x" * mcpsession.MAX_QUESTION}) == \
+        {"action": "decline"}
+    assert servers.answering["asked"] == []
+    assert servers._elicit(form) == {"action": "cancel"}            # kept, to be asked
+    assert servers.answering["asked"] == [form]

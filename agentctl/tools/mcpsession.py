@@ -10,6 +10,7 @@ ends with the last lines of its standard error, which is kept whole in a file
 (paths.mcp_log); it fails its own tools, not the turn.
 """
 
+import json
 import os
 import time
 
@@ -22,6 +23,7 @@ from agentctl.tools.sandbox import Unavailable
 START_SECONDS = 30.0
 LIST_SECONDS = 30.0
 MAX_IMAGE = 5 << 20     # base64 characters of an image passed on (the providers' limits)
+MAX_QUESTION = 32 << 10     # characters of a server's question (its message and form)
 
 
 class Failed(Exception):
@@ -268,10 +270,11 @@ class Servers:
 
     def _elicit(self, params):
         """The answer to a server's question: the call's next, else "cancel" and the
-        question kept (Elicited, once the call has ended); outside a call, or a URL
-        to visit (which no one here would), "decline"."""
+        question kept (Elicited, once the call has ended); outside a call, a URL to
+        visit (which no one here would), or a question over MAX_QUESTION, "decline"."""
         answering = self.answering
-        if answering is None or params.get("mode", "form") != "form":
+        if answering is None or params.get("mode", "form") != "form" or \
+                len(json.dumps(params)) > MAX_QUESTION:
             return {"action": "decline"}
         if answering["answers"]:
             return answering["answers"].pop(0)

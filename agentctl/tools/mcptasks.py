@@ -55,7 +55,9 @@ def awaited(session, server, task, timeout, poll, poll_seconds, keep, resumed=Fa
     once it is done; `keep`: Waits once wait_seconds() have passed (else the call's
     `timeout`: then it is cancelled, and TimeoutError). `poll()` is asked while it
     waits; what it raises gives the task up (cancelled). `resumed`: polled at once."""
-    task_id = str(task.get("taskId") or task.get("task") or "")
+    task_id = task.get("taskId") or task.get("task")
+    if not isinstance(task_id, str) or not 0 < len(task_id) <= 256:
+        raise Ended("the server's task has no usable id")
     status = task.get("status", "working")
     deadline = time.monotonic() + (wait_seconds() if keep else timeout)
     interval, got = _interval(task), task
