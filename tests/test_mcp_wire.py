@@ -151,7 +151,7 @@ def test_an_agents_next_turn_resumes_its_http_session_and_no_other_agent_does(
     assert methods()[4:] == ["tools/call"]          # no handshake: its session resumed
     kept = tmp_path / "cache" / "agentctl" / "mcp-sessions.json"
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
-    assert turn(tmp_path, "x", 5, 6, first=True) == "11"        # another agent: a session of its own
+    assert turn(tmp_path, "x", 5, 6, first=True) == "11"    # another agent: its own session
     assert methods()[5:] == ["initialize", "notifications/initialized", "tools/call"]
 
 

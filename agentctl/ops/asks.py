@@ -6,15 +6,14 @@ decided (answered, approved, denied; or expired at its deadline), by the operato
 lifecycle parent is told by mail; the next agent-run resumes the turn at the call.
 """
 
-import json
-
 from agentctl import clock, env, voice
 from agentctl.errors import Refused, UsageError
 from agentctl.ids import new_id
-from agentctl.ops import elicitation, grants, mail
+from agentctl.ops import grants, mail
 from agentctl.store import asks as asks_store, events, registry
 
 DECISIONS = {"answer": "answered", "approve": "approved", "deny": "denied"}
+ELICITATION = asks_store.ELICITATION
 
 
 def ask_timeout():
@@ -31,14 +30,15 @@ def open_request(conn, agent, turn_id, call, kind, question=None, seconds=None, 
     request_id = new_id()
     seconds = seconds if seconds is not None else ask_timeout()
     deadline = clock.now() + seconds if seconds else None
-    tool = call["tool_name"] if kind in ("approval", elicitation.KIND) else None
+    tool = call["tool_name"] if kind in ("approval", ELICITATION) else None
     arguments = call["content"] if kind == "approval" else form
     asks_store.insert(conn, request_id, agent["id"], turn_id, call["tool_call_id"], kind,
                     question=question, tool=tool, arguments=arguments, deadline=deadline)
     events.record(conn, agent["id"], "ask", request=request_id, type=kind, tool=tool)
     if kind == "question":
         body = voice.question_mail(registry.label(agent), agent["id"], request_id, question)
-    elif kind == elicitation.KIND:
+    elif kind == ELICITATION:
+        from agentctl.ops import elicitation  # (start-up: 1 ms, only for such a question)
         body = voice.elicitation_mail(registry.label(agent), agent["id"], request_id, tool,
                                       question, elicitation.fields(form))
     else:
@@ -57,14 +57,16 @@ def decide(conn, ref, by, how, text=None):
         raise Refused(_already(conn, row))
     if row["kind"] == "question" and how != "answer":
         raise UsageError(f"request {row['id']} is a question: answer it with TEXT")
-    if row["kind"] == elicitation.KIND and how == "approve":
+    if row["kind"] == ELICITATION and how == "approve":
         raise UsageError(f"request {row['id']} is an MCP server's question: answer it with "
                          "TEXT, or --deny it")
     if row["kind"] == "approval" and how == "answer":
         raise UsageError(f"request {row['id']} asks to run {row['tool']}: --approve or --deny it")
     if how == "answer" and not (text or "").strip():
         raise UsageError("an empty answer")
-    if row["kind"] == elicitation.KIND and how == "answer":
+    if row["kind"] == ELICITATION and how == "answer":
+        import json  # (start-up: 2 ms, only to answer an MCP server's question)
+        from agentctl.ops import elicitation  # (start-up: 1 ms, only for such an answer)
         try:
             text = json.dumps(elicitation.content(row["arguments"], text))
         except UsageError as e:

@@ -13,9 +13,9 @@ answer is a JSON object of them, or, for a form of one field, that field's text.
 import json
 
 from agentctl.errors import UsageError
+from agentctl.store.asks import ELICITATION as KIND
 from agentctl.text import cut
 
-KIND = "elicitation"
 MESSAGE_CHARS = 2000
 ACTIONS = {"answered": "accept", "denied": "decline"}    # else (expired, cancelled): cancel
 

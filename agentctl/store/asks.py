@@ -5,6 +5,7 @@ from agentctl import clock
 from agentctl.errors import NotFound, UsageError
 
 PENDING = "decision IS NULL"
+ELICITATION = "elicitation"     # an MCP server's question's kind (ops/elicitation.py)
 
 
 def insert(conn, request_id, agent_id, turn_id, call_id, kind, question=None, tool=None,

@@ -370,7 +370,7 @@ class Toolset:
             with lease.holding(conn, agent_id):
                 toolruns.set_group(conn, run_id, running.pgid)
             return running.wait(poll), None
-        from agentctl.tools import mcpsession, mcptasks  # (start-up: 0 ms, only for an MCP call: loaded)
+        from agentctl.tools import mcpsession, mcptasks  # (start-up: 0 ms, only for an MCP call)
         entry, tool, _, _ = self.mcp_tools[name]
         timeout, cap = calls.settings(None)
         try:
