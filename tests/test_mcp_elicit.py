@@ -108,3 +108,52 @@ def test_a_childs_question_is_mailed_to_its_parent_which_may_answer_it(tmp_path,
     assert answered.code == 0, answered.err
     assert agent("run", "c").code == 0
     assert tool_results(conn, "c") == ["hello Bo, 0"]
+
+
+def test_at_a_terminal_the_operator_is_asked_there_and_the_call_made_again(tmp_path,
+                                                                           monkeypatch):
+    """stdin, stdout and stderr a (pseudo-)terminal: the server's question is asked
+    right there, again after an answer that doesn't fit its form, and the same run
+    makes the call again with the answer."""
+    import pty
+    import select
+    import sys
+    import time
+    from .conftest import BIN, PATIENCE
+    work = work_dir(tmp_path)
+    configure(tmp_path, monkeypatch, {"notes": notes(work / "starts")})
+    fork("-n", "w", "--allow", "notes__*",
+         "-m", script(tmp_path, calling([("notes__greet", {})])), "go")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, os.path.join(BIN, "agent-run"), "w"],
+                  dict(os.environ))
+    seen, deadline = b"", time.monotonic() + PATIENCE
+
+    def until(text):
+        nonlocal seen
+        while seen.count(b"answer> ") < text and time.monotonic() < deadline:
+            try:
+                if select.select([fd], [], [], 0.5)[0]:
+                    seen += os.read(fd, 4096)
+            except OSError:         # (it ended: what it said is in `seen`)
+                return
+    until(1)
+    os.write(fd, b"Ada\n")                          # (two fields: not a JSON object)
+    until(2)
+    os.write(fd, b'{"name": "Ada", "age": 3}\n')
+    while time.monotonic() < deadline:
+        try:
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, code = os.waitpid(pid, 0)
+    assert b"the MCP server of notes__greet asks: Who is there?" in seen, seen
+    assert b"answer with a JSON object" in seen, seen
+    assert os.waitstatus_to_exitcode(code) == 0, seen
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == ["hello Ada, 3"]

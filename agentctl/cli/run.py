@@ -179,6 +179,12 @@ def _prompt(row, who):
     if row["kind"] == "question":
         sys.stderr.write(for_terminal(f"agent-run: {who} asks: {row['question']}\n",
                                       sys.stderr) + "answer> ")
+    elif row["kind"] == asks_store.ELICITATION:
+        from agentctl.ops import elicitation  # (start-up: 1 ms, only for such a question)
+        sys.stderr.write(for_terminal(
+            f"agent-run: {who}: the MCP server of {row['tool']} asks: {row['question']}\n"
+            f"(its form: {elicitation.fields(row['arguments'])}; a JSON object, or the "
+            "text of its one field)\n", sys.stderr) + "answer> ")
     else:
         sys.stderr.write(for_terminal(f"agent-run: {who} asks to run "
                                       f"{shown_call(row['tool'], row['arguments'])}\n",
@@ -188,7 +194,7 @@ def _prompt(row, who):
     if not line:
         return None
     line = line.strip()
-    if row["kind"] == "question":
+    if row["kind"] in ("question", asks_store.ELICITATION):
         return ("answer", line) if line else None
     if line.lower() in ("y", "yes"):
         return "approve", None
@@ -201,11 +207,16 @@ def _answer_waiting(conn, ref, prompt):
     if agent["status"] != "P" or agent["parent_id"] != INIT_ID:
         return
     for row in asks_store.pending(conn, agent["id"]):
-        decided = prompt(row)
-        if decided is None:
-            return
-        with transaction(conn):
-            asks.decide(conn, row["id"], None, *decided)
+        while True:
+            decided = prompt(row)
+            if decided is None:
+                return
+            try:
+                with transaction(conn):
+                    asks.decide(conn, row["id"], None, *decided)
+                break
+            except UsageError as e:     # (an answer that doesn't fit its form: again)
+                warn("agent-run", str(e))
 
 
 def _list_tools(conn, ref, fmt):

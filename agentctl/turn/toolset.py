@@ -13,7 +13,7 @@ import os
 import time
 
 from agentctl import voice
-from agentctl.errors import Refused
+from agentctl.errors import Refused, UsageError
 from agentctl.ids import INIT_ID
 from agentctl.ops import asks, elicitation, grants, lease
 from agentctl.store import asks as asks_store, db, events, registry, toolruns
@@ -263,17 +263,26 @@ class Toolset:
                                         "question" if name == "ask" else "approval",
                                         question=question,
                                         seconds=self.allowance.ask_seconds(name))
-        if self.prompt is not None and agent["parent_id"] == INIT_ID:
+        return self._asked_here(conn, agent, row)
+
+    def _asked_here(self, conn, agent, row):
+        """The request, asked at the terminal when agent-run may (an agent of the
+        operator's), decided there unless the operator leaves it (asked again after an
+        answer that doesn't fit); read again."""
+        while self.prompt is not None and agent["parent_id"] == INIT_ID:
             decided = self.prompt(row)
-            if decided is not None:
-                how, text = decided
-                with lease.holding(conn, agent_id):
-                    try:
-                        asks.decide(conn, row["id"], None, how, text)
-                    except Refused:
-                        pass        # decided meanwhile, from another shell: that one wins
-                row = asks_store.get(conn, row["id"])
-        return row
+            if decided is None:
+                break
+            with lease.holding(conn, agent["id"]):
+                try:
+                    asks.decide(conn, row["id"], None, *decided)
+                except Refused:
+                    pass        # decided meanwhile, from another shell: that one wins
+                except UsageError as e:
+                    self.warn(str(e))
+                    continue
+            break
+        return asks_store.get(conn, row["id"])
 
     def _external(self, conn, agent_id, turn_id, call):
         from agentctl.tools import calls  # (start-up: 3 ms, only for an external tool's call)
@@ -309,8 +318,11 @@ class Toolset:
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, run_id, "asked")
                 question, form = elicitation.question(e.params)
-                row = asks.open_request(conn, registry.get(conn, agent_id), turn_id, call,
-                                        elicitation.KIND, question=question, form=form)
+                agent = registry.get(conn, agent_id)
+                row = asks.open_request(conn, agent, turn_id, call, elicitation.KIND,
+                                        question=question, form=form)
+            if self._asked_here(conn, agent, row)["decision"] is not None:
+                return self._external(conn, agent_id, turn_id, call)    # (answered here)
             raise Paused(row["id"]) from None
         except TaskWaits as e:      # (its next run polls it)
             with lease.holding(conn, agent_id):
