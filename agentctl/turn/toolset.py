@@ -41,19 +41,12 @@ class Paused(Exception):
 
 
 class TaskWaits(Exception):
-    """A call's MCP task still runs: kept with its run (`stored`), the turn waits."""
-
-    def __init__(self, stored):
-        super().__init__("an MCP server's task still runs")
-        self.stored = stored
+    """A call's MCP task still runs: kept with its run (args[0], as stored), the turn
+    waits."""
 
 
 class Asked(Exception):
-    """An MCP server asked a question the call had no answer for (`params`)."""
-
-    def __init__(self, params):
-        super().__init__("an MCP server's question")
-        self.params = params
+    """An MCP server asked a question the call had no answer for (args[0], its params)."""
 
 
 class Toolset:
@@ -107,15 +100,14 @@ class Toolset:
         that can't be started is a warning, and offers nothing this turn."""
         if not usable.servers:
             return
-        from agentctl.tools import mcp, mcpsession  # (start-up: 3 ms, only with MCP servers)
-        self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox,
-                                          self.warn)
+        from agentctl.tools import mcp  # (start-up: 3 ms, only with MCP servers)
         for server, entry in usable.servers.items():
             offered = mcp.cached(entry, self.environment())
             self.mcp_states[server] = (entry.transport, "cached", None)
             if offered is None:
+                from agentctl.tools import mcpsession  # (start-up: 6 ms, only to list a server)
                 try:
-                    offered = self.servers.tools(entry)
+                    offered = self._servers().tools(entry)
                 except mcpsession.Failed as e:
                     self.warnings.append(str(e))
                     self.mcp_states[server] = (entry.transport, "failed", str(e))
@@ -125,6 +117,15 @@ class Toolset:
                 name = usable.mcp_name(server, tool)
                 if name is not None:
                     self.mcp_tools[name] = (entry, tool, description, schema)
+
+    def _servers(self):
+        """The turn's MCP servers, made at the first that is listed or called: a turn
+        that calls none of the tools it was offered from the cache loads no session."""
+        if self.servers is None:
+            from agentctl.tools import mcpsession  # (start-up: 6 ms, only to list or call a server)
+            self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox,
+                                              self.warn)
+        return self.servers
 
     def check(self):
         """(name, transport, tools, seconds, error) of every MCP server the configuration
@@ -136,13 +137,10 @@ class Toolset:
         entries = mcp.servers(warnings)
         for line in warnings:
             self.warn(line)
-        if self.servers is None:
-            self.servers = mcpsession.Servers(self.cwd(), self.environment(), self.sandbox,
-                                              self.warn)
         rows = []
         for name, entry in entries.items():
             try:        # (contacted already when the turn's listing needed it)
-                found, error = len(self.servers.tools(entry)), None
+                found, error = len(self._servers().tools(entry)), None
             except mcpsession.Failed as e:
                 found, error = None, str(e)
             rows.append((name, entry.transport, found, self.servers.took[name], error))
@@ -317,7 +315,7 @@ class Toolset:
         except Asked as e:          # (an MCP server's question: the turn pauses)
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, run_id, "asked")
-                question, form = elicitation.question(e.params)
+                question, form = elicitation.question(e.args[0])
                 agent = registry.get(conn, agent_id)
                 row = asks.open_request(conn, agent, turn_id, call, elicitation.KIND,
                                         question=question, form=form)
@@ -326,7 +324,7 @@ class Toolset:
             raise Paused(row["id"]) from None
         except TaskWaits as e:      # (its next run polls it)
             with lease.holding(conn, agent_id):
-                toolruns.wait_for_task(conn, run_id, e.stored)
+                toolruns.wait_for_task(conn, run_id, e.args[0])
             raise
         with lease.holding(conn, agent_id):
             toolruns.end(conn, run_id, outcome)
@@ -386,8 +384,8 @@ class Toolset:
         entry, tool, _, _ = self.mcp_tools[name]
         timeout, cap = calls.settings(None)
         try:
-            text, media = self.servers.resume(entry, tool, task, timeout, poll) if task \
-                else self.servers.call(entry, tool, arguments, timeout, poll, answers)
+            text, media = self._servers().resume(entry, tool, task, timeout, poll) if task \
+                else self._servers().call(entry, tool, arguments, timeout, poll, answers)
         except mcpsession.Elicited as e:
             raise Asked(e.params) from None
         except mcptasks.Waits as e:
