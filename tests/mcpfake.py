@@ -12,7 +12,6 @@ $FAKE says (letters, any of them):
 import json
 import signal
 import sys
-import time
 
 FAKE = __import__("os").environ.get("FAKE", "")
 LOG = sys.argv[1]
@@ -70,9 +69,8 @@ def main():
             answer(number, {"content": [{"type": "text", "text": "called"}]})
         elif number is not None and method is not None:
             say({"jsonrpc": "2.0", "id": number, "error": {"code": -32601, "message": "no"}})
-    if "d" in FAKE:
-        while True:
-            time.sleep(1)
+    while "d" in FAKE:
+        signal.pause()          # (until SIGKILL, which it can't ignore)
 
 
 main()

@@ -35,7 +35,7 @@ def test_a_task_outlives_the_run_and_the_next_run_takes_its_result(tasks, tmp_pa
         "polls it\n"
     assert tool_results(conn, "w") == [] and status(conn, "w") == "S"
     task, = [json.loads(r[0]) for r in conn.execute("SELECT task FROM tool_runs")]
-    assert task["server"] == "jobs" and task["task"] == "task-1"
+    assert (task["server"], task["taskId"], task["pollInterval"]) == ("jobs", "task-1", 500)
     call, = [m for m in tasks.methods if m == "tools/call"]
     assert agent("run", "w").code == 0              # still running: polled, kept
     assert tool_results(conn, "w") == []
@@ -88,3 +88,31 @@ def test_a_task_without_a_usable_id_or_polled_too_fast_is_held_to_bounds():
     assert session.asked == ["tasks/get", "tasks/result"]
     assert mcptasks._interval({"pollInterval": 1}) == mcptasks.POLL_RANGE[0]
     assert mcptasks._interval({"pollInterval": 10 ** 9}) == mcptasks.POLL_RANGE[1]
+
+
+def test_a_task_the_server_cancelled_is_an_error_the_model_sees(tasks, tmp_path):
+    fork("-n", "w", "--allow", "jobs__*",
+         "-m", script(tmp_path, calling([("jobs__build", {"what": "x"})])), "go")
+    assert agent("run", "w").code == 0
+    tasks.tasks["task-1"]["status"] = "cancelled"
+    assert agent("run", "w").code == 0
+    assert tool_results(connect(os.environ["AGENTCTL_DB"]), "w") == [
+        "error: MCP server jobs: build: the server cancelled its task task-1"]
+
+
+def test_a_task_not_kept_is_cancelled_when_the_calls_time_is_over():
+    """A stdio server's task (keep=False: the server ends with the turn) is polled for
+    the call's time, then cancelled on the server."""
+    from agentctl.tools import mcptasks
+
+    class Working:
+        asked = []
+
+        def request(self, method, params, timeout, *more):
+            self.asked.append(method)
+            return {"taskId": "t", "status": "working"}
+    session = Working()
+    with pytest.raises(TimeoutError, match="no result in 0.6 s"):
+        mcptasks.awaited(session, "jobs", {"taskId": "t", "status": "working"}, 0.6, None,
+                         0.05, keep=False)
+    assert session.asked[-1] == "tasks/cancel" and "tasks/result" not in session.asked

@@ -183,3 +183,35 @@ def test_a_question_outside_a_call_too_long_or_sending_to_a_url_is_declined(tmp_
     assert servers.answering["asked"] == []
     assert servers._elicit(form) == {"action": "cancel"}            # kept, to be asked
     assert servers.answering["asked"] == [form]
+
+
+def test_an_http_server_that_refuses_the_handshake_is_modern_and_an_error_is_its_status():
+    """400 to initialize: a server of another revision (the SDK is asked instead);
+    any other status is an HTTP status, as mcpreasons words it."""
+    from agentctl.tools import mcphttp
+
+    from .localhttp import Handler, LocalServer
+
+    class Refusing(Handler):
+        def post(self, owner, body):
+            method = json.loads(body).get("method")
+            if method.startswith("notifications/"):
+                return self.answer(202)
+            if method == "initialize" and owner.status == 200:
+                reply = {"jsonrpc": "2.0", "id": json.loads(body)["id"], "result": {
+                    "protocolVersion": "2025-06-18", "capabilities": {}}}
+                return self.answer(200, json.dumps(reply).encode(), "application/json")
+            self.answer(owner.status if method == "initialize" else 500, b"no")
+    server = LocalServer(Refusing)
+    try:
+        server.status = 400
+        with pytest.raises(mcpwire.Modern):
+            mcphttp.Http(server.url, {}).handshake(30)
+        server.status = 200
+        session = mcphttp.Http(server.url, {})
+        session.handshake(30)
+        with pytest.raises(mcpwire.Status) as refused:
+            session.list_tools(30)
+        assert refused.value.response.status_code == 500
+    finally:
+        server.close()

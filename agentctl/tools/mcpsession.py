@@ -228,9 +228,8 @@ class Servers:
         except Failed as e:
             raise self._fails(str(e)) from None
         try:
-            result = mcptasks.awaited(session, entry.name, {**stored, "pollInterval": stored.get(
-                "poll", 1) * 1000}, timeout, poll, POLL, keep=isinstance(session, mcphttp.Http),
-                resumed=True)
+            result = mcptasks.awaited(session, entry.name, stored, timeout, poll, POLL,
+                                      keep=isinstance(session, mcphttp.Http), resumed=True)
         except BaseException as e:
             raise self._failed(entry, tool, e, timeout) from None
         return self._result(entry, tool, result)
@@ -238,7 +237,7 @@ class Servers:
     def _tasks(self, entry, session, tool):
         """Whether the call is to be made a task: the server makes tasks of calls, and
         its listing (taken now, when this run has none) says the tool may be one."""
-        if not isinstance(session, mcpwire.Session) or not session.tasks():
+        if not session.tasks():
             return False
         if entry.name not in self.listed:
             try:

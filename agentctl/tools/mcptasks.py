@@ -28,7 +28,9 @@ class Waits(Exception):
         self.server, self.task_id, self.poll = server, task_id, poll
 
     def stored(self):
-        return json.dumps({"server": self.server, "task": self.task_id, "poll": self.poll})
+        """What the call's run keeps: the task as the server's Task says it, and whose."""
+        return json.dumps({"server": self.server, "taskId": self.task_id,
+                           "pollInterval": int(self.poll * 1000)})
 
 
 class Ended(Exception):
@@ -51,11 +53,11 @@ def support(listed, tool):
 
 
 def awaited(session, server, task, timeout, poll, poll_seconds, keep, resumed=False):
-    """The result (tasks/result) of the task `task` (the server's Task, or as stored)
+    """The result (tasks/result) of the task `task` (the server's Task, or Waits.stored's)
     once it is done; `keep`: Waits once wait_seconds() have passed (else the call's
     `timeout`: then it is cancelled, and TimeoutError). `poll()` is asked while it
     waits; what it raises gives the task up (cancelled). `resumed`: polled at once."""
-    task_id = task.get("taskId") or task.get("task")
+    task_id = task.get("taskId")
     if not isinstance(task_id, str) or not 0 < len(task_id) <= 256:
         raise Ended("the server's task has no usable id")
     status = task.get("status", "working")
