@@ -215,3 +215,25 @@ def test_an_http_server_that_refuses_the_handshake_is_modern_and_an_error_is_its
         assert refused.value.response.status_code == 500
     finally:
         server.close()
+
+
+def test_a_session_unused_for_a_day_is_not_resumed_and_one_in_use_is_kept(tmp_path,
+                                                                         monkeypatch):
+    from agentctl.tools import mcp
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entry = mcp.Entry("notes", {"url": "http://127.0.0.1:9/mcp"}, "http")
+    env = {"AGENT_ID": "a"}
+    clock = [1_000_000.0]
+    monkeypatch.setattr(mcp.time, "time", lambda: clock[0])
+    kept = {"session": "s1", "version": "2025-06-18", "capabilities": {}}
+    mcp.keep_session(entry, env, kept)
+    assert mcp.session(entry, env)["session"] == "s1"
+    assert mcp.session(entry, {"AGENT_ID": "b"}) is None         # another agent's
+    for hours in range(1, 30):          # used every hour: its use written down
+        clock[0] += 3600
+        assert mcp.session(entry, env) is not None, hours
+        mcp.keep_session(entry, env, kept)
+    clock[0] += mcp.SESSION_SECONDS     # then a day unused
+    assert mcp.session(entry, env) is None
+    mcp.keep_session(entry, env, None)
+    assert json.loads((tmp_path / "agentctl" / "mcp-sessions.json").read_text()) == {}

@@ -225,33 +225,45 @@ def remember(entry, tools, environment=None):
 
 # -- a Streamable HTTP server's session, kept for its agent's next turn ---------------------
 
-SESSION_SECONDS = 24 * 3600     # kept unused this long at most
+SESSION_SECONDS = 24 * 3600     # a session unused this long is forgotten
+TOUCH_SECONDS = 3600            # its use written down at most this often
 
 
 def session(entry, environment):
-    """The session `entry`'s server gave this agent ($AGENT_ID) on an earlier turn, to be
-    resumed ({"session", "version"}), or None."""
+    """The session `entry`'s server gave this agent ($AGENT_ID) on an earlier turn and
+    that was used within SESSION_SECONDS, to be resumed ({"session", "version", ...}),
+    or None."""
     found = _load(paths.mcp_sessions()).get(_session_key(entry, environment))
-    if not isinstance(found, dict) or not isinstance(found.get("session"), str) or \
+    if not _fresh(found, time.time()) or not isinstance(found.get("session"), str) or \
             not isinstance(found.get("version"), str):
         return None
     return found
 
 
 def keep_session(entry, environment, kept):
-    """Keep `kept` (None: forget it) as the agent's session with `entry`'s server; the
-    sessions unused for SESSION_SECONDS forgotten (a session is the agent's alone: the
-    file is its user's alone)."""
+    """Keep `kept` (None: forget it) as the agent's session with `entry`'s server, its
+    use written down (at most every TOUCH_SECONDS); the sessions unused for
+    SESSION_SECONDS forgotten (a session is the agent's alone: the file is its user's
+    alone)."""
     path, key, now = paths.mcp_sessions(), _session_key(entry, environment), time.time()
-    known = {k: v for k, v in _load(path).items() if isinstance(v, dict)
-             and isinstance(v.get("at"), (int, float)) and now - v["at"] < SESSION_SECONDS}
-    if (known.get(key) or {}).get("session") == (kept or {}).get("session") and kept:
-        return      # (as it was: nothing written)
+    loaded = _load(path)
+    known = {k: v for k, v in loaded.items() if _fresh(v, now)}
+    was = known.get(key)
+    if kept and was and was.get("session") == kept["session"] and \
+            now - was["at"] < TOUCH_SECONDS:
+        return      # (as it was, and used lately: nothing written)
     if kept:
         known[key] = {**kept, "at": now}
-    elif known.pop(key, None) is None:
-        return
-    _store(path, known)
+    else:
+        known.pop(key, None)
+    if known != loaded:
+        _store(path, known)
+
+
+def _fresh(found, now):
+    """Whether a kept session was used within SESSION_SECONDS."""
+    return isinstance(found, dict) and isinstance(found.get("at"), (int, float)) and \
+        now - found["at"] < SESSION_SECONDS
 
 
 def _session_key(entry, environment):
