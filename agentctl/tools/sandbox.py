@@ -41,6 +41,7 @@ from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
 from agentctl.tools import bwrap, confine, cover, runas
 from agentctl.tools.handles import Handle, Prepared, Readable  # noqa: F401 (Prepared: a wrap's)
+from agentctl.workspace import mount
 
 PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -152,8 +153,9 @@ class Sandbox:
     """The sandbox of one agent's calls: `wrap()` prepares the command that runs a
     program in it; `environment` is the environment it gets."""
 
-    def __init__(self, agent, environment, proxy=None, database=None):
+    def __init__(self, agent, environment, proxy=None, database=None, stack=None):
         self.cwd = agent["cwd"] or os.path.realpath(os.getcwd())
+        self.stack = stack      # its layers (workspace.layers.stack), or None: direct
         self.ro = settings.listed(agent["ro"])
         self.hosts = agent["net"]       # its list, one pattern a line (None: none)
         self.agent = agent
@@ -301,7 +303,19 @@ class Sandbox:
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
         args += runas.drop() + runas.prlimit(self.limits, per_call) + list(argv)
-        return Prepared(args, placeholders, env, network)
+        return Prepared(args, placeholders, env, network, self._mount(placeholders))
+
+    def _mount(self, placeholders):
+        """The call's layer prepared (workspace.mount), or None: the agent works on its
+        directory directly."""
+        if not self.stack:
+            return None
+        try:
+            return mount.Mount(self.stack, self.agent["id"])
+        except (mount.Unavailable, OSError) as e:
+            placeholders.release()
+            raise Unavailable(str(e) if isinstance(e, mount.Unavailable)
+                              else f"its layer: {e.strerror or e}") from None
 
     def reaches(self, wanted, net=()):
         """Whether a call given `net` besides its agent's list may reach every host of

@@ -18,6 +18,7 @@ from agentctl.ids import INIT_ID
 from agentctl.ops import asks, grants, lease
 from agentctl.store import asks as asks_store, db, events, registry, toolruns
 from agentctl.turn import builtin as tools
+from agentctl.workspace import layers
 
 SETTLE_SECONDS = 5      # for the connections its MCP servers leave, at the turn's end
 
@@ -81,7 +82,8 @@ class Toolset:
             self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
-                                            db.path_of(self.conn))
+                                            db.path_of(self.conn),
+                                            layers.stack(self.conn, self.agent))
         return self._sandbox
 
     def _mcp(self, usable):
@@ -320,6 +322,8 @@ class Toolset:
         from agentctl.tools import calls, sandbox  # (start-up: 3 ms, only for an external call)
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
+        if self.sandbox() is not None:      # (a fork since its last call: its new layer)
+            self._sandbox.stack = layers.stack(conn, self.agent)
         if name in self.programs:
             program = self.programs[name]
             try:
