@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from agentctl.store.db import connect
+from agentctl.workspace import layers, view
 
-from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, script,
+from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, row, script,
                        tool_results, wait_until)
 from .fakeapi import fakeapi  # noqa: F401 (a fixture)
 from .localhttp import free_port
@@ -225,10 +226,14 @@ def test_the_reference_servers_over_stdio(tmp_path, monkeypatch):
          "-m", model, "go")
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
-    total, notes, wrote, outside = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
+    conn = connect(os.environ["AGENTCTL_DB"])
+    total, notes, wrote, outside = tool_results(conn, "w")
     assert "42" in total
     assert notes == "the WAL appends frames\n"
-    assert (work / "out.txt").read_text() == "written" and "Successfully wrote" in wrote
+    # a server writes the agent's layer, as its tools do (agentctl(7), WORKSPACES)
+    shown = view.locate(view.directories(layers.stack(conn, row(conn, "w"))), "out.txt")
+    assert open(shown).read() == "written" and "Successfully wrote" in wrote
+    assert not (work / "out.txt").exists()
     assert outside.startswith("error:") and "outside allowed directories" in outside
 
 

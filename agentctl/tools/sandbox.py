@@ -182,8 +182,8 @@ class Sandbox:
         environment["TMPDIR"] = "/tmp"
         environment["AGENTCTL_NET"] = "1" if self.hosts else "0"
         inodes, names = confine.forbidden(self.protected)
-        environment[confine.FORBIDDEN] = json.dumps({"inodes": sorted(inodes),
-                                                     "names": sorted(names)})
+        self.forbidden = {"inodes": sorted(inodes), "names": sorted(names)}
+        environment[confine.FORBIDDEN] = json.dumps(self.forbidden)
         if self.proxy is not None:
             environment.update(self.proxy.inside())
             environment["PATH"] = f"{PROXY}/bin:{environment.get('PATH', '/usr/bin:/bin')}"
@@ -274,6 +274,7 @@ class Sandbox:
         args += ["--bind-fd", Handle(self.cwd), self.cwd]
         if own is not None:
             args += ["--bind-fd", Handle(_own(own[0])), own[1]]
+        layer = self._layer()       # (first: it may wait for a frozen layer's writers)
         placeholders = cover.Placeholders()
         try:
             covering, hidden = cover.arguments(
@@ -281,6 +282,8 @@ class Sandbox:
                 paths.directories())
         except OSError as e:
             placeholders.release()
+            if layer is not None:
+                layer.close()
             raise Unavailable(str(e.strerror or e)) from None
         args += covering
         bound = [(real, named) for real, named in _python()
@@ -303,19 +306,22 @@ class Sandbox:
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
         args += runas.drop() + runas.prlimit(self.limits, per_call) + list(argv)
-        return Prepared(args, placeholders, env, network, self._mount(placeholders))
+        if layer is not None:       # (the file tools told where it is: confine._layered)
+            env[confine.FORBIDDEN] = json.dumps({**self.forbidden, "layer": [
+                layer.target, *layer.identity]})
+        return Prepared(args, placeholders, env, network, layer)
 
-    def _mount(self, placeholders):
+    def _layer(self):
         """The call's layer prepared (workspace.mount), or None: the agent works on its
         directory directly."""
         if not self.stack:
             return None
         try:
             return mount.Mount(self.stack, self.agent["id"])
-        except (mount.Unavailable, OSError) as e:
-            placeholders.release()
-            raise Unavailable(str(e) if isinstance(e, mount.Unavailable)
-                              else f"its layer: {e.strerror or e}") from None
+        except mount.Unavailable as e:
+            raise Unavailable(str(e)) from None
+        except OSError as e:
+            raise Unavailable(f"workspace: its layer: {e.strerror or e}") from None
 
     def reaches(self, wanted, net=()):
         """Whether a call given `net` besides its agent's list may reach every host of

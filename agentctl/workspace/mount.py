@@ -21,10 +21,9 @@ takes effect when that call ends: another agent's call that stacks on it waits f
 the lock first (`WAIT` seconds at most)."""
 
 import ctypes
-import errno
 import fcntl
 import os
-import time
+import threading
 
 from agentctl import env, paths
 from agentctl.workspace import layers
@@ -47,6 +46,8 @@ class Mount:
     def __init__(self, stack, agent_id):
         own, below = stack[0], stack[1:]
         self.target, self.root = own["base"], layers.root()
+        st = os.stat(self.target)
+        self.identity = (st.st_dev, st.st_ino)      # the real directory's
         self.late = []          # (descriptor, path, flags): opened again once mounted
         self.lock = None
         if any(c in self.target for c in UNSAFE):
@@ -98,7 +99,7 @@ class Mount:
     def decoded(cls, text):
         mount = cls.__new__(cls)
         mount.target, mount.root, options = text.split("\n")
-        mount.options, mount.late, mount.lock = options.encode(), [], None
+        mount.options, mount.late, mount.lock, mount.identity = options.encode(), [], None, ()
         return mount
 
     def close(self):
@@ -136,8 +137,8 @@ def _own(layer, base):
 def _settled(layer, agent_id):
     """A frozen layer under a call: here (Unavailable when it is on another host's
     data directory), and written by no call of another agent's any more (waited
-    for). Its own agent's calls in flight are not waited for: they are its own
-    work, which it sees either way."""
+    for, WAIT seconds at most). Its own agent's calls in flight are not waited for:
+    they are its own work, which it sees either way."""
     top = os.path.join(layers.root(), str(layer["id"]))
     try:
         fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -148,18 +149,43 @@ def _settled(layer, agent_id):
                               "--shared)") from None
         return      # (never written: empty)
     try:
-        if layer["agent_id"] == agent_id:
-            return
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except OSError as e:
-                if e.errno != errno.EWOULDBLOCK or time.monotonic() > deadline:
-                    raise Unavailable(f"layer {layer['id']} is still written by a call "
-                                      "that started before its fork: try again once it "
-                                      "ends") from None
-            time.sleep(0.05)
+        if layer["agent_id"] != agent_id and not _free(fd, WAIT):
+            raise Unavailable(f"layer {layer['id']} is still written by a call that started "
+                              "before its fork: try again once it ends")
     finally:
         os.close(fd)
+
+
+def _free(fd, seconds):
+    """Whether no call holds the layer whose directory `fd` is (an exclusive lock
+    taken, then let go), waited for `seconds` at most: by a thread blocked in
+    flock(2) (the kernel lists it waiting, in /proc/locks), which lets go of the
+    lock itself if it comes too late."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    mine, state, taken = os.dup(fd), {}, threading.Event()
+    guard = threading.Lock()
+
+    def take():
+        try:
+            fcntl.flock(mine, fcntl.LOCK_EX)
+            got = True
+        except OSError:
+            got = False
+        with guard:
+            state.update(done=True, taken=got)
+            if state.get("late"):
+                os.close(mine)      # (let go: nobody waits any more)
+        taken.set()
+    threading.Thread(target=take, name="agentctl-layer", daemon=True).start()
+    taken.wait(seconds)
+    with guard:
+        done = state.get("done", False)
+        state["late"] = not done
+        free = done and state["taken"]
+    if done:
+        os.close(mine)
+    return free
