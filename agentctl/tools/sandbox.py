@@ -153,9 +153,9 @@ class Sandbox:
     """The sandbox of one agent's calls: `wrap()` prepares the command that runs a
     program in it; `environment` is the environment it gets."""
 
-    def __init__(self, agent, environment, proxy=None, database=None, stack=None):
+    def __init__(self, agent, environment, proxy=None, database=None, stacked=None):
         self.cwd = agent["cwd"] or os.path.realpath(os.getcwd())
-        self.stack = stack      # its layers (workspace.layers.stack), or None: direct
+        self.stacked = stacked  # its stack of layers now (a function), or None: direct
         self.ro = settings.listed(agent["ro"])
         self.hosts = agent["net"]       # its list, one pattern a line (None: none)
         self.agent = agent
@@ -313,15 +313,22 @@ class Sandbox:
 
     def _layer(self):
         """The call's layer prepared (workspace.mount), or None: the agent works on its
-        directory directly."""
-        if not self.stack:
-            return None
-        try:
-            return mount.Mount(self.stack, self.agent["id"])
-        except mount.Unavailable as e:
-            raise Unavailable(str(e)) from None
-        except OSError as e:
-            raise Unavailable(f"workspace: its layer: {e.strerror or e}") from None
+        directory directly. Its stack is read at each call (a fork since the last one:
+        its new layer), and again once its layer is held (a fork meanwhile: again)."""
+        for _ in range(3):
+            stack = self.stacked() if self.stacked is not None else None
+            if not stack:
+                return None
+            try:
+                layer = mount.Mount(stack, self.agent["id"])
+            except mount.Unavailable as e:
+                raise Unavailable(str(e)) from None
+            except OSError as e:
+                raise Unavailable(f"workspace: its layer: {e.strerror or e}") from None
+            if self.stacked()[0]["id"] == stack[0]["id"]:
+                return layer
+            layer.close()
+        raise Unavailable("workspace: its layer keeps changing (forks under way): try again")
 
     def reaches(self, wanted, net=()):
         """Whether a call given `net` besides its agent's list may reach every host of

@@ -83,7 +83,7 @@ class Toolset:
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
                                             db.path_of(self.conn),
-                                            layers.stack(self.conn, self.agent))
+                                            lambda: layers.stack(self.conn, self.agent))
         return self._sandbox
 
     def _mcp(self, usable):
@@ -322,8 +322,6 @@ class Toolset:
         from agentctl.tools import calls, sandbox  # (start-up: 3 ms, only for an external call)
         poll = lambda: lease.check_not_killed(conn, agent_id)  # noqa: E731
         name = call["tool_name"]
-        if self.sandbox() is not None:      # (a fork since its last call: its new layer)
-            self._sandbox.stack = layers.stack(conn, self.agent)
         if name in self.programs:
             program = self.programs[name]
             try:
