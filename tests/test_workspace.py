@@ -172,7 +172,7 @@ def test_the_data_directory_and_the_layers_are_hidden_from_tools(world, tmp_path
     assert os.listdir(data / "l")
 
 
-def test_what_no_tool_may_touch_stays_protected_in_a_layer(world, tmp_path):
+def test_what_no_tool_may_touch_stays_protected_in_a_layer(world, tmp_path, home):
     """The read-only set and the database are covered in a layer as in the real
     directory; the file tools refuse the database inside a layer too."""
     (world / ".git" / "hooks").mkdir(exist_ok=True)
@@ -181,6 +181,8 @@ def test_what_no_tool_may_touch_stays_protected_in_a_layer(world, tmp_path):
                                    "echo x > .git/hooks/pre-commit && echo wrote hook; "
                                    "echo {} > .mcp.json && echo wrote mcp; echo ok")
     assert "wrote" not in said and "ok\n" in said, said
+    if str(home).startswith("postgresql://"):
+        return          # (a PostgreSQL database is no file)
     fork("-n", "near", "--allow", "write_file", "--cwd", str(tmp_path))
     model = tmp_path / "near.jsonl"
     model.write_text(json.dumps({"steps": [{"content": "", "tool_calls": [
@@ -269,3 +271,31 @@ def test_a_fork_mid_call_takes_effect_when_the_call_ends(world, tmp_path, conn):
         if kid is not None:
             kid.wait(60)
     assert results("kid")[0].startswith("first\nafter\n"), results("kid")
+
+
+def test_shared_writes_the_directory_itself_and_is_implied_without_cwd(world, tmp_path,
+                                                                       monkeypatch, conn):
+    fork("-n", "direct", "--allow", "run", "--cwd", str(world), "--shared")
+    turn(tmp_path, "direct", "echo direct > direct.txt")
+    assert (world / "direct.txt").read_text() == "direct\n"
+    assert layers.stack(conn, row(conn, "direct")) is None
+    monkeypatch.chdir(world)
+    fork("-n", "here")
+    assert row(conn, "here")["shared"] == 1 and rows.own(conn, row(conn, "here")["id"]) is None
+
+
+def test_agent_set_gives_a_layer_where_it_changes_the_directory_or_shared(world, tmp_path, conn):
+    fork("-n", "a", "--allow", "run", "--cwd", str(world), "--shared")
+    assert agent("set", "a", "shared=no").code == 0
+    first = rows.own(conn, row(conn, "a")["id"])
+    assert first is not None and first["base"] == str(world)
+    turn(tmp_path, "a", "echo mine > mine.txt")
+    assert agent("set", "a", f"cwd={world / 'tree'}").code == 0    # (inside: the same layer)
+    assert rows.own(conn, row(conn, "a")["id"])["id"] == first["id"]
+    other = tmp_path / "other"
+    other.mkdir()
+    os.chmod(other, 0o777)
+    assert agent("set", "a", f"cwd={other}").code == 0            # (elsewhere: a stack of its own)
+    now = layers.stack(conn, row(conn, "a"))
+    assert [r["base"] for r in now] == [str(other)]
+    assert rows.get(conn, first["id"])["frozen_at"] is not None
