@@ -180,11 +180,11 @@ def launch():
     try:
         mount = None
         if sys.argv[3] != "-":
-            from agentctl.workspace.mount import Mount  # (start-up: 2 ms, only for a layered server)
+            from agentctl.workspace.mount import Mount  # (start-up: 8 ms, only for a layer)
             mount = Mount.decoded(sys.argv[3])
         argv, fds, handshake = opened(given, mount)
         if sys.argv[2] != "-" or mount is not None:
-            from agentctl.tools import netns  # (start-up: 4 ms, only for a server given hosts or a layer)
+            from agentctl.tools import netns  # (start-up: 4 ms, only for hosts or a layer)
             stage = netns.Stage(None if sys.argv[2] == "-" else sys.argv[2], mount)
     except OSError as e:
         sys.stderr.write(f"bwrap: not started: {e.strerror or e}\n")
@@ -226,7 +226,7 @@ class Prepared:
         opened now, as bwrap gets it; given hosts or a layer, its Stage (`stage`):
         Unavailable when its egress proxy can't be reached."""
         if self.network is not None or self.mount is not None:
-            from agentctl.tools import netns  # (start-up: 4 ms, only for a call given hosts or a layer)
+            from agentctl.tools import netns  # (start-up: 4 ms, only for hosts or a layer)
             try:
                 self.stage = netns.Stage(self.network, self.mount)
             except OSError as e:
