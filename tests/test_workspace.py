@@ -299,3 +299,36 @@ def test_agent_set_gives_a_layer_where_it_changes_the_directory_or_shared(world,
     now = layers.stack(conn, row(conn, "a"))
     assert [r["base"] for r in now] == [str(other)]
     assert rows.get(conn, first["id"])["frozen_at"] is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root makes an unprivileged user here")
+def test_unprivileged_a_layer_maps_the_user_alone(world, tmp_path):
+    """Unprivileged (here: uid 1000 of a user namespace of the test's, as `unshare -U`
+    makes one), the layer's namespace maps the operator's user alone, as itself, and
+    keeps its records in user attributes: a directory from below can't be renamed by
+    rename(2) (EXDEV; mv copies), a file of another user can't be changed (EOVERFLOW),
+    and the real directory is untouched (agent-fork(1), Workspaces)."""
+    needs("unshare", "util-linux")
+    for path in [world, *world.rglob("*")]:
+        os.chown(path, 0, 0)    # (root's: the operator's, uid 1000 in that namespace)
+    (world / "theirs").write_text("theirs\n")
+    os.chown(world / "theirs", 12345, 12345)
+    os.chmod(world / "theirs", 0o666)
+    steps = [{"content": "", "tool_calls": [{"name": "run", "arguments": {"command":
+             "id -u; echo mine > mine.txt; python3 -c \"import os; os.rename('tree', 'moved')\"; "
+             "mv tree copied && ls copied; echo more >> theirs; cat theirs mine.txt"}}]},
+             {"content": "done"}]
+    model = tmp_path / "u.jsonl"
+    model.write_text(json.dumps({"steps": steps}) + "\n")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    ran = shell(f"XDG_RUNTIME_DIR={run} unshare --user --map-user=1000 --map-group=1000 sh -c '"
+                f"agent-fork -n u --allow run --cwd {world} -m scripted:{model} go >/dev/null "
+                "&& agent-run u'")
+    assert ran.code == 0, ran.err
+    said, = results("u")
+    assert said.startswith("1000\n") and "Invalid cross-device link" in said, said
+    assert "inner\n" in said and "Value too large for defined data type" in said
+    assert "theirs\nmine\n" in said
+    assert sorted(os.listdir(world)) == [".git", "gone.txt", "old.txt", "script.sh",
+                                        "shared.txt", "theirs", "tree"]
