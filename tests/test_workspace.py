@@ -7,7 +7,9 @@ what an agent changed are read from the layers (workspace/view.py)."""
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -320,11 +322,13 @@ def test_unprivileged_a_layer_maps_the_user_alone(world, tmp_path):
              {"content": "done"}]
     model = tmp_path / "u.jsonl"
     model.write_text(json.dumps({"steps": steps}) + "\n")
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    ran = shell(f"XDG_RUNTIME_DIR={run} unshare --user --map-user=1000 --map-group=1000 sh -c '"
-                f"agent-fork -n u --allow run --cwd {world} -m scripted:{model} go >/dev/null "
-                "&& agent-run u'")
+    run = tempfile.mkdtemp(prefix="agentctl-test-")    # (short: a socket's path is)
+    try:
+        ran = shell(f"XDG_RUNTIME_DIR={run} unshare --user --map-user=1000 --map-group=1000 "
+                    f"sh -c 'agent-fork -n u --allow run --cwd {world} -m scripted:{model} go "
+                    ">/dev/null && agent-run u'")
+    finally:
+        shutil.rmtree(run)
     assert ran.code == 0, ran.err
     said, = results("u")
     assert said.startswith("1000\n") and "Invalid cross-device link" in said, said
