@@ -336,3 +336,14 @@ def test_unprivileged_a_layer_maps_the_user_alone(world, tmp_path):
     assert "theirs\nmine\n" in said
     assert sorted(os.listdir(world)) == [".git", "gone.txt", "old.txt", "script.sh",
                                         "shared.txt", "theirs", "tree"]
+
+
+def test_list_tools_says_loudly_where_no_layer_can_be_mounted(world, monkeypatch):
+    from agentctl.workspace import mount
+    assert mount.problem() is None          # (this machine's kernel mounts one)
+    lead(world)
+    assert "layer" not in agent("run", "--list-tools", "lead").err
+    monkeypatch.setattr(mount, "_kind", lambda: "no_such_option")    # (as a kernel refuses)
+    said = agent("run", "--list-tools", "lead").err
+    assert "a layer can't be mounted here (overlayfs: Invalid argument)" in said, said
+    assert "--shared" in said and said.count("\n") == 1

@@ -174,7 +174,8 @@ class Toolset:
         if self.agent["unconfined"] or not (self.programs or self.mcp_tools):
             return None
         from agentctl.tools import sandbox  # (start-up: 3 ms, only for a tool's sandbox)
-        return sandbox.problem()
+        return sandbox.problem() or (sandbox.mount.problem() if layers.layered(self.agent)
+                                     else None)
 
     def is_external(self, name):
         return name in self.programs or name in self.mcp_tools

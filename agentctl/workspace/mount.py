@@ -23,12 +23,14 @@ the lock first (`WAIT` seconds at most)."""
 import ctypes
 import fcntl
 import os
+import tempfile
 import threading
 
 from agentctl import env, paths
 from agentctl.workspace import layers
 
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
 PAGE = 4096             # the mount's options must fit in it, with their NUL
 WAIT = 60.0             # seconds another agent's call waits for a frozen layer's writers
 UNSAFE = ",:\\\n"       # what overlay's options can't hold in a path
@@ -61,9 +63,7 @@ class Mount:
                 lower.append(f"{layer['id']}/u")
         self.lock = _own(own, self.target)
         options = (f"lowerdir={':'.join(lower + [self.target])},upperdir={own['id']}/u,"
-                   f"workdir={own['id']}/w,"
-                   + ("redirect_dir=on,index=off,metacopy=off" if os.geteuid() == 0
-                      else "userxattr"))
+                   f"workdir={own['id']}/w,{_kind()}")
         if len(options) >= PAGE:
             self.close()
             raise Unavailable(f"working directory {self.target}: its stack of {len(stack)} "
@@ -107,6 +107,56 @@ class Mount:
         if self.lock is not None:
             os.close(self.lock)
             self.lock = None
+
+
+def problem():
+    """None when a layer can be mounted here, else why (the fix named): a throwaway
+    overlay mounted as a call's is (options()), in a child of this process with
+    namespaces of its own; for agent-run --list-tools to say loudly."""
+    with tempfile.TemporaryDirectory(prefix="agentctl-layer-") as top:
+        for name in ("u", "w", "m"):
+            os.mkdir(os.path.join(top, name))
+        options = f"lowerdir={top}/m,upperdir={top}/u,workdir={top}/w,{_kind()}".encode()
+        libc = ctypes.CDLL(None, use_errno=True)
+        maps = _maps()
+        pid = os.fork()
+        if pid == 0:        # (the child: nothing but system calls, then its end)
+            code = 100
+            try:
+                if libc.unshare(CLONE_NEWNS | (CLONE_NEWUSER if maps else 0)) == 0:
+                    for path, text in maps:
+                        fd = os.open(path, os.O_WRONLY)
+                        os.write(fd, text)
+                        os.close(fd)
+                    code = 0 if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) \
+                        == 0 and libc.mount(b"overlay", f"{top}/m".encode(), b"overlay", 0,
+                                            options) == 0 else ctypes.get_errno()
+                else:
+                    code = ctypes.get_errno()
+            finally:
+                os._exit(min(code, 255))
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 0:
+        return None
+    why = os.strerror(code) if 0 < code < 100 else "it ended"
+    return (f"a layer can't be mounted here (overlayfs: {why}): an agent given --cwd works "
+            "in one (agentctl(7), WORKSPACES); give it --shared, or run a kernel that "
+            "mounts overlayfs in a user namespace (Linux 5.11)")
+
+
+def _kind():
+    """The options that differ by who mounts: as root, trusted attributes and directories
+    redirected (a rename works); else user attributes, which allow no redirect."""
+    return "redirect_dir=on,index=off,metacopy=off" if os.geteuid() == 0 else "userxattr"
+
+
+def _maps():
+    """Unprivileged, the maps of a user namespace of the caller's user alone, as itself."""
+    if os.geteuid() == 0:
+        return []
+    return [(f"/proc/self/{name}", text.encode()) for name, text in (
+        ("setgroups", "deny"), ("uid_map", f"{os.geteuid()} {os.geteuid()} 1\n"),
+        ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))]
 
 
 def _own(layer, base):
