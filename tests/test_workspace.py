@@ -251,9 +251,9 @@ def test_a_fork_mid_call_takes_effect_when_the_call_ends(world, tmp_path, conn):
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     kid = None
     try:
-        in_flight = "SELECT 1 FROM tool_runs WHERE agent_id = ? AND ended_at IS NULL"
-        wait_until(lambda: conn.execute(in_flight, (row(conn, "lead")["id"],)).fetchone(),
-                   "the lead's call")
+        own = rows.own(conn, row(conn, "lead")["id"])
+        wait_until(lambda: os.path.exists(os.path.join(layers.upper(own["id"]), "b.txt")),
+                   "the lead's call, writing its layer")
         fork("-p", "lead", "-n", "kid", "--allow", "run")
         model = tmp_path / "kid.jsonl"
         model.write_text(json.dumps({"steps": [{"content": "", "tool_calls": [{
@@ -263,7 +263,8 @@ def test_a_fork_mid_call_takes_effect_when_the_call_ends(world, tmp_path, conn):
         agent("send", "kid", "go")
         kid = subprocess.Popen([os.path.join(ROOT, "bin", "agent-run"), "kid"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_until(lambda: waiting(kid.pid), "the kid's call waiting for the lead's")
+        wait_until(lambda: waiting(kid.pid) or kid.poll() is not None,
+                   "the kid's call waiting for the lead's")
         assert results("kid") == []
         (signal / "go").touch()
         assert kid.wait(60) == 0, kid.stderr.read()

@@ -33,7 +33,7 @@ import threading
 from agentctl.tools import netwatch
 
 PORT = 3128                         # on the call's loopback
-CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_FS = 0x10000000, 0x40000000, 0x20000, 0x200
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_FS = 0x10000000, 0x40000000, 0x200
 SIOCSIFFLAGS = 0x8914
 UP = struct.pack("16sh22x", b"lo", 0x1 | 0x8 | 0x40)    # struct ifreq: IFF_UP|LOOPBACK|RUNNING
 FAILED = 71                         # its exit status when it can't be made (EX_OSERR)
@@ -58,11 +58,13 @@ class Stage:
                 raise
         self.mount = mount
         self.threaded = os.geteuid() == 0
+        # (a layer's namespaces are entered: as root, by a thread whose file system
+        # attributes are its own; else its user namespace is the one made here)
         self.flags = (CLONE_NEWNET if path is not None else 0) | (
-            CLONE_NEWNS | (CLONE_FS if self.threaded else 0) if mount is not None else 0) | (
-            0 if self.threaded else CLONE_NEWUSER)
-        self.maps = [] if self.threaded else [(f"/proc/self/{name}", text.encode()) for
-                                              name, text in (
+            CLONE_FS if self.threaded and mount is not None else 0) | (
+            0 if self.threaded or mount is not None else CLONE_NEWUSER)
+        self.maps = [] if self.threaded or mount else [(f"/proc/self/{name}", text.encode())
+                                                       for name, text in (
             ("setgroups", "deny"), ("uid_map", f"{os.geteuid()} {os.geteuid()} 1\n"),
             ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))]   # (its user alone, as itself)
         self.libc = ctypes.CDLL(None, use_errno=True)
@@ -139,9 +141,13 @@ class Stage:
         return box["started"]
 
     def _made(self):
-        """The namespaces made, its layer mounted: (the network's listener, the
-        watch's descriptor or None; (None, None) without a network)."""
-        if self.unshare(self.flags) != 0:
+        """The namespaces made (its layer's entered: unprivileged, before the network
+        is made in its user namespace; as root, once the thread's file system
+        attributes are its own): (the network's listener, the watch's descriptor or
+        None; (None, None) without a network)."""
+        if self.mount is not None and not self.threaded:
+            self._layer()
+        if self.flags and self.unshare(self.flags) != 0:
             raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
         for path, text in self.maps:
             fd = os.open(path, os.O_WRONLY)
@@ -149,11 +155,8 @@ class Stage:
                 os.write(fd, text)
             finally:
                 os.close(fd)
-        if self.mount is not None:
-            try:
-                self.mount.made(self.libc)
-            except OSError as e:
-                raise _Layer(e.strerror or str(e)) from None
+        if self.mount is not None and self.threaded:
+            self._layer()
         if self.channel is None:
             return None, None
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -165,6 +168,12 @@ class Stage:
             return listener, self.watch.install() if self.watch is not None else None
         except OSError:
             return listener, None   # (a kernel without user notification: its own refusals)
+
+    def _layer(self):
+        try:
+            self.mount.made(self.libc)
+        except OSError as e:
+            raise _Layer(e.strerror or str(e)) from None
 
     def _hand(self, listener, stderr, pidfd, watch):
         given = [listener.fileno(), stderr, pidfd] + ([watch] if watch is not None else [])

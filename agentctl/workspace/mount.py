@@ -1,12 +1,12 @@
 """A layered agent's call sees its working directory through an overlay (agentctl(7),
 WORKSPACES): its own layer the upper directory, the non-empty frozen layers of its
 stack and the real directory under it, mounted on the real directory's path in a
-mount namespace of the call's own, where its bwrap starts (netns.Stage makes the
-namespace: as root in a thread of agent-run, else in the child that becomes bwrap,
-with a user namespace that maps its user alone; handles.launch for an MCP server).
-bwrap then binds the directory as it binds any working directory, by handle: the
-handles inside it are opened again once the overlay is there (`late`), so that each
-bind is the overlay's, never the real directory's.
+mount namespace of its own (space.py: made once for each stack, entered by each call
+where its bwrap starts: netns.Stage, as root in a thread of agent-run, else in the
+child that becomes bwrap; handles.launch for an MCP server). bwrap then binds the
+directory as it binds any working directory, by handle: the handles inside it are
+opened again once the call is in the namespace (`late`), so that each bind is the
+overlay's, never the real directory's.
 
 The layers are named relative to their directory (the mount is made from there), so
 that a deep stack's options fit in the page the kernel reads them from. As root,
@@ -15,22 +15,19 @@ renaming a directory works; unprivileged, it keeps them in user xattrs (userxatt
 where the kernel allows no redirect: renaming a directory that comes from a lower
 layer fails with EXDEV (mv copies; rename(2) and git mv don't).
 
-A layer is written by the calls that mount it as their upper directory, each holding
-a shared lock on its directory; a fork that freezes a layer under a call in flight
-takes effect when that call ends: another agent's call that stacks on it waits for
-the lock first (`WAIT` seconds at most)."""
+A layer is written by the calls whose upper directory it is, each holding a shared
+lock on its directory while it runs; a fork that freezes a layer under a call in
+flight takes effect when that call ends: another agent's call that stacks on it waits
+for the lock first (`WAIT` seconds at most)."""
 
-import ctypes
 import fcntl
 import os
 import tempfile
 import threading
 
 from agentctl import env, paths
-from agentctl.workspace import layers
+from agentctl.workspace import layers, space
 
-MS_REC, MS_PRIVATE = 0x4000, 0x40000
-CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
 PAGE = 4096             # the mount's options must fit in it, with their NUL
 WAIT = 60.0             # seconds another agent's call waits for a frozen layer's writers
 UNSAFE = ",:\\\n"       # what overlay's options can't hold in a path
@@ -69,23 +66,18 @@ class Mount:
             raise Unavailable(f"working directory {self.target}: its stack of {len(stack)} "
                               "layers is too deep to mount (merge or discard its "
                               "descendants' work)")
-        self.options = options.encode()
+        try:
+            self.space = space.held(options.encode(), self.target, self.root)
+        except OSError as e:
+            self.close()
+            raise Unavailable(f"workspace: can't mount its layer on {self.target}: "
+                              f"{e.strerror} (agentctl(7), WORKSPACES: give the agent "
+                              "--shared to work without one)") from None
 
     def made(self, libc):
-        """In the call's mount namespace, made (netns.Stage): mounts private, the
-        overlay mounted, the late handles opened again onto their descriptors."""
-        if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "can't make its mounts private: "
-                          + os.strerror(ctypes.get_errno()))
-        os.chdir(self.root)
-        try:
-            if libc.mount(b"overlay", self.target.encode(), b"overlay", 0,
-                          self.options) != 0:
-                raise OSError(ctypes.get_errno(), f"can't mount its layer on {self.target}: "
-                              f"{os.strerror(ctypes.get_errno())} (agentctl(7), "
-                              "WORKSPACES: give the agent --shared to work without one)")
-        finally:
-            os.chdir("/")
+        """Where the call's bwrap starts: in the layer's namespace (space.Space), the
+        late handles opened again there onto their descriptors."""
+        self.space.enter(libc)
         for fd, path, flags in self.late:
             opened = paths.opened(path, flags)
             os.dup2(opened, fd)
@@ -93,13 +85,13 @@ class Mount:
 
     def coded(self):
         """As the launcher's argument names it (an MCP server's: handles.launch)."""
-        return "\n".join([self.target, self.root, self.options.decode()])
+        return "\n".join([self.target, self.space.coded()])
 
     @classmethod
     def decoded(cls, text):
         mount = cls.__new__(cls)
-        mount.target, mount.root, options = text.split("\n")
-        mount.options, mount.late, mount.lock, mount.identity = options.encode(), [], None, ()
+        mount.target, named = text.split("\n")
+        mount.space, mount.late, mount.lock = space.Space.decoded(named), [], None
         return mount
 
     def close(self):
@@ -111,34 +103,17 @@ class Mount:
 
 def problem():
     """None when a layer can be mounted here, else why (the fix named): a throwaway
-    overlay mounted as a call's is (options()), in a child of this process with
-    namespaces of its own; for agent-run --list-tools to say loudly."""
+    overlay mounted as a call's is, in a namespace of its own; for agent-run
+    --list-tools to say loudly."""
     with tempfile.TemporaryDirectory(prefix="agentctl-layer-") as top:
         for name in ("u", "w", "m"):
             os.mkdir(os.path.join(top, name))
-        options = f"lowerdir={top}/m,upperdir={top}/u,workdir={top}/w,{_kind()}".encode()
-        libc = ctypes.CDLL(None, use_errno=True)
-        maps = _maps()
-        pid = os.fork()
-        if pid == 0:        # (the child: nothing but system calls, then its end)
-            code = 100
-            try:
-                if libc.unshare(CLONE_NEWNS | (CLONE_NEWUSER if maps else 0)) == 0:
-                    for path, text in maps:
-                        fd = os.open(path, os.O_WRONLY)
-                        os.write(fd, text)
-                        os.close(fd)
-                    code = 0 if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) \
-                        == 0 and libc.mount(b"overlay", f"{top}/m".encode(), b"overlay", 0,
-                                            options) == 0 else ctypes.get_errno()
-                else:
-                    code = ctypes.get_errno()
-            finally:
-                os._exit(min(code, 255))
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code == 0:
-        return None
-    why = os.strerror(code) if 0 < code < 100 else "it ended"
+        try:
+            space.made(f"lowerdir=m,upperdir=u,workdir=w,{_kind()}".encode(),
+                       os.path.join(top, "m"), top).close()
+            return None
+        except OSError as e:
+            why = e.strerror
     return (f"a layer can't be mounted here (overlayfs: {why}): an agent given --cwd works "
             "in one (agentctl(7), WORKSPACES); give it --shared, or run a kernel that "
             "mounts overlayfs in a user namespace (Linux 5.11)")
@@ -148,15 +123,6 @@ def _kind():
     """The options that differ by who mounts: as root, trusted attributes and directories
     redirected (a rename works); else user attributes, which allow no redirect."""
     return "redirect_dir=on,index=off,metacopy=off" if os.geteuid() == 0 else "userxattr"
-
-
-def _maps():
-    """Unprivileged, the maps of a user namespace of the caller's user alone, as itself."""
-    if os.geteuid() == 0:
-        return []
-    return [(f"/proc/self/{name}", text.encode()) for name, text in (
-        ("setgroups", "deny"), ("uid_map", f"{os.geteuid()} {os.geteuid()} 1\n"),
-        ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))]
 
 
 def _own(layer, base):
