@@ -31,6 +31,7 @@ import struct
 import threading
 
 from agentctl.tools import netwatch
+from agentctl.workspace import space
 
 PORT = 3128                         # on the call's loopback
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_FS = 0x10000000, 0x40000000, 0x200
@@ -63,10 +64,7 @@ class Stage:
         self.flags = (CLONE_NEWNET if path is not None else 0) | (
             CLONE_FS if self.threaded and mount is not None else 0) | (
             0 if self.threaded or mount is not None else CLONE_NEWUSER)
-        self.maps = [] if self.threaded or mount else [(f"/proc/self/{name}", text.encode())
-                                                       for name, text in (
-            ("setgroups", "deny"), ("uid_map", f"{os.geteuid()} {os.geteuid()} 1\n"),
-            ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))]   # (its user alone, as itself)
+        self.maps = [] if mount else space.maps()     # (its user alone, as itself)
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.unshare = self.libc.unshare
         # the watch's filter, all but its system call made (None: a machine not watched)

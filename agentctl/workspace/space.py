@@ -70,7 +70,7 @@ def made(options, target, root):
     """A new Space with `options` mounted on `target` (from directory `root`), made
     by a child of this process: nothing but system calls, then its end."""
     libc = ctypes.CDLL(None, use_errno=True)
-    maps = _maps()
+    mapped = maps()
     said, tell = os.pipe()
     wait, go = os.pipe()
     pid = os.fork()
@@ -79,7 +79,7 @@ def made(options, target, root):
         try:
             os.close(said)
             os.close(go)
-            code = _mount(libc, maps, options, target, root)
+            code = _mount(libc, mapped, options, target, root)
             os.write(tell, bytes([min(code, 254)]))
             os.read(wait, 1)
         finally:
@@ -90,7 +90,7 @@ def made(options, target, root):
         code = (os.read(said, 1) or b"\xff")[0]
         space = None
         if code == 0:
-            user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC) if maps \
+            user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC) if mapped \
                 else None
             space = Space(os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC), user)
     finally:
@@ -118,8 +118,9 @@ def _mount(libc, maps, options, target, root):
     return 0
 
 
-def _maps():
-    """Unprivileged, the maps of a user namespace of the caller's user alone, as itself."""
+def maps():
+    """Unprivileged, the maps of a user namespace of the caller's user alone, as itself
+    (a layer's, and a call's network's: netns.Stage); as root, none."""
     if os.geteuid() == 0:
         return []
     return [(f"/proc/self/{name}", text.encode()) for name, text in (
