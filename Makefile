@@ -108,6 +108,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/compaction.py
 	$(VENV)/bin/python bench/events.py
 	$(VENV)/bin/python bench/tools.py
+	$(VENV)/bin/python bench/workspace.py
 	$(VENV)/bin/python bench/mcp.py
 	$(VENV)/bin/python bench/postgres.py
 	$(VENV)/bin/python bench/cache.py

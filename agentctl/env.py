@@ -69,3 +69,15 @@ def _duration(name, raw):
         raise UsageError(f"{name} must be a duration such as 90, 90s, 10m or 24h, "
                          f"not {shown(raw)}")
     return seconds
+
+
+def host():
+    """This host's name, as a lease names it: $AGENTCTL_HOST when set (containers
+    often share a host name), else the system's (uname's node name, which is what
+    gethostname() returns, without importing socket)."""
+    given = os.environ.get("AGENTCTL_HOST", "").strip()
+    if given:
+        if ":" in given or not given.isprintable():
+            raise UsageError(f"AGENTCTL_HOST must be a host name (no colon), not {given!r}")
+        return given
+    return os.uname().nodename

@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 model=${MODEL:-scripted:$here/models/approval.jsonl}
 work=${WORKDIR:-$(mktemp -d)}
 
-agent-fork -n "${NAME:-reporter}" --allow write_file --ask write_file --cwd "$work" \
+agent-fork -n "${NAME:-reporter}" --allow write_file --ask write_file --cwd "$work" --shared \
     -m "$model" "Write the report" >/dev/null
 
 echo "cron, 09:00: agent-run --all"

@@ -12,8 +12,9 @@ mkdir -p "$work/notes"
 echo "The WAL appends frames at its end; a checkpoint copies them back." > "$work/notes/wal.txt"
 echo "Readers take a snapshot from the wal-index; one writer at a time." > "$work/notes/locks.txt"
 
+# --shared: its tools write $work itself (without it, a layer of their own over it)
 lead=$(agent-fork -n "${LEAD:-files-lead}" -r lead --allow '*_file' --allow list_dir \
-       --cwd "$work" -m "$model" "Summarise the notes in notes/")
+       --cwd "$work" --shared -m "$model" "Summarise the notes in notes/")
 agent-run "$lead" >/dev/null                    # lists notes/, forks the reader
 agent-ps -q --parent "$lead" | xargs -n 1 agent-run >/dev/null     # the reader reads
 agent-run "$lead" >/dev/null                    # collects it, writes summary.md

@@ -78,7 +78,7 @@ def test_a_program_tools_arguments_are_checked_against_its_parameters(toolpath, 
     model = script(tmp_path, calling([("count", {"n": "five"}), ("count", {}),
                                       ("count", {"n": 0}), ("count", {"n": 5, "extra": 1}),
                                       ("count", "[5]"), ("count", {"n": 5, "day": "not a date"})]))
-    fork("-n", "w", "--allow", "count", "--cwd", str(work), "-m", model, "go")
+    fork("--shared", "-n", "w", "--allow", "count", "--cwd", str(work), "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err
     assert tool_results(conn, "w") == [
@@ -184,7 +184,7 @@ def test_a_call_that_times_out_is_killed_whole(toolpath, tmp_path, conn, monkeyp
     mark, work = marker(), work_dir(tmp_path)
     make_tool(toolpath, "slow", f"sleep {mark} & echo started > started; wait")
     monkeypatch.setenv("AGENTCTL_TOOL_TIMEOUT", "3")
-    fork("-n", "w", "--allow", "slow", "--cwd", str(work), "-m",
+    fork("--shared", "-n", "w", "--allow", "slow", "--cwd", str(work), "-m",
          script(tmp_path, calling([("slow", {})])), "go")
     start = time.monotonic()
     assert agent("run", "w").code == 0
@@ -201,7 +201,7 @@ def test_kill_9_during_a_slow_tool_runs_it_at_most_once(toolpath, tmp_path, conn
     found by its environment and killed when the turn resumes."""
     mark, work = marker(), work_dir(tmp_path)
     make_tool(toolpath, "append", f"echo line >> ledger; sleep {mark}; echo done")
-    fork("-n", "w", "--allow", "append", "--cwd", str(work),
+    fork("--shared", "-n", "w", "--allow", "append", "--cwd", str(work),
          *(["--unconfined"] if how == "unconfined" else []),
          "-m", script(tmp_path, calling([("append", {})])), "go")
     run = started("agent-run", "w")
@@ -250,7 +250,7 @@ def test_shipped_file_tools_are_confined(tmp_path, monkeypatch):
         ("write_file", {"path": "sub/new.txt", "content": "made"}),
         ("write_file", {"path": "link", "content": "clobber"}),
         ("list_dir", {"path": "sub"}), ("run", {"command": "echo hi"})]))
-    fork("-n", "w", "--allow", "*_file", "--allow", "list_dir", "--cwd", str(work),
+    fork("--shared", "-n", "w", "--allow", "*_file", "--allow", "list_dir", "--cwd", str(work),
          "-m", model, "go")
     result = agent("run", "w")
     assert result.code == 0, result.err

@@ -23,7 +23,7 @@ LAYERS = [
     ("cli", ["agentctl.cli"]),
     ("turn", ["agentctl.turn"]),
     ("tools", ["agentctl.tools"]),
-    ("ops", ["agentctl.ops", "agentctl.models"]),
+    ("ops", ["agentctl.ops", "agentctl.models", "agentctl.workspace"]),
     ("store", ["agentctl.store"]),
     ("base", ["agentctl.errors", "agentctl.ids", "agentctl.text", "agentctl.clock", "agentctl.env",
               "agentctl.jsonin", "agentctl.keys", "agentctl.paths", "agentctl.voice", "agentctl"]),

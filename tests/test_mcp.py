@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from agentctl.store.db import connect
+from agentctl.workspace import layers, view
 
-from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, script,
+from .conftest import (ROOT, agent, calling, fork, offered, reference_servers, row, script,
                        tool_results, wait_until)
 from .fakeapi import fakeapi  # noqa: F401 (a fixture)
 from .localhttp import free_port
@@ -225,11 +226,43 @@ def test_the_reference_servers_over_stdio(tmp_path, monkeypatch):
          "-m", model, "go")
     ran = agent("run", "w")
     assert ran.code == 0, ran.err
-    total, notes, wrote, outside = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
+    conn = connect(os.environ["AGENTCTL_DB"])
+    total, notes, wrote, outside = tool_results(conn, "w")
     assert "42" in total
     assert notes == "the WAL appends frames\n"
-    assert (work / "out.txt").read_text() == "written" and "Successfully wrote" in wrote
+    # a server writes the agent's layer, as its tools do (agentctl(7), WORKSPACES)
+    shown = view.locate(view.directories(layers.stack(conn, row(conn, "w"))), "out.txt")
+    assert open(shown).read() == "written" and "Successfully wrote" in wrote
+    assert not (work / "out.txt").exists()
     assert outside.startswith("error:") and "outside allowed directories" in outside
+
+
+def test_a_server_and_the_calls_of_a_layered_agent_see_one_overlay(tmp_path, monkeypatch):
+    """The filesystem server lives for the turn; a program call between two of its
+    calls writes the agent's layer: the server sees that write at once (one overlay
+    for both, agentctl(7), WORKSPACES), though it had looked for the file before."""
+    modules = reference_servers()
+    work = work_dir(tmp_path)
+    configure(tmp_path, monkeypatch, {"fs": {"command": shutil.which("node"), "args": [
+        os.path.join(modules, "@modelcontextprotocol", "server-filesystem", "dist",
+                     "index.js"), str(work)], "ro": [modules]}})
+    made = str(work / "made.txt")
+    steps = [[("fs__read_text_file", {"path": made})],
+             [("run", {"command": "echo made > made.txt"})],
+             [("fs__read_text_file", {"path": made})],
+             [("fs__write_file", {"path": str(work / "back.txt"), "content": "back"})],
+             [("run", {"command": "cat back.txt"})]]
+    model = script(tmp_path, {"steps": [{"content": "", "tool_calls": [
+        {"name": n, "arguments": a} for n, a in step]} for step in steps]
+        + [{"content": "done"}]})
+    fork("-n", "w", "--allow", "fs__*", "--allow", "run", "--cwd", str(work), "-m", model,
+         "go")
+    ran = agent("run", "w")
+    assert ran.code == 0, ran.err
+    missing, _, found, _, back = tool_results(connect(os.environ["AGENTCTL_DB"]), "w")
+    assert missing.startswith("error:") and found == "made\n", (missing, found)
+    assert back.startswith("back")
+    assert not (work / "made.txt").exists() and not (work / "back.txt").exists()
 
 
 def test_the_reference_server_over_streamable_http(tmp_path, monkeypatch):

@@ -179,7 +179,7 @@ def test_a_memory_hog(world, tmp_path, mode):
 def test_a_file_larger_than_the_size_limit(world, tmp_path, mode):
     big = tmp_path / "work" / "big"
     result = attempt(world, tmp_path, "head -c 3000000 /dev/zero > big; echo $?",
-                     *flags(mode, "--limit", "fsize=1M"))
+                     *flags(mode, "--limit", "fsize=1M", "--shared"))
     if mode == "unconfined":
         assert big.stat().st_size == 3000000
     else:

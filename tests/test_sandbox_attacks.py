@@ -34,7 +34,7 @@ def test_an_agent_cant_set_its_cwd_through_a_link_that_leads_out(world, tmp_path
     result = attempt(world, tmp_path,
                      'ln -s ../victim out && mkdir sub && '
                      'agent-set "$AGENT_ID" cwd="$PWD/out"; echo "link: $?"; '
-                     'agent-set "$AGENT_ID" cwd="$PWD/sub"; echo "sub: $?"')
+                     'agent-set "$AGENT_ID" cwd="$PWD/sub"; echo "sub: $?"', "--shared")
     assert "link: 3" in result and "sub: 0" in result, result
     shown = dict(line.split() for line in agent("ps", "-o", "name,cwd").out.splitlines())
     assert shown["a"] == str(tmp_path / "work" / "sub")
@@ -46,7 +46,8 @@ def test_a_child_cant_be_given_a_link_that_leads_out(world, tmp_path, option):
     result = attempt(world, tmp_path,
                      f'ln -s {tmp_path}/home out && mkdir in && '
                      f'agent-fork {option} "$PWD/out" -n c1; echo "link: $?"; '
-                     f'agent-fork {option} "$PWD/in" -n c2 >/dev/null; echo "in: $?"')
+                     f'agent-fork {option} "$PWD/in" -n c2 >/dev/null; echo "in: $?"',
+                     "--shared")
     assert "link: 3" in result and "in: 0" in result, result
 
 
@@ -57,7 +58,8 @@ def test_a_cwd_swapped_for_a_link_between_turns_is_refused(world, tmp_path):
     victim.mkdir()
     child = tmp_path / "work" / "child"
     child.mkdir()
-    first = attempt(world, tmp_path, "echo mine > f && echo wrote", cwd=child, name="c")
+    first = attempt(world, tmp_path, "echo mine > f && echo wrote", "--shared", cwd=child,
+                    name="c")
     assert first == "wrote\n" and (child / "f").exists()
     child.rename(tmp_path / "work" / "was-child")
     child.symlink_to(victim)
@@ -144,7 +146,7 @@ def test_what_makes_git_and_editors_run_programs_is_read_only(world, tmp_path, m
     body = "; ".join(f"(mkdir -p $(dirname {p}) && echo planted >> {p} && echo 'wrote {p}')"
                      for p in PLANTS)
     result = attempt(world, tmp_path, body + "; echo ok > mine && echo 'wrote mine'",
-                     *flags(mode), *(["--rw", ".git"] if "--rw" in mode else []),
+                     *flags(mode, "--shared"), *(["--rw", ".git"] if "--rw" in mode else []),
                      cwd=project)
     assert "wrote mine" in result
     for plant in PLANTS:

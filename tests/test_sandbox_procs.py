@@ -64,7 +64,7 @@ def test_two_calls_at_once_each_have_their_whole_process_limit(world, tmp_path):
     bound is shared with the other's (a fork bomb in one leaves the other its own)."""
     make_tool(world, "hold", HOLD)
     for name in ("a", "b"):
-        fork("-n", name, "--allow", "hold", "--cwd", str(tmp_path / "work"), "--limit",
+        fork("--shared", "-n", name, "--allow", "hold", "--cwd", str(tmp_path / "work"), "--limit",
              "procs=20", "-m", script(tmp_path, calling([("hold", {})]), name=f"{name}.jsonl"),
              "go")
     ran = shell("agent-run a & agent-run b & wait", timeout=180)

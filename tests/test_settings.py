@@ -26,7 +26,7 @@ UNSET = {"role": "agent", "model": PARENT, "system_prompt": PARENT, "context_win
          "budget": None, "restart": "never", "max_restarts": None, "restart_window": None,
          "reap_after": PARENT, "idle_exit": None, "max_children": PARENT, "mail_loop": PARENT,
          "allow": None,
-         "ask": None, "cwd": PARENT, "ro": PARENT, "rw": PARENT, "env": PARENT, "net": PARENT,
+         "ask": None, "cwd": PARENT, "shared": PARENT, "ro": PARENT, "rw": PARENT, "env": PARENT, "net": PARENT,
          "limits": PARENT,
          "unconfined": None, "options": PARENT, "schema": None, "tier": PARENT}
 BY_ROLE = {("worker", "max_children"): 4, ("daemon", "restart"): "always"}
@@ -35,7 +35,7 @@ PARENTS = {"role": "lead", "model": "echo", "system_prompt": "Be terse.",
            "context_window": 9000, "budget": 5000, "restart": "on-failure",
            "max_restarts": 2, "restart_window": 60.0, "reap_after": 120.0, "idle_exit": 30.0,
            "max_children": 7, "mail_loop": "10/1h", "allow": ["read_*"], "ask": ["run:1h"],
-           "cwd": TOP,
+           "cwd": TOP, "shared": True,
            "ro": ["/usr"], "rw": [".git", ".envrc"], "env": ["GITHUB_TOKEN", "TOKEN2"],
            "net": ["*"], "limits": {"cpu": 100}, "unconfined": True,
            "options": ["temperature=0.5"], "schema": '{"type":"object"}', "tier": "batch"}
@@ -44,7 +44,7 @@ CHILDREN = {"role": "architect", "model": "openai:x", "system_prompt": "Be thoro
             "restart_window": 30.0, "reap_after": 60.0, "idle_exit": 10.0,
             "max_children": 0, "mail_loop": "5/2h", "allow": ["read_file", "list_dir"],
             "ask": ["*"],
-            "cwd": os.path.join(TOP, "tests"), "ro": ["/usr/share"], "rw": [".git"],
+            "cwd": os.path.join(TOP, "tests"), "shared": True, "ro": ["/usr/share"], "rw": [".git"],
             "env": ["TOKEN2"], "net": ["pypi.org", "*.github.com:443"],
             "limits": {"cpu": 50, "procs": 8}, "unconfined": True,
             "options": ["max_tokens=100", "seed=7"], "schema": '{"type":"array"}',
@@ -160,13 +160,13 @@ def test_agent_ps_shows_the_declared_columns():
     row = json.loads(agent("ps", "-o", keys, "--format", "json").out)[1]
     assert row == {"role": "lead", "model": "echo", "budget": 100, "mail_loop": "20/1h",
                    "allow": ["read_file", "list_dir"], "ask": ["run"], "cwd": os.getcwd(),
-                   "ro": [], "rw": [], "env": [], "net": [], "limits": limits.DEFAULTS,
+                   "shared": False, "ro": [], "rw": [], "env": [], "net": [], "limits": limits.DEFAULTS,
                    "unconfined": False,
                    "options": {"max_tokens": 9}, "schema": {"type": "object"},
                    "tier": "standard"}
     assert result.lines[2].split()[:2] == ["lead", "echo"]
     assert result.lines[2].split()[3:] == ["20/1h", "read_file,list_dir", "run", os.getcwd(),
-                                          "-", "-", "-", "-", "-", "-", "standard",
+                                          "-", "-", "-", "-", "-", "-", "-", "standard",
                                           "max_tokens=9", '{"type":"object"}']
 
 
@@ -229,7 +229,8 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     texts = {"role": "worker", "model": "echo", "system_prompt": "Hi.", "context_window": "100",
              "budget": "50", "restart": "always", "max_restarts": "3", "restart_window": "1h",
              "reap_after": "2h", "idle_exit": "5m", "max_children": "2", "mail_loop": "30/90m",
-             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": TOP, "ro": "/usr,/etc",
+             "allow": "read_file,list_dir", "ask": "run:1h", "cwd": TOP, "shared": "no",
+             "ro": "/usr,/etc",
              "rw": ".git,.vscode", "env": "GITHUB_TOKEN", "net": "yes", "limits": "cpu=1m,mem=1G", "unconfined": "no",
              "options": "max_tokens=5", "schema": '{"type": "object", "required": ["a"]}',
              "tier": "flex"}
@@ -261,6 +262,7 @@ def test_a_parsed_value_is_what_fork_takes(conn):
     ("limits", "cpu=60", {"cpu": 30}, True), ("limits", "cpu=60", {"cpu": 90}, False),
     ("limits", None, {"mem": 1 << 40}, False), ("limits", "procs=8", None, False),
     ("unconfined", 1, False, True), ("unconfined", None, True, False),
+    ("shared", 1, False, True), ("shared", None, True, False),
     ("mail_loop", None, "10/1h", True), ("mail_loop", "20/1h", "20/2h", True),
     ("mail_loop", "20/1h", "30/1h", False), ("mail_loop", "20/1h", "20/30m", False),
     ("mail_loop", "off", "50/1m", True), ("mail_loop", None, "off", False),

@@ -139,13 +139,14 @@ def cases(tmp):
         "max_children": (["--max-children", "5"], ["--max-children", "9"], "max_children=9",
                          ["--max-children", "3"], "max_children=3"),
         "unconfined": ([], ["--unconfined"], "unconfined=yes", [], "unconfined=no"),
+        "shared": ([], ["--shared"], "shared=yes", ["--no-shared"], "shared=no"),
         "mail_loop": (["--mail-loop", "10/1h"], ["--mail-loop", "20/1h"], "mail_loop=off",
                       ["--mail-loop", "10/2h"], "mail_loop=5/1h"),
     }
 
 
 HOLDERS = {"cwd", "ro", "net", "rw", "env", "limits", "max_children", "unconfined",
-           "mail_loop"}
+           "mail_loop", "shared"}
 
 
 def test_every_rule_of_giving_is_a_case_here(tmp_path):

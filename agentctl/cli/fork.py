@@ -47,8 +47,9 @@ def cli(db_path, parent, name, at, prompt, **options):
         me = actor(conn)
         source = registry.resolve(conn, parent) if parent else (me or registry.get(conn, INIT_ID))
         authority.check(conn, me, source, "fork")
-        if given["cwd"] is None and not source["cwd"]:    # the parent's, else this one
-            given["cwd"] = _this_directory()
+        if given["cwd"] is None and not source["cwd"]:    # the parent's, else this one,
+            given["cwd"] = _this_directory()            # shared (agentctl(7), WORKSPACES)
+            given["shared"] = True if given["shared"] is None else given["shared"]
         child = lifecycle.fork(conn, source, name=name, at=at, prompt=body,
                                actor=me["id"] if me else None,
                                tool_names=catalog and catalog.names, **given)

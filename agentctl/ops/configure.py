@@ -17,6 +17,7 @@ from agentctl.ids import INIT_ID
 from agentctl.text import cut
 from agentctl.ops import authority, budget, confinement, lifecycle, supervise
 from agentctl.store import events, registry
+from agentctl.workspace import layers
 
 EVENT_TEXT = 200        # of an old or new value, in its event
 
@@ -63,6 +64,7 @@ def change(conn, agent, actor, values, tool_names=None):
         changed.append(name)
     if changed:
         supervise.release(conn, registry.get(conn, agent["id"]), actor and actor["id"])
+        layers.settled(conn, registry.get(conn, agent["id"]))   # (its layer, as it is now)
     return changed
 
 

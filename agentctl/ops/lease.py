@@ -32,16 +32,7 @@ def lease_seconds():
     return seconds
 
 
-def host():
-    """This host's name, as a lease names it: $AGENTCTL_HOST when set (containers
-    often share a host name), else the system's (uname's node name, which is what
-    gethostname() returns, without importing socket)."""
-    given = os.environ.get("AGENTCTL_HOST", "").strip()
-    if given:
-        if ":" in given or not given.isprintable():
-            raise UsageError(f"AGENTCTL_HOST must be a host name (no colon), not {given!r}")
-        return given
-    return os.uname().nodename
+host = env.host     # (this host's name, as a lease names it: its home is the base's)
 
 
 def owner_token():

@@ -8,6 +8,7 @@ from agentctl.errors import Refused, UsageError
 from agentctl.ids import ROLES, is_name, new_id
 from agentctl.ops import asks, budget, confinement, mail
 from agentctl.store import events, history, registry
+from agentctl.workspace import layers
 from agentctl.store.db import transaction
 from agentctl.store.waits import wait_for_commit
 
@@ -125,6 +126,7 @@ def fork(conn, parent, *, name=None, at=None, prompt=None, actor=None, tool_name
         fork_msg_id=point, depth=parent["depth"] + 1,
         budget_id=parent["budget_id"] if own is None else child,
         budget=own and own.amount, budget_unit=own and own.unit, **values)
+    layers.forked(conn, parent, child, values)
     if prompt is not None:
         history.append(conn, child, "user", prompt)
     events.record(conn, child, "fork", actor, parent=parent["id"], at=point,

@@ -85,6 +85,13 @@ SETTINGS = (    # role first: the others' rules read the child's role
             metavar="DIR", help="The child's working directory, where its tools run and "
                                 "may write (default: the parent's, else this one), within "
                                 "the parent's."),
+    Setting("shared", "flag", "Its tools write its working directory itself, directly, "
+            "as they work (agentctl(7), WORKSPACES); else they write a layer of its own "
+            "over it, reviewed and merged. Given by a giver that holds it.", inherit=True,
+            narrows=OFF, header="SHARED", option=("--shared/--no-shared",),
+            help="Its tools write its working directory itself, as they work, not a layer "
+                 "of its own over it (agentctl(7), WORKSPACES); inherited. Implied when "
+                 "--cwd is not given and the parent has none."),
     Setting("ro", "paths", "More paths its tools may read (the sandbox's read-only "
             "binds), within its parent's.", inherit=True, narrows=WITHIN, header="RO",
             metavar="PATH", help="A path its tools may read besides its working "

@@ -10,11 +10,11 @@ from agentctl.store.db import marks, snapshot, transaction
 
 # Every table, as agent-db copy names them (a new one is added at the end).
 TABLES = ("agents", "messages", "turns", "mail", "documents", "events", "tool_runs",
-          "requests", "batched", "endpoints")
+          "requests", "batched", "layers", "endpoints")
 # In an order that keeps every reference to a row already copied: endpoints before
 # the agents that name one, agents by age (a parent, a history parent and a budget's
 # account are older than the agent), turns before the tool runs, requests and batched
-# calls that point at them.
+# calls that point at them, layers by id (a layer's below is older).
 COPIED = ("endpoints",) + TABLES[:-1]
 ORDER = {"agents": "created_at, id", "requests": "created_at, id",
          "batched": "created_at, id"}

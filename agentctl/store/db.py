@@ -15,7 +15,7 @@ from agentctl.errors import DatabaseFault, NotFound, TempFail, UsageError
 from agentctl.store.dialect import SQLite
 
 # The number of migrations in agentctl.migrations; a test keeps them equal.
-SCHEMA_VERSION = 21
+SCHEMA_VERSION = 22
 
 Error = sqlite3.Error       # what the storage layer raises, for the programs to translate (fault)
 

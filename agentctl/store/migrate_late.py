@@ -172,3 +172,28 @@ def tool_run_task(db):
     # A call of an MCP tool that its server made a task (agent-run(1), MCP servers): the
     # task, which the agent's next runs poll, kept with its run until it is done.
     _run(db, "ALTER TABLE tool_runs ADD COLUMN task TEXT")
+
+
+@MIGRATIONS(name="0022_layers")
+def layers(db):
+    # Copy-on-write workspaces (agentctl(7), WORKSPACES): an agent's layer over its
+    # working directory, a row each: whose it is, the layer under it (NULL: the real
+    # directory, base), the host whose data directory holds it, and when it was frozen
+    # (NULL: its agent still writes it; one such row an agent at most); and an agent's
+    # shared, whose tools write its working directory itself (no layer): an agent made
+    # before layers goes on as it was.
+    _run(db, """
+    ALTER TABLE agents ADD COLUMN shared INTEGER;
+    UPDATE agents SET shared = 1 WHERE cwd IS NOT NULL;
+    CREATE TABLE layers (
+        id          INTEGER PRIMARY KEY,
+        agent_id    TEXT NOT NULL REFERENCES agents(id),
+        below       INTEGER REFERENCES layers(id),
+        base        TEXT NOT NULL,
+        host        TEXT NOT NULL,
+        frozen_at   REAL,
+        created_at  REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX layers_own ON layers(agent_id) WHERE frozen_at IS NULL;
+    CREATE INDEX layers_agent ON layers(agent_id, id)
+    """)

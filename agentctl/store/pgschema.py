@@ -249,11 +249,24 @@ MIGRATIONS = [
           "CREATE INDEX batched_agent ON batched(agent_id, state)",
           "CREATE INDEX batched_state ON batched(state, batch)"]),
     (21, [f"ALTER TABLE tool_runs ADD COLUMN task {_TEXT}"]),         # 0021_tool_run_task
+    (22, ["ALTER TABLE agents ADD COLUMN shared BIGINT",
+          "UPDATE agents SET shared = 1 WHERE cwd IS NOT NULL",
+          f"""CREATE TABLE layers (
+        id          {_ID},
+        agent_id    {_TEXT} NOT NULL REFERENCES agents(id),
+        below       BIGINT REFERENCES layers(id),
+        base        {_TEXT} NOT NULL,
+        host        {_TEXT} NOT NULL,
+        frozen_at   DOUBLE PRECISION,
+        created_at  DOUBLE PRECISION NOT NULL
+    )""",                                                             # 0022_layers
+          "CREATE UNIQUE INDEX layers_own ON layers(agent_id) WHERE frozen_at IS NULL",
+          "CREATE INDEX layers_agent ON layers(agent_id, id)"]),
 ]
 
 # The tables whose integer id a sequence hands out (agent-db copy sets each past the
 # ids it copied).
-SEQUENCED = ("messages", "mail", "turns", "documents", "events", "tool_runs")
+SEQUENCED = ("messages", "mail", "turns", "documents", "events", "tool_runs", "layers")
 
 
 def apply(cursor, version, insert_init):

@@ -65,7 +65,11 @@ def forbidden(protected=None):
     given = os.environ.get(FORBIDDEN)
     if given:
         found = json.loads(given)
-        return ({tuple(i) for i in found["inodes"]}, {tuple(n) for n in found["names"]})
+        inodes = {tuple(i) for i in found["inodes"]}
+        names = {tuple(n) for n in found["names"]}
+        if found.get("layer"):
+            inodes, names = _layered(inodes, names, *found["layer"])
+        return inodes, names
     protected = paths.protected() if protected is None else protected
     hidden = [path for path, how in protected if how == paths.HIDE]
     for directory in paths.tool_path():
@@ -82,6 +86,26 @@ def forbidden(protected=None):
             except (OSError, ValueError):
                 continue
             into.add((st.st_dev, st.st_ino) + key)
+    return inodes, names
+
+
+def _layered(inodes, names, base, device, inode):
+    """What is forbidden as a layered working directory shows it (agentctl(7),
+    WORKSPACES): its overlay keeps the inode numbers of the real directory's files
+    (where its layers share their filesystem), on a device of its own, and gives its
+    top the number of its layer's: each identity of the real directory's device is
+    forbidden on the overlay's too."""
+    try:
+        top = os.stat(base)
+    except OSError:
+        return inodes, names
+    if top.st_dev == device:
+        return inodes, names        # (not layered after all)
+
+    def seen(dev, ino):
+        return (top.st_dev, top.st_ino if ino == inode else ino) if dev == device else None
+    inodes = inodes | {seen(*i) for i in inodes if seen(*i)}
+    names = names | {seen(d, i) + (n,) for d, i, n in names if seen(d, i)}
     return inodes, names
 
 

@@ -113,10 +113,12 @@ class Handshake:
         self.info = self.block = None
 
 
-def opened(argv):
+def opened(argv, mount=None):
     """(argv with each Handle replaced by the number of a descriptor opened for it,
     those descriptors, the Handshake of its Users or None). LinkOnTheWay or OSError
-    when a path has a link on its way, or is gone: the call must not start."""
+    when a path has a link on its way, or is gone: the call must not start. Given a
+    layer (`mount`, workspace.mount.Mount), a handle inside its directory is opened
+    again once the layer is mounted (its `late`), onto the same descriptor."""
     fds, out, handshake = [], [], None
     try:
         for word in argv:
@@ -126,6 +128,8 @@ def opened(argv):
             elif isinstance(word, Handle):
                 fds.append(paths.opened(str(word), word.flags))
                 out.append(str(fds[-1]))
+                if mount is not None and paths.inside(str(word), [mount.target]):
+                    mount.late.append((fds[-1], str(word), word.flags))
             elif isinstance(word, Users):
                 handshake = Handshake(word.ids, word.limits)
                 fds += handshake.theirs
@@ -143,16 +147,18 @@ def opened(argv):
     return out, fds, handshake
 
 
-def launcher(argv, network=None):
+def launcher(argv, network=None, mount=None):
     """argv that opens the handles in `argv` in a process of its own, then runs it: the
     launcher's first argument lists where the handles stand (2,7,...); its second,
-    the socket where it hands the network it makes (netns.Stage), or "-"."""
+    the socket where it hands the network it makes (netns.Stage), or "-"; its third,
+    the layer it mounts (workspace.mount.Mount.coded), or "-"."""
     kinds = ((Readable, "r"), (Stderr, "s"), (Handle, ""))
     where = ",".join(f"{n}u{w.coded()}" if isinstance(w, Users) else
                      n_kind(n, w, kinds) for n, w in enumerate(argv)
                      if isinstance(w, (Handle, Users)))
     return spawn.python("from agentctl.tools.handles import launch; launch()", site=False) \
-        + [where or "-", network or "-"] + [str(w) for w in argv]
+        + [where or "-", network or "-", mount.coded() if mount else "-"] \
+        + [str(w) for w in argv]
 
 
 def n_kind(n, word, kinds):
@@ -169,12 +175,17 @@ def launch():
             where[int(n)] = lambda w, coded=coded: Users.decoded(coded)
         elif n.rstrip("rs").isdigit():
             where[int(n.rstrip("rs"))] = {"r": Readable, "s": Stderr}.get(n[-1], Handle)
-    given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[3:])]
+    given = [where[n](w) if n in where else w for n, w in enumerate(sys.argv[4:])]
+    stage = None
     try:
-        argv, fds, handshake = opened(given)
-        if sys.argv[2] != "-":
-            from agentctl.tools import netns  # (start-up: 4 ms, only for a server given hosts)
-            stage = netns.Stage(sys.argv[2])
+        mount = None
+        if sys.argv[3] != "-":
+            from agentctl.workspace.mount import Mount  # (start-up: 8 ms, only for a layer)
+            mount = Mount.decoded(sys.argv[3])
+        argv, fds, handshake = opened(given, mount)
+        if sys.argv[2] != "-" or mount is not None:
+            from agentctl.tools import netns  # (start-up: 4 ms, only for hosts or a layer)
+            stage = netns.Stage(None if sys.argv[2] == "-" else sys.argv[2], mount)
     except OSError as e:
         sys.stderr.write(f"bwrap: not started: {e.strerror or e}\n")
         sys.exit(126)
@@ -192,7 +203,7 @@ def launch():
             finally:
                 os._exit(0)
         os.waitpid(helper, 0)
-    if sys.argv[2] != "-":
+    if stage is not None:
         stage.enter()               # (its descriptors close at the exec)
     os.execv(argv[0], argv)         # (our ends of the handshake close here)
 
@@ -204,24 +215,25 @@ class Prepared:
     socket where its network is handed to the egress proxy (`network`), and once
     opened the Stage (netns.py) that makes that network where bwrap starts."""
 
-    def __init__(self, argv, placeholders, env=None, network=None):
+    def __init__(self, argv, placeholders, env=None, network=None, mount=None):
         self.argv, self.placeholders, self.handshake = argv, placeholders, None
         self.env = env or {}        # what its environment needs besides the sandbox's
         self.network, self.stage = network, None
+        self.mount = mount          # its layer (workspace.mount.Mount), or None
 
     def opened(self):
         """(argv, descriptors to pass, to be closed once bwrap has started): each handle
-        opened now, as bwrap gets it; given hosts, its Stage (`stage`): Unavailable
-        when its egress proxy can't be reached."""
-        if self.network is not None:
-            from agentctl.tools import netns  # (start-up: 4 ms, only for a call given hosts)
+        opened now, as bwrap gets it; given hosts or a layer, its Stage (`stage`):
+        Unavailable when its egress proxy can't be reached."""
+        if self.network is not None or self.mount is not None:
+            from agentctl.tools import netns  # (start-up: 4 ms, only for hosts or a layer)
             try:
-                self.stage = netns.Stage(self.network)
+                self.stage = netns.Stage(self.network, self.mount)
             except OSError as e:
                 from agentctl.tools.bwrap import Unavailable  # (start-up: 1 ms, only for a proxy gone)
                 raise Unavailable(f"the egress proxy can't be reached ({e.strerror or e})") \
                     from None
-        argv, fds, self.handshake = opened(self.argv)
+        argv, fds, self.handshake = opened(self.argv, self.mount)
         return argv, fds
 
     def started(self):
@@ -243,10 +255,12 @@ class Prepared:
     def launcher(self):
         """argv that opens the handles itself (for a starter that passes no
         descriptors: the MCP SDK's), and makes the network given hosts."""
-        return launcher(self.argv, self.network)
+        return launcher(self.argv, self.network, self.mount)
 
     def close(self):
         self.placeholders.release()
+        if self.mount is not None:
+            self.mount.close()
         if self.stage is not None:
             self.stage.close()
             self.stage = None

@@ -31,38 +31,45 @@ import struct
 import threading
 
 from agentctl.tools import netwatch
+from agentctl.workspace import space
 
 PORT = 3128                         # on the call's loopback
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_FS = 0x10000000, 0x40000000, 0x200
 SIOCSIFFLAGS = 0x8914
 UP = struct.pack("16sh22x", b"lo", 0x1 | 0x8 | 0x40)    # struct ifreq: IFF_UP|LOOPBACK|RUNNING
 FAILED = 71                         # its exit status when it can't be made (EX_OSERR)
 
 
 class Stage:
-    """One call's network, to be made where its bwrap starts: the socket of its list's
-    egress proxy at `path` connected now (in agent-run, or the launcher), and what is
-    made there prepared. As root, a network namespace alone, which a thread may make
-    for itself (`spawned`: agent-run's memory is not copied); else with a user
-    namespace, which only a process of one thread may make (`enter`, in a child)."""
+    """What is made for one call where its bwrap starts: given hosts, its network (the
+    socket of its list's egress proxy at `path` connected now, in agent-run or the
+    launcher); given `mount` (workspace.mount.Mount), its layer, in a mount namespace
+    of its own. As root, namespaces a thread may make for itself (`spawned`:
+    agent-run's memory is not copied); else with a user namespace, which only a
+    process of one thread may make (`enter`, in a child)."""
 
-    def __init__(self, path):
-        self.channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.channel.connect(path)
-        except OSError:
-            self.channel.close()
-            raise
+    def __init__(self, path=None, mount=None):
+        self.channel = self.watch = None
+        if path is not None:
+            self.channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self.channel.connect(path)
+            except OSError:
+                self.channel.close()
+                raise
+        self.mount = mount
         self.threaded = os.geteuid() == 0
-        self.flags = CLONE_NEWNET | (0 if self.threaded else CLONE_NEWUSER)
-        self.maps = [] if self.threaded else [(f"/proc/self/{name}", text.encode()) for
-                                              name, text in (
-            ("setgroups", "deny"), ("uid_map", f"{os.geteuid()} {os.geteuid()} 1\n"),
-            ("gid_map", f"{os.getegid()} {os.getegid()} 1\n"))]   # (its user alone, as itself)
+        # (a layer's namespaces are entered: as root, by a thread whose file system
+        # attributes are its own; else its user namespace is the one made here)
+        self.flags = (CLONE_NEWNET if path is not None else 0) | (
+            CLONE_FS if self.threaded and mount is not None else 0) | (
+            0 if self.threaded or mount is not None else CLONE_NEWUSER)
+        self.maps = [] if mount else space.maps()     # (its user alone, as itself)
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.unshare = self.libc.unshare
         # the watch's filter, all but its system call made (None: a machine not watched)
-        self.watch = netwatch.prepared(self.channel.fileno(), self.libc)
+        if self.channel is not None:
+            self.watch = netwatch.prepared(self.channel.fileno(), self.libc)
 
     def enter(self):
         """In the process that becomes bwrap, before it does: the network made and
@@ -72,9 +79,10 @@ class Stage:
         launcher's.)"""
         try:
             listener, watch = self._made()
-            self._hand(listener, 2, os.pidfd_open(os.getpid()), watch)
+            if listener is not None:
+                self._hand(listener, 2, os.pidfd_open(os.getpid()), watch)
         except BaseException as e:      # (in a child: nothing may rise past its exec)
-            os.write(2, f"agentctl: net: {_why(e)}\n".encode("utf-8", "replace"))
+            os.write(2, f"agentctl: {self._why(e)}\n".encode("utf-8", "replace"))
             os._exit(FAILED)
 
     def spawned(self, start, stderr):
@@ -100,7 +108,8 @@ class Stage:
                     box["raised"] = e       # (its own error: as it is)
                     return
                 pidfd = os.pidfd_open(box["started"].pid)
-                self._hand(listener, stderr, pidfd, watch)
+                if listener is not None:
+                    self._hand(listener, stderr, pidfd, watch)
             except BaseException as e:
                 box["error"] = e
             finally:
@@ -126,12 +135,17 @@ class Stage:
                 box["started"].kill()
                 box["started"].wait()
             from agentctl.tools.bwrap import Unavailable  # (start-up: 1 ms, only for a network refused)
-            raise Unavailable(_why(box["error"]))
+            raise Unavailable(self._why(box["error"]))
         return box["started"]
 
     def _made(self):
-        """The network made: (its listener, the watch's descriptor or None)."""
-        if self.unshare(self.flags) != 0:
+        """The namespaces made (its layer's entered: unprivileged, before the network
+        is made in its user namespace; as root, once the thread's file system
+        attributes are its own): (the network's listener, the watch's descriptor or
+        None; (None, None) without a network)."""
+        if self.mount is not None and not self.threaded:
+            self._layer()
+        if self.flags and self.unshare(self.flags) != 0:
             raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
         for path, text in self.maps:
             fd = os.open(path, os.O_WRONLY)
@@ -139,6 +153,10 @@ class Stage:
                 os.write(fd, text)
             finally:
                 os.close(fd)
+        if self.mount is not None and self.threaded:
+            self._layer()
+        if self.channel is None:
+            return None, None
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             fcntl.ioctl(probe, SIOCSIFFLAGS, UP)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -149,6 +167,12 @@ class Stage:
         except OSError:
             return listener, None   # (a kernel without user notification: its own refusals)
 
+    def _layer(self):
+        try:
+            self.mount.made(self.libc)
+        except OSError as e:
+            raise _Layer(e.strerror or str(e)) from None
+
     def _hand(self, listener, stderr, pidfd, watch):
         given = [listener.fileno(), stderr, pidfd] + ([watch] if watch is not None else [])
         self.channel.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
@@ -156,12 +180,20 @@ class Stage:
 
     def close(self):
         """Its side of the socket, once the network is handed (or the call failed)."""
-        self.channel.close()
+        if self.channel is not None:
+            self.channel.close()
+
+    def _why(self, error):
+        why = getattr(error, "strerror", None) or error
+        if isinstance(error, _Layer):
+            return f"workspace: {why}"
+        if self.channel is None:
+            return f"workspace: can't make the call's mount namespace: {why}"
+        return f"net: can't make the call's network namespace: {why}"
 
 
-def _why(error):
-    why = getattr(error, "strerror", None) or error
-    return f"can't make the call's network namespace: {why}"
+class _Layer(Exception):
+    """The call's layer could not be mounted (its own words)."""
 
 
 class Network:

@@ -41,6 +41,7 @@ from agentctl import limits as limits_, paths, settings
 from agentctl.store import db
 from agentctl.tools import bwrap, confine, cover, runas
 from agentctl.tools.handles import Handle, Prepared, Readable  # noqa: F401 (Prepared: a wrap's)
+from agentctl.workspace import mount
 
 PROXY = "/run/agentctl"     # its proxy's directory (proxy.py): the socket, the programs
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -152,8 +153,9 @@ class Sandbox:
     """The sandbox of one agent's calls: `wrap()` prepares the command that runs a
     program in it; `environment` is the environment it gets."""
 
-    def __init__(self, agent, environment, proxy=None, database=None):
+    def __init__(self, agent, environment, proxy=None, database=None, stacked=None):
         self.cwd = agent["cwd"] or os.path.realpath(os.getcwd())
+        self.stacked = stacked  # its stack of layers now (a function), or None: direct
         self.ro = settings.listed(agent["ro"])
         self.hosts = agent["net"]       # its list, one pattern a line (None: none)
         self.agent = agent
@@ -180,8 +182,8 @@ class Sandbox:
         environment["TMPDIR"] = "/tmp"
         environment["AGENTCTL_NET"] = "1" if self.hosts else "0"
         inodes, names = confine.forbidden(self.protected)
-        environment[confine.FORBIDDEN] = json.dumps({"inodes": sorted(inodes),
-                                                     "names": sorted(names)})
+        self.forbidden = {"inodes": sorted(inodes), "names": sorted(names)}
+        environment[confine.FORBIDDEN] = json.dumps(self.forbidden)
         if self.proxy is not None:
             environment.update(self.proxy.inside())
             environment["PATH"] = f"{PROXY}/bin:{environment.get('PATH', '/usr/bin:/bin')}"
@@ -272,6 +274,7 @@ class Sandbox:
         args += ["--bind-fd", Handle(self.cwd), self.cwd]
         if own is not None:
             args += ["--bind-fd", Handle(_own(own[0])), own[1]]
+        layer = self._layer()       # (first: it may wait for a frozen layer's writers)
         placeholders = cover.Placeholders()
         try:
             covering, hidden = cover.arguments(
@@ -279,6 +282,8 @@ class Sandbox:
                 paths.directories())
         except OSError as e:
             placeholders.release()
+            if layer is not None:
+                layer.close()
             raise Unavailable(str(e.strerror or e)) from None
         args += covering
         bound = [(real, named) for real, named in _python()
@@ -301,7 +306,29 @@ class Sandbox:
         if os.geteuid() == 0:       # (its user must reach what is bound)
             args = bwrap.open_parents(args)
         args += runas.drop() + runas.prlimit(self.limits, per_call) + list(argv)
-        return Prepared(args, placeholders, env, network)
+        if layer is not None:       # (the file tools told where it is: confine._layered)
+            env[confine.FORBIDDEN] = json.dumps({**self.forbidden, "layer": [
+                layer.target, *layer.identity]})
+        return Prepared(args, placeholders, env, network, layer)
+
+    def _layer(self):
+        """The call's layer prepared (workspace.mount), or None: the agent works on its
+        directory directly. Its stack is read at each call (a fork since the last one:
+        its new layer), and again once its layer is held (a fork meanwhile: again)."""
+        for _ in range(3):
+            stack = self.stacked() if self.stacked is not None else None
+            if not stack:
+                return None
+            try:
+                layer = mount.Mount(stack, self.agent["id"])
+            except mount.Unavailable as e:
+                raise Unavailable(str(e)) from None
+            except OSError as e:
+                raise Unavailable(f"workspace: its layer: {e.strerror or e}") from None
+            if self.stacked()[0]["id"] == stack[0]["id"]:
+                return layer
+            layer.close()
+        raise Unavailable("workspace: its layer keeps changing (forks under way): try again")
 
     def reaches(self, wanted, net=()):
         """Whether a call given `net` besides its agent's list may reach every host of

@@ -18,6 +18,7 @@ from agentctl.ids import INIT_ID
 from agentctl.ops import asks, elicitation, grants, lease
 from agentctl.store import asks as asks_store, db, events, registry, toolruns
 from agentctl.turn import builtin as tools
+from agentctl.workspace import layers
 
 SETTLE_SECONDS = 5      # for the connections its MCP servers leave, at the turn's end
 
@@ -90,7 +91,8 @@ class Toolset:
             self.proxy = proxy.Server(self.environment(), self.agent["cwd"] or os.getcwd(),
                                       peer_uids=_peers())
             self._sandbox = sandbox.Sandbox(self.agent, self.environment(), self.proxy,
-                                            db.path_of(self.conn))
+                                            db.path_of(self.conn),
+                                            lambda: layers.stack(self.conn, self.agent))
         return self._sandbox
 
     def _mcp(self, usable):
@@ -186,7 +188,8 @@ class Toolset:
         if self.agent["unconfined"] or not (self.programs or self.mcp_tools):
             return None
         from agentctl.tools import sandbox  # (start-up: 3 ms, only for a tool's sandbox)
-        return sandbox.problem()
+        return sandbox.problem() or (sandbox.mount.problem() if layers.layered(self.agent)
+                                     else None)
 
     def is_external(self, name):
         return name in self.programs or name in self.mcp_tools
