@@ -30,6 +30,7 @@ TABLE = (
     ("set", OFFER),
     ("why", OFFER),
     ("top", REFUSE),        # the operator's full screen
+    ("diff", OFFER),
 )
 
 NAMES = tuple(name for name, _ in TABLE)
