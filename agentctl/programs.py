@@ -31,6 +31,7 @@ TABLE = (
     ("why", OFFER),
     ("top", REFUSE),        # the operator's full screen
     ("diff", OFFER),
+    ("merge", OFFER),
 )
 
 NAMES = tuple(name for name, _ in TABLE)

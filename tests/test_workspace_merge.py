@@ -1,0 +1,141 @@
+"""agent-merge (agent-merge(1)): a child's changes applied to its parent's layer (its
+stack mounted in a namespace of the merge's own) or, for a child of init, to the real
+directory; conflicts stop it whole; the authority rule; the .git rule. Real overlay,
+real turns, a real git repository."""
+
+import hashlib
+import os
+
+from agentctl.workspace import layers, view
+
+from .conftest import agent, fork, row
+from .test_workspace import lead, turn, world  # noqa: F401 (world: a fixture)
+from .test_workspace_diff import tree
+
+
+def shown(conn, name, path):
+    """What agent `name`'s view shows at `path`: its bytes, or None."""
+    found = view.locate(view.directories(layers.stack(conn, row(conn, name))), path)
+    if found is None:
+        return None
+    return open(found, "rb").read() if os.path.isfile(found) else os.readlink(found) \
+        if os.path.islink(found) else "dir"
+
+
+def workers(world, tmp_path):
+    lead(world)
+    turn(tmp_path, "lead", "echo lead >> shared.txt")
+    fork("-p", "lead", "-n", "w1", "--allow", "run")
+    fork("-p", "lead", "-n", "w2", "--allow", "run")
+    turn(tmp_path, "w1", "echo one >> shared.txt; echo one > w1.txt; rm gone.txt")
+    turn(tmp_path, "w2", "echo two >> shared.txt; echo two > w2.txt")
+
+
+def test_the_first_merges_the_second_conflicts_the_real_directory_waits(world, tmp_path,
+                                                                        conn):
+    workers(world, tmp_path)
+    before = tree(world)
+    assert agent("merge", "-n", "w1").out == "gone.txt\nshared.txt\nw1.txt\n"
+    assert shown(conn, "lead", "w1.txt") is None
+    one = agent("merge", "w1")
+    assert one.code == 0, one.err
+    assert one.out.splitlines() == ["gone.txt", "shared.txt", "w1.txt"]
+    assert shown(conn, "lead", "shared.txt") == b"base\nlead\none\n"
+    assert shown(conn, "lead", "gone.txt") is None and shown(conn, "lead", "w1.txt") == b"one\n"
+    layer = layers.upper(layers.stack(conn, row(conn, "lead"))[0]["id"])
+    held = sorted(os.listdir(layer))
+    two = agent("merge", "w2")
+    assert two.code == 3 and two.out == "shared.txt\n", two
+    assert two.err.count("\n") == 1 and "nothing merged" in two.err
+    assert sorted(os.listdir(layer)) == held and shown(conn, "lead", "w2.txt") is None
+    assert tree(world) == before                    # (the real directory: untouched)
+    assert agent("merge", "--only", "w2.txt", "w2").out == "w2.txt\n"
+    assert agent("merge", "--ours", "w2").code == 0
+    assert shown(conn, "lead", "shared.txt") == b"base\nlead\none\n"
+    assert agent("merge", "--theirs", "w2").out == "shared.txt\n"
+    assert shown(conn, "lead", "shared.txt") == b"base\nlead\ntwo\n"
+    assert tree(world) == before
+    done = agent("merge", "lead")
+    assert done.code == 0, done.err
+    assert (world / "shared.txt").read_text() == "base\nlead\ntwo\n"
+    assert not (world / "gone.txt").exists() and (world / "w1.txt").read_text() == "one\n"
+    said = agent("log", "--kind", "merge").out
+    assert "w1" in said and "merged into lead's layer by the operator: 3 paths" in said
+    assert "merged into the real directory" in said
+
+
+def test_every_kind_of_change_survives_a_merge(world, tmp_path, conn):
+    blob = os.urandom(1 << 20) * 20
+    (tmp_path / "blob").write_bytes(blob)
+    os.chmod(tmp_path / "blob", 0o644)
+    lead(world, "--ro", str(tmp_path / "blob"))
+    fork("-p", "lead", "-n", "kid", "--allow", "run")
+    turn(tmp_path, "kid",
+         "rm gone.txt && mv tree forest && ln -s shared.txt link && chmod 755 script.sh "
+         f"&& cp {tmp_path}/blob big.bin && rm old.txt && mkdir old.txt && mkdir empty "
+         "&& echo in > old.txt/f && echo done")
+    assert agent("merge", "kid").code == 0
+    mine, = turn(tmp_path, "lead", "ls; readlink link; cat old.txt/f forest/inner/leaf.txt; "
+                                   "stat -c %a script.sh; sha256sum big.bin")
+    assert mine.split()[:12] == ["big.bin", "empty", "forest", "link", "old.txt",
+                            "script.sh", "shared.txt", "shared.txt", "in", "leaf", "755",
+                                 hashlib.sha256(blob).hexdigest()], mine
+    assert agent("merge", "lead").code == 0
+    seen = tree(world)
+    assert seen["big.bin"][1] == blob and seen["link"] == ("link", "shared.txt")
+    assert seen["script.sh"][0] and seen["old.txt/f"][1] == b"in\n" and seen["empty"] == ("dir",)
+    assert seen["forest/inner/leaf.txt"][1] == b"leaf\n"
+    assert not {"tree", "gone.txt", "tree/inner"} & set(seen)
+
+
+def test_the_operators_own_edit_since_the_fork_is_a_conflict(world, tmp_path):
+    lead(world)
+    turn(tmp_path, "lead", "echo lead >> shared.txt; echo x > new.txt")
+    (world / "shared.txt").write_text("the operator's\n")
+    said = agent("merge", "lead")
+    assert said.code == 3 and said.out == "shared.txt\n"
+    assert not (world / "new.txt").exists()
+    assert agent("merge", "--ours", "lead").out == "new.txt\n"
+    assert (world / "shared.txt").read_text() == "the operator's\n"
+
+
+def test_only_the_operator_or_the_parent_merges(world, tmp_path, monkeypatch):
+    workers(world, tmp_path)
+    monkeypatch.setenv("AGENT_ID", "w2")
+    said = agent("merge", "w1")
+    assert said.code == 3 and said.err.count("\n") == 1 and "its parent" in said.err
+    monkeypatch.setenv("AGENT_ID", "w1")
+    assert agent("merge", "w1").code == 3
+    monkeypatch.setenv("AGENT_ID", "lead")
+    assert agent("merge", "w1").code == 0
+
+
+def test_git_s_rule(world, tmp_path, conn):
+    """Both workers run git (its index rewritten in each layer): no conflict; a commit's
+    objects are taken; the config and the hooks never are."""
+    lead(world, "--rw", ".git")
+    fork("-p", "lead", "-n", "w1", "--allow", "run")
+    fork("-p", "lead", "-n", "w2", "--allow", "run")
+    git = "git -c user.name=w -c user.email=w@example.com"
+    turn(tmp_path, "w1", f"echo one > one.txt && {git} add one.txt && {git} commit -qm one "
+                         "&& echo '[x]' >> .git/config && echo hook > .git/hooks/post-checkout")
+    turn(tmp_path, "w2", "echo two > two.txt && git status --short")
+    assert agent("merge", "w2").code == 0
+    said = agent("merge", "w1")
+    assert said.code == 0, said.err
+    assert ".git/config: not merged" in said.err and ".git/hooks/post-checkout" in said.err
+    assert ".git/index" not in said.out and any(
+        p.startswith(".git/objects/") for p in said.out.splitlines())
+    log, = turn(tmp_path, "lead", "git log --format=%s; cat .git/config")
+    assert log.startswith("one\n") and "[x]" not in log
+
+
+def test_errors_are_one_line_with_their_status(world, tmp_path):
+    fork("-n", "direct", "--cwd", str(world), "--shared")
+    said = agent("merge", "direct")
+    assert said.code == 1 and said.err.count("\n") == 1 and "no layer" in said.err
+    lead(world)
+    assert agent("merge", "--ours", "--theirs", "lead").code == 2
+    assert agent("merge", "--only", "../x", "lead").code == 2
+    assert agent("merge", "nobody").code == 1
+    assert agent("merge", "lead").out == ""             # (nothing changed: nothing done)
