@@ -139,3 +139,23 @@ def test_errors_are_one_line_with_their_status(world, tmp_path):
     assert agent("merge", "--only", "../x", "lead").code == 2
     assert agent("merge", "nobody").code == 1
     assert agent("merge", "lead").out == ""             # (nothing changed: nothing done)
+
+
+def test_changes_column_discard_and_a_reaped_agents_work(world, tmp_path, conn):
+    """agent-ps -o changes counts the paths; a reaped agent's work stays until it is
+    merged (then its layer goes) or discarded."""
+    workers(world, tmp_path)
+    said = agent("ps", "-o", "name,changes", "--format", "tsv", "--no-headers").out
+    assert sorted(said.splitlines()) == ["init\t", "lead\t1", "w1\t3", "w2\t2"], said
+    for name in ("w1", "w2"):
+        assert agent("kill", "-s", "KILL", name).code == 0
+        assert agent("wait", name).code == 3         # (killed)
+        assert row(conn, name)["status"] == "X"
+    assert agent("diff", "--name-only", "w1").out == "gone.txt\nshared.txt\nw1.txt\n"
+    w1 = [layers.upper(r["id"]) for r in layers.since_fork(conn, row(conn, "w1")["id"])]
+    assert agent("merge", "w1").code == 0
+    assert not any(os.path.exists(d) for d in w1)       # (merged: its layer gone)
+    assert agent("diff", "--discard", "w2").code == 0
+    assert agent("diff", "--name-only", "w2").out == ""
+    assert agent("merge", "w2").out == "" and shown(conn, "lead", "w2.txt") is None
+    assert agent("diff", "--discard", "--stat", "w2").code == 2

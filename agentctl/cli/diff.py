@@ -23,22 +23,31 @@ from agentctl.workspace import changed, patch
               help="json: one object a path (path, change, binary, mode, old_mode).")
 @click.option("--binary", is_flag=True,
               help="Binary files as git's binary patches (for git apply), not named.")
+@click.option("--discard", is_flag=True,
+              help="Throw away what AGENT changed since its fork (print nothing).")
 @click.argument("agent", shell_complete=complete_agents)
-def cli(db_path, base, stat_, name_only, format_, binary, agent):
+def cli(db_path, base, stat_, name_only, format_, binary, discard, agent):
     """Print what AGENT changed in its workspace as a unified diff in git's format
     (for `git apply`, or `patch -p1`): against what its parent saw when it was
     forked (for a child of init: the real directory when its layer was made), or
     with --base against the real directory as it is now.
 
     Exit 0 whether or not there is a change, 1 when AGENT has no layer (no
-    working directory, or --shared). It only reads.
+    working directory, or --shared). It only reads, but with --discard, which
+    throws AGENT's changes away (what it kept after it was reaped, or what it
+    did and should not have).
     """
-    if sum((stat_, name_only, format_ == "json")) > 1:
-        raise UsageError("--stat, --name-only and --format json go one at a time")
+    if sum((stat_, name_only, format_ == "json", discard)) > 1:
+        raise UsageError("--stat, --name-only, --format json and --discard go one at a time")
     conn = connect(db_path, create=False)
     target = registry.resolve(conn, agent)
     authority.check(conn, actor(conn), target, "read the workspace of")
-    files = changed.files(changed.views(conn, target, "base" if base else "fork"))
+    views = changed.views(conn, target, "base" if base else "fork")
+    if discard:
+        from agentctl.workspace import lifetime  # (start-up: 1 ms, only for --discard)
+        lifetime.discard(conn, target["id"])
+        return 0
+    files = changed.files(views)
     out = sys.stdout.buffer
     if name_only:
         out.write("".join(f"{path}\n" for path, _, _ in files).encode("utf-8",

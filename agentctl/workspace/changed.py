@@ -10,6 +10,7 @@ import os
 import stat
 
 from agentctl.errors import NotFound
+from agentctl.store import layers as rows
 from agentctl.workspace import layers, view
 
 REGULAR, EXECUTABLE, LINK = 0o100644, 0o100755, 0o120000
@@ -42,6 +43,16 @@ def views(conn, agent, against="fork"):
                        "itself")
     count = len(layers.since_fork(conn, agent["id"])) if against == "fork" else len(stack)
     return Views(stack, count)
+
+
+def count(conn, agent_id):
+    """How many paths the agent changed since its fork (agent-ps -o changes), or None
+    when it has no layer."""
+    own = rows.own(conn, agent_id)
+    if own is None:
+        return None
+    views_ = Views(rows.stack(conn, own["id"]), len(layers.since_fork(conn, agent_id)))
+    return len(files(views_))
 
 
 def entry(dirs, path):

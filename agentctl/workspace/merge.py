@@ -10,7 +10,7 @@ import os
 from agentctl.errors import AgentctlError, Refused
 from agentctl.store import events
 from agentctl.store.db import transaction
-from agentctl.workspace import changed, journal, plan, space
+from agentctl.workspace import changed, journal, lifetime, plan, space
 
 
 class Conflict(Refused):
@@ -46,6 +46,8 @@ def merge(conn, actor, child, *, only=(), side=None, dry_run=False):
                   "stack": [dict(r) for r in made.stack] if made.stack else None}
         journal.decide(token, record)
         _finish(conn, token, record)
+        if child["status"] == "X" and not only and side != "ours":
+            lifetime.discard(conn, child["id"])     # (reaped, and all of it taken)
         return made
     finally:
         os.close(fd)
