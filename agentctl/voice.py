@@ -247,6 +247,23 @@ def still_running(agent_id):
 
 
 NO_DESCENDANTS = "no descendants"
+NO_CHANGES = "no changes"
+
+
+def cut_diff(head, size):
+    """A diff too long for a tool's result: its head, and what was left out."""
+    return f"{head}\n[... the diff goes on: {size} characters in all; ask for stat]"
+
+
+def merged(paths, skipped):
+    """The merge tool's result: the paths it changed, and those it left out."""
+    lines = [f"merged {len(paths)} path(s)"] + paths
+    return "\n".join(lines + [f"not merged: {p}" for p in skipped])
+
+
+def conflicts(message, paths):
+    """A merge stopped by conflicts: why, then the paths, one a line."""
+    return "\n".join([message] + paths)
 
 
 def descendant(agent_id, label, status, role):

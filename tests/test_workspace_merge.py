@@ -4,11 +4,12 @@ directory; conflicts stop it whole; the authority rule; the .git rule. Real over
 real turns, a real git repository."""
 
 import hashlib
+import json
 import os
 
 from agentctl.workspace import layers, view
 
-from .conftest import agent, fork, row
+from .conftest import agent, fork, row, tool_results
 from .test_workspace import lead, turn, world  # noqa: F401 (world: a fixture)
 from .test_workspace_diff import tree
 
@@ -159,3 +160,37 @@ def test_changes_column_discard_and_a_reaped_agents_work(world, tmp_path, conn):
     assert agent("diff", "--name-only", "w2").out == ""
     assert agent("merge", "w2").out == "" and shown(conn, "lead", "w2.txt") is None
     assert agent("diff", "--discard", "--stat", "w2").code == 2
+
+
+def test_the_diff_and_merge_tools_of_a_lead(world, tmp_path, conn):
+    """A lead's model reviews a worker's work and takes it; a worker may neither look at
+    its sibling's work nor merge its own."""
+    workers(world, tmp_path)
+    calls = [("diff", {"agent": "w1"}), ("diff", {"agent": "w1", "stat": True}),
+             ("merge", {"agent": "w1"}), ("merge", {"agent": "w2"}),
+             ("merge", {"agent": "w2", "only": ["w2.txt"]})]
+    model = tmp_path / "review.jsonl"
+    model.write_text(json.dumps({"steps": [{"content": "", "tool_calls": [
+        {"name": name, "arguments": args}]} for name, args in calls]
+        + [{"content": "done"}]}) + "\n")
+    assert agent("set", "lead", f"model=scripted:{model}").code == 0
+    assert agent("send", "lead", "review").code == 0
+    assert agent("run", "lead").code == 0
+    said = tool_results(conn, "lead")[-5:]
+    assert "+one" in said[0] and "diff --git a/w1.txt b/w1.txt" in said[0]
+    assert "3 files changed" in said[1]
+    assert said[2] == "merged 3 path(s)\ngone.txt\nshared.txt\nw1.txt"
+    assert said[3].startswith("error: w2: 1 path changed on both sides") and \
+        said[3].endswith("\nshared.txt"), said[3]
+    assert said[4] == "merged 1 path(s)\nw2.txt"
+    assert shown(conn, "lead", "w1.txt") == b"one\n" and shown(conn, "lead", "w2.txt") == b"two\n"
+    model = tmp_path / "peer.jsonl"
+    model.write_text(json.dumps({"steps": [{"content": "", "tool_calls": [
+        {"name": "diff", "arguments": {"agent": "w1"}},
+        {"name": "merge", "arguments": {"agent": "w2"}}]}, {"content": "done"}]}) + "\n")
+    assert agent("set", "w2", f"model=scripted:{model}").code == 0
+    assert agent("send", "w2", "peek").code == 0
+    assert agent("run", "w2").code == 0
+    peek, own = tool_results(conn, "w2")[-2:]
+    assert peek.startswith("error:") and "descendant" in peek, peek
+    assert own.startswith("error:"), own
