@@ -106,3 +106,15 @@ def test_errors_are_one_line_with_their_status(world, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_ID", "other")
     said = agent("diff", "lead")
     assert said.code == 3 and said.err.count("\n") == 1 and "descendants" in said.err
+
+
+def test_turn_shows_what_the_last_turn_changed(world, tmp_path):
+    lead(world)
+    turn(tmp_path, "lead", "echo first >> shared.txt; echo a > a.txt; echo b > b.txt")
+    turn(tmp_path, "lead", "echo again >> b.txt; rm gone.txt; mv tree forest; echo c > c.txt")
+    said = agent("diff", "--turn", "--name-only", "lead").out.splitlines()
+    assert said == ["b.txt", "c.txt", "forest/inner/leaf.txt", "gone.txt",
+                    "tree/inner/leaf.txt"], said
+    assert "+b\n+again\n" in agent("diff", "--turn", "lead").out     # (against the fork)
+    fork("-n", "idle", "--cwd", str(world))
+    assert agent("diff", "--turn", "idle").out == ""

@@ -9,13 +9,15 @@ from agentctl.cli.options import complete_agents, complete_words
 from agentctl.cli.program import actor, connect, program, run
 from agentctl.errors import UsageError
 from agentctl.ops import authority
-from agentctl.store import registry
+from agentctl.store import registry, turnlog
 from agentctl.workspace import changed, patch
 
 
 @program("agent-diff")
 @click.option("--base", is_flag=True,
               help="Against the real directory, not its parent's view at the fork.")
+@click.option("--turn", is_flag=True,
+              help="Only the paths its last turn changed (each against the fork).")
 @click.option("--stat", "stat_", is_flag=True, help="A line a file: lines added and deleted.")
 @click.option("--name-only", is_flag=True, help="The paths alone, one a line.")
 @click.option("--format", "format_", type=click.Choice(("patch", "json")), default="patch",
@@ -26,7 +28,7 @@ from agentctl.workspace import changed, patch
 @click.option("--discard", is_flag=True,
               help="Throw away what AGENT changed since its fork (print nothing).")
 @click.argument("agent", shell_complete=complete_agents)
-def cli(db_path, base, stat_, name_only, format_, binary, discard, agent):
+def cli(db_path, base, turn, stat_, name_only, format_, binary, discard, agent):
     """Print what AGENT changed in its workspace as a unified diff in git's format
     (for `git apply`, or `patch -p1`): against what its parent saw when it was
     forked (for a child of init: the real directory when its layer was made), or
@@ -48,6 +50,9 @@ def cli(db_path, base, stat_, name_only, format_, binary, discard, agent):
         lifetime.discard(conn, target["id"])
         return 0
     files = changed.files(views)
+    if turn:
+        last = turnlog.latest(conn, target["id"])
+        files = changed.in_turn(views, files, last["started_at"]) if last else []
     out = sys.stdout.buffer
     if name_only:
         out.write("".join(f"{path}\n" for path, _, _ in files).encode("utf-8",

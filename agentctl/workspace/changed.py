@@ -158,3 +158,26 @@ def kind(old, new):
     if new is None:
         return "deleted"
     return "modified" if (mode(old) == LINK) == (mode(new) == LINK) else "type"
+
+
+def in_turn(views_, files, started):
+    """Of `files`, those its last turn changed: where the agent's own layers hold the
+    path's entry, or an entry above it that hides or replaces what was below (a
+    whiteout, a file, an opaque or renamed directory), made or changed (its change
+    time) since `started`, the turn's start. The rest of a directory its layer only
+    holds is not a record: its change time moves with any entry in it."""
+    return [f for f in files if _touched(views_.own, f[0], started)]
+
+
+def _touched(own, path, started):
+    while path:
+        for top in own:
+            at = os.path.join(top, path)
+            try:
+                st = os.lstat(at)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not stat.S_ISDIR(st.st_mode) or view.opaque(at) or view.redirect(at):
+                return st.st_ctime >= started
+        path = os.path.dirname(path)
+    return False
