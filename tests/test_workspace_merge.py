@@ -3,6 +3,7 @@ stack mounted in a namespace of the merge's own) or, for a child of init, to the
 directory; conflicts stop it whole; the authority rule; the .git rule. Real overlay,
 real turns, a real git repository."""
 
+import fcntl
 import hashlib
 import json
 import os
@@ -194,3 +195,42 @@ def test_the_diff_and_merge_tools_of_a_lead(world, tmp_path, conn):
     peek, own = tool_results(conn, "w2")[-2:]
     assert peek.startswith("error:") and "descendant" in peek, peek
     assert own.startswith("error:"), own
+
+
+def test_a_layer_a_call_holds_is_not_merged_into_nor_from(world, tmp_path, conn):
+    """A call holds its layer (a shared lock): a merge into it, or out of it, fails at
+    once (75, try again) and changes nothing."""
+    workers(world, tmp_path)
+    for name in ("lead", "w1"):
+        own = layers.stack(conn, row(conn, name))[0]
+        top = os.path.join(layers.root(), str(own["id"]))
+        os.makedirs(top, exist_ok=True)             # (as a call makes it)
+        fd = os.open(top, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)          # (as a call of its holds it)
+            said = agent("merge", "w1")
+            assert said.code == 75 and said.err.count("\n") == 1, said
+            assert "a call of its agent's is running" in said.err
+        finally:
+            os.close(fd)
+        assert shown(conn, "lead", "w1.txt") is None
+    assert agent("merge", "w1").code == 0
+
+
+def test_a_step_that_fails_is_one_line_and_the_next_program_finishes(world, tmp_path,
+                                                                     monkeypatch):
+    lead(world)
+    turn(tmp_path, "lead", "echo x > new.txt")
+    from agentctl.workspace import journal
+    real = journal.apply
+
+    def full(*args):
+        raise OSError(28, "No space left on device", str(world / "new.txt"))
+    monkeypatch.setattr(journal, "apply", full)
+    said = agent("merge", "lead")
+    assert said.code == 74 and said.err.count("\n") == 1, said
+    assert "No space left on device" in said.err and not (world / "new.txt").exists()
+    said = agent("ps")
+    assert said.code == 0 and "No space left on device" in said.err     # (it says so)
+    monkeypatch.setattr(journal, "apply", real)
+    assert agent("ps").err == "" and (world / "new.txt").read_text() == "x\n"

@@ -4,6 +4,7 @@ stays after it exits and is reaped, until it is merged (agent-merge) or thrown a
 (agent-diff --discard): discard() here. A layer's row stays (the history of the
 lineage); its directory goes, which every reader takes for an empty layer."""
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -26,16 +27,35 @@ def discard(conn, agent_id):
         top = os.path.join(layers.root(), str(layer["id"]))
         if not os.path.isdir(top):
             continue
-        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise TempFail(f"layer {layer['id']}: a call of its agent's is running in "
-                               "it: try again when it ends") from None
+        with alone(layer):
             for name in os.listdir(top):
                 shutil.rmtree(os.path.join(top, name))
-        finally:
-            os.close(fd)
         emptied += 1
     return emptied
+
+
+@contextlib.contextmanager
+def alone(layer):
+    """Layer `layer` (a row) held alone the while: no call of its agent's writes it
+    (TempFail while one does; one that starts meanwhile waits). A layer never
+    written (no directory yet) needs no holding."""
+    top = os.path.join(layers.root(), str(layer["id"]))
+    try:
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy(layer) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def busy(layer):
+    """The error of a layer a call of its agent's holds."""
+    return TempFail(f"layer {layer['id']}: a call of its agent's is running in it: try "
+                    "again when it ends")

@@ -7,7 +7,7 @@ event log (a "merge" event of the child's)."""
 
 import os
 
-from agentctl.errors import AgentctlError, Refused
+from agentctl.errors import DATABASE, AgentctlError, Refused
 from agentctl.store import events
 from agentctl.store.db import transaction
 from agentctl.workspace import changed, journal, lifetime, plan, space
@@ -33,30 +33,47 @@ def merge(conn, actor, child, *, only=(), side=None, dry_run=False):
     fd = journal.lock()
     try:
         _recover(conn)
-        made = plan.make(conn, child, changed.views(conn, child, "fork"), only=only,
-                         side=side)
-        if made.conflicts:
-            raise Conflict(child, made.conflicts)
-        if dry_run or not made.steps:
-            return made
-        token, steps = journal.stage(made.steps)
-        record = {"agent": child["id"], "actor": actor["id"] if actor else None,
-                  "target": made.target, "base": changed.views(conn, child).base,
-                  "into": made.parent, "steps": steps,
-                  "stack": [dict(r) for r in made.stack] if made.stack else None}
-        journal.decide(token, record)
-        _finish(conn, token, record)
+        views = changed.views(conn, child, "fork")
+        with lifetime.alone(views.stack[0]):        # (no call of the child's writes it)
+            made = plan.make(conn, child, views, only=only, side=side)
+            if made.conflicts:
+                raise Conflict(child, made.conflicts)
+            if dry_run or not made.steps:
+                return made
+            held = space.Held(made.stack, made.parent) if made.stack else None
+            try:
+                token, steps = journal.stage(made.steps)
+                record = {"agent": child["id"], "actor": actor["id"] if actor else None,
+                          "target": made.target, "base": views.base, "into": made.parent,
+                          "steps": steps, "stack": [dict(r) for r in made.stack]
+                          if made.stack else None}
+                journal.decide(token, record)
+                _finish(conn, token, record, held)
+            finally:
+                if held is not None:
+                    held.close()
         if child["status"] == "X" and not only and side != "ours":
             lifetime.discard(conn, child["id"])     # (reaped, and all of it taken)
         return made
+    except OSError as e:
+        raise _failed(e) from None
     finally:
         os.close(fd)
 
 
-def _finish(conn, token, record):
-    """A decided merge applied (again), recorded once, its directory removed."""
+def _failed(e):
+    """A step on the file system that failed, in one line (exit 74)."""
+    where = f" ({e.filename})" if e.filename else ""
+    return AgentctlError(f"a merge failed: {e.strerror or e}{where}", code=DATABASE)
+
+
+def _finish(conn, token, record, held=None):
+    """A decided merge applied (again), recorded once, its directory removed; `held`:
+    its target's stack, ready (else it is made ready here)."""
     steps = record["steps"]
-    if record["target"] == "layer":
+    if held is not None:
+        held.run(lambda top: journal.apply(token, steps, top))
+    elif record["target"] == "layer":
         space.within(record["stack"], record["into"],
                      lambda top: journal.apply(token, steps, top))
     else:
@@ -84,6 +101,6 @@ def recover(conn):
     try:
         _recover(conn)
     except OSError as e:
-        raise AgentctlError(f"a merge left by a crash can't be finished: {e}") from None
+        raise _failed(e) from None
     finally:
         os.close(fd)

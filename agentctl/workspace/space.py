@@ -19,25 +19,42 @@ import fcntl
 import os
 import signal
 
-from agentctl.errors import AgentctlError, TempFail
-from agentctl.workspace import mount
+from agentctl.errors import DATABASE, AgentctlError, Refused
+from agentctl.workspace import lifetime, mount
 
 PR_SET_PDEATHSIG = 1
 
 
-def within(stack, agent_id, work):
-    """`work(directory)` run where the stack (layer rows, `agent_id`'s own first) is
-    mounted on its working directory, in a child process. AgentctlError with the
-    child's one line when it fails; mount.Unavailable when no layer can be mounted;
-    TempFail when a call of the agent's holds its layer."""
-    held = mount.Mount(stack, agent_id)
-    try:
+class Held:
+    """The agent's stack (layer rows, `agent_id`'s own first) ready to be mounted, its
+    own layer held alone until close(): Refused when no layer can be mounted here
+    (mount.Unavailable's line); TempFail when a call of the agent's holds its layer."""
+
+    def __init__(self, stack, agent_id):
         try:
-            fcntl.flock(held.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.mount = mount.Mount(stack, agent_id)
+        except mount.Unavailable as e:
+            raise Refused(str(e)) from None
+        try:
+            fcntl.flock(self.mount.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise TempFail(f"layer {stack[0]['id']}: a call of its agent's is running "
-                           "in it: try again when it ends") from None
-        _run(held, work)
+            self.mount.close()
+            raise lifetime.busy(stack[0]) from None
+
+    def run(self, work):
+        """`work(directory)` run where the stack is mounted on its working directory, in
+        a child process. AgentctlError with the child's one line when it fails."""
+        _run(self.mount, work)
+
+    def close(self):
+        self.mount.close()
+
+
+def within(stack, agent_id, work):
+    """`work(directory)` run in the stack mounted (Held, then let go)."""
+    held = Held(stack, agent_id)
+    try:
+        held.run(work)
     finally:
         held.close()
 
@@ -78,4 +95,4 @@ def _run(held, work):
     if status != 0:
         why = said.decode("utf-8", "replace").splitlines()[0] if said.strip() else (
             f"killed by signal {-status}" if status < 0 else f"exit status {status}")
-        raise AgentctlError(f"the work in the workspace failed: {why}")
+        raise AgentctlError(f"the work in the workspace failed: {why}", code=DATABASE)
