@@ -7,10 +7,15 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
+import stat
+import tempfile
+
+import pytest
 
 from agentctl.workspace import layers, view
 
-from .conftest import agent, fork, row, tool_results
+from .conftest import agent, fork, needs, row, shell, tool_results
 from .test_workspace import lead, turn, world  # noqa: F401 (world: a fixture)
 from .test_workspace_diff import tree
 
@@ -234,3 +239,38 @@ def test_a_step_that_fails_is_one_line_and_the_next_program_finishes(world, tmp_
     assert said.code == 0 and "No space left on device" in said.err     # (it says so)
     monkeypatch.setattr(journal, "apply", real)
     assert agent("ps").err == "" and (world / "new.txt").read_text() == "x\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root makes an unprivileged user here")
+def test_unprivileged_a_merge_into_a_parents_layer_writes_the_kernels_whiteouts(world,
+                                                                               tmp_path, conn):
+    """As uid 1000 of a user namespace (no mknod of its own), a deletion merged into the
+    parent's layer is written by the overlay itself (a character device 0:0), through the
+    parent's stack mounted in the merge's namespaces."""
+    needs("unshare", "util-linux")
+    for path in [world, *world.rglob("*")]:
+        os.chown(path, 0, 0)    # (root's: the operator's, uid 1000 in that namespace)
+    steps = {name: tmp_path / f"{name}.jsonl" for name in ("lead", "kid")}
+    for name, command in (("lead", "echo lead > lead.txt"),
+                          ("kid", "echo kid >> shared.txt; rm gone.txt; rm -r tree")):
+        steps[name].write_text(json.dumps({"steps": [{"content": "", "tool_calls": [
+            {"name": "run", "arguments": {"command": command}}]}, {"content": "done"}]}) + "\n")
+    run = tempfile.mkdtemp(prefix="agentctl-test-")    # (short: a socket's path is)
+    try:
+        ran = shell(f"XDG_RUNTIME_DIR={run} unshare --user --map-user=1000 --map-group=1000 "
+                    f"sh -c 'agent-fork -n lead --allow run --cwd {world} -m scripted:"
+                    f"{steps['lead']} go >/dev/null && agent-run lead >/dev/null && "
+                    f"agent-fork -p lead -n kid --allow run -m scripted:{steps['kid']} go "
+                    ">/dev/null && agent-run kid >/dev/null && agent-merge kid'")
+    finally:
+        shutil.rmtree(run)
+    assert ran.code == 0, ran.err
+    assert ran.out.splitlines() == ["tree", "gone.txt", "shared.txt"], ran.out
+    own = layers.upper(layers.stack(conn, row(conn, "lead"))[0]["id"])
+    for name in ("gone.txt", "tree"):
+        st = os.lstat(os.path.join(own, name))
+        assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+    assert shown(conn, "lead", "gone.txt") is None and shown(conn, "lead", "tree") is None
+    assert shown(conn, "lead", "shared.txt") == b"base\nkid\n"
+    assert shown(conn, "lead", "lead.txt") == b"lead\n"
+    assert (world / "gone.txt").exists() and (world / "shared.txt").read_text() == "base\n"
