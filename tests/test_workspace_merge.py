@@ -59,7 +59,10 @@ def test_the_first_merges_the_second_conflicts_the_real_directory_waits(world, t
     assert agent("merge", "--only", "w2.txt", "w2").out == "w2.txt\n"
     assert agent("merge", "--ours", "w2").code == 0
     assert shown(conn, "lead", "shared.txt") == b"base\nlead\none\n"
+    said = agent("why", "w2").out
+    assert "its workspace holds 1 path not merged into lead's layer, 1 in conflict" in said
     assert agent("merge", "--theirs", "w2").out == "shared.txt\n"
+    assert "not merged" not in agent("why", "w2").out
     assert shown(conn, "lead", "shared.txt") == b"base\nlead\ntwo\n"
     assert tree(world) == before
     done = agent("merge", "lead")
