@@ -277,3 +277,22 @@ def test_unprivileged_a_merge_into_a_parents_layer_writes_the_kernels_whiteouts(
     assert shown(conn, "lead", "shared.txt") == b"base\nkid\n"
     assert shown(conn, "lead", "lead.txt") == b"lead\n"
     assert (world / "gone.txt").exists() and (world / "shared.txt").read_text() == "base\n"
+
+
+def test_a_worker_merged_twice_is_no_conflict_with_its_own_first_merge(world, tmp_path, conn):
+    """What a merge gave the target is no change of the target's own: a worker that goes
+    on and is merged again, and a lead merged twice into the real directory, merge
+    cleanly; an edit of the target's since is still a conflict."""
+    workers(world, tmp_path)
+    assert agent("merge", "w1").code == 0
+    turn(tmp_path, "w1", "echo more >> shared.txt; rm w1.txt")
+    again = agent("merge", "w1")
+    assert again.code == 0 and again.out == "w1.txt\nshared.txt\n", again   # (deletions first)
+    assert shown(conn, "lead", "shared.txt") == b"base\nlead\none\nmore\n"
+    assert shown(conn, "lead", "w1.txt") is None
+    assert agent("merge", "lead").code == 0
+    turn(tmp_path, "lead", "echo later >> shared.txt")
+    assert agent("merge", "lead").out == "shared.txt\n"
+    turn(tmp_path, "lead", "echo latest >> shared.txt")
+    (world / "shared.txt").write_text("the operator's\n")
+    assert agent("merge", "lead").code == 3

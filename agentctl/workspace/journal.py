@@ -52,7 +52,7 @@ def stage(steps):
         if entry is not None:
             st = entry[1]
             meta = {"mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid,
-                    "mtime_ns": st.st_mtime_ns}
+                    "mtime_ns": st.st_mtime_ns, "size": st.st_size}
             if what == "put" and stat.S_ISLNK(st.st_mode):
                 meta["link"] = os.readlink(entry[0])
             elif what == "put":
@@ -160,3 +160,34 @@ def _own(path, meta):
     if not link:
         os.chmod(path, meta["mode"])
     os.utime(path, ns=(meta["mtime_ns"], meta["mtime_ns"]), follow_symlinks=False)
+
+
+def _given_path(agent_id):
+    return os.path.join(os.path.dirname(root()), "merged", f"{agent_id}.json")
+
+
+def given(agent_id):
+    """What the agent's merges gave their target, path by path: {path: [mode, size,
+    mtime_ns]} (an empty list: deleted), for the next merge to tell the target's own
+    change from what it took before (a path that still is as the merge left it is no
+    conflict)."""
+    try:
+        with open(_given_path(agent_id)) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def remember(agent_id, steps):
+    """What a merge's `steps` gave, added to given() (written whole, in one rename)."""
+    known = given(agent_id)
+    for path, what, meta in steps:
+        if what == "delete":
+            known[path] = []
+        elif what == "put":
+            known[path] = [meta["mode"], meta.get("size"), meta["mtime_ns"]]
+    where = _given_path(agent_id)
+    os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
+    with open(where + ".new", "w") as f:
+        json.dump(known, f)
+    os.replace(where + ".new", where)

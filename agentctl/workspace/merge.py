@@ -78,6 +78,7 @@ def _finish(conn, token, record, held=None):
                      lambda top: journal.apply(token, steps, top))
     else:
         journal.apply(token, steps, record["base"])
+    journal.remember(record["agent"], steps)
     said = events.latest(conn, record["agent"], "merge")
     if not said or said.get("token") != token:
         data = {"paths": len(steps), "token": token}

@@ -16,7 +16,7 @@ import stat
 from agentctl import paths, settings
 from agentctl.errors import Refused, UsageError
 from agentctl.store import layers as rows
-from agentctl.workspace import changed, layers, view
+from agentctl.workspace import changed, journal, layers, view
 
 DERIVED = ("index", "FETCH_HEAD", "ORIG_HEAD", "COMMIT_EDITMSG", "logs", "gc.log",
            "AUTO_MERGE", "MERGE_MSG")
@@ -96,7 +96,9 @@ def make(conn, child, views, *, only=(), side=None):
     plan.stack = rows.stack(conn, plan.layer["id"]) if plan.layer is not None else None
     granted = set(settings.listed(child["rw"])) if child["rw"] else set()
     hidden = [p for p, how in paths.protected() if how == paths.HIDE]
-    mine = [p for p in changed.paths(views) if _wanted(p, only)]
+    given = journal.given(child["id"])      # (what its earlier merges gave: candidates too,
+    mine = [p for p in sorted(set(changed.paths(views)) | set(given))  # a path it made,
+            if _wanted(p, only)]                # merged, then removed is no change to it)
     theirs = _theirs(plan, views)
     plan.conflicts, plan.skipped, wanted = [], [], []
     shown = view.directories(plan.stack) if plan.stack else [views.base]
@@ -113,13 +115,25 @@ def make(conn, child, views, *, only=(), side=None):
         if rule == "object":
             if new is None or now is not None:
                 continue                    # (a union: never deleted, never replaced)
-        elif path in theirs(path, now) and side != "theirs":
+        elif path in theirs(path, now) and not _as_given(given.get(path), now) \
+                and side != "theirs":
             if side is None:
                 plan.conflicts.append(path)
             continue
         wanted.append((path, new, old))
     plan.steps = _steps(wanted)
     return plan
+
+
+def _as_given(gave, now):
+    """Whether the target's entry `now` is still what an earlier merge of the child's
+    gave it (journal.given): then the target did not change it on its own."""
+    if gave is None:
+        return False
+    if not gave:
+        return now is None
+    return now is not None and not changed.is_dir(now) and [
+        stat.S_IMODE(now[1].st_mode), now[1].st_size, now[1].st_mtime_ns] == gave
 
 
 def _same_entry(a, b):
