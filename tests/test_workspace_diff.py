@@ -118,3 +118,15 @@ def test_turn_shows_what_the_last_turn_changed(world, tmp_path):
     assert "+b\n+again\n" in agent("diff", "--turn", "lead").out     # (against the fork)
     fork("-n", "idle", "--cwd", str(world))
     assert agent("diff", "--turn", "idle").out == ""
+
+
+def test_a_layer_on_another_host_is_named_not_read_as_empty(world, tmp_path, conn):
+    """A PostgreSQL database's agent whose turns ran on another host: its layer is
+    there, not here; agent-diff and agent-merge say so."""
+    lead(world)
+    conn.execute("UPDATE layers SET host = 'elsewhere'")
+    conn.commit()
+    for program in ("diff", "merge"):
+        said = agent(program, "lead")
+        assert said.code == 3 and said.err.count("\n") == 1, said
+        assert "is on elsewhere" in said.err

@@ -9,7 +9,8 @@ directories."""
 import os
 import stat
 
-from agentctl.errors import NotFound
+from agentctl import env
+from agentctl.errors import NotFound, Refused
 from agentctl.store import layers as rows
 from agentctl.workspace import layers, view
 
@@ -41,6 +42,11 @@ def views(conn, agent, against="fork"):
         raise NotFound(f"{agent['name'] or agent['id']}: it has no layer (it was given no "
                        "working directory, or --shared): its tools write the directory "
                        "itself")
+    for layer in stack:
+        if layer["host"] != env.host() and not os.path.isdir(layers.upper(layer["id"])):
+            raise Refused(f"{agent['name'] or agent['id']}: its layer {layer['id']} is on "
+                          f"{layer['host']}, whose data directory is not this host's (run "
+                          "this there, or share the data directory)")
     count = len(layers.since_fork(conn, agent["id"])) if against == "fork" else len(stack)
     return Views(stack, count)
 
