@@ -61,6 +61,8 @@ def test_the_first_merges_the_second_conflicts_the_real_directory_waits(world, t
     assert shown(conn, "lead", "shared.txt") == b"base\nlead\none\n"
     said = agent("why", "w2").out
     assert "its workspace holds 1 path not merged into lead's layer, 1 in conflict" in said
+    shot = [line for line in agent("top").out.splitlines() if " w2 " in line]
+    assert shot and shot[0].endswith("; 1 path to merge"), shot
     assert agent("merge", "--theirs", "w2").out == "shared.txt\n"
     assert "not merged" not in agent("why", "w2").out
     assert shown(conn, "lead", "shared.txt") == b"base\nlead\ntwo\n"
