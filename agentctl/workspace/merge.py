@@ -8,6 +8,7 @@ event log (a "merge" event of the child's)."""
 import os
 
 from agentctl.errors import DATABASE, AgentctlError, Refused
+from agentctl.ops import authority
 from agentctl.store import events
 from agentctl.store.db import transaction
 from agentctl.workspace import changed, journal, lifetime, plan, space
@@ -28,7 +29,7 @@ def merge(conn, actor, child, *, only=(), side=None, dry_run=False):
     """Merge `child` (a row) as `actor` (a row, None: the operator); its plan
     (plan.Plan). Refused for another actor than the operator or the parent; Conflict
     when a path changed on both sides and `side` is None."""
-    plan.check(conn, actor, child)
+    authority.check_merge(actor, child)
     only = plan.paths_given(only)
     fd = journal.lock()
     try:

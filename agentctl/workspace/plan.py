@@ -14,7 +14,7 @@ import os
 import stat
 
 from agentctl import paths, settings
-from agentctl.errors import Refused, UsageError
+from agentctl.errors import UsageError
 from agentctl.store import layers as rows
 from agentctl.workspace import changed, journal, layers, view
 
@@ -191,15 +191,6 @@ def _steps(wanted):
         elif stat.S_ISREG(new[1].st_mode) or stat.S_ISLNK(new[1].st_mode):
             puts.append((path, "put", new))
     return sorted(deletions, reverse=True) + sorted(puts)
-
-
-def check(conn, actor, child):
-    """Refused unless `actor` (a row, None: the operator) may merge `child`: the
-    operator, or the agent it was forked from."""
-    if actor is None or actor["id"] == child["forked_from"]:
-        return
-    raise Refused(f"{actor['name'] or actor['id']} can't merge {child['name'] or child['id']}"
-                  ": only the operator or its parent (the agent that forked it) merges its work")
 
 
 def paths_given(only):
