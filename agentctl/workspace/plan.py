@@ -105,9 +105,11 @@ def make(conn, child, views, *, only=(), side=None):
     for path in mine:
         why = _refused(path, granted, views.base, hidden)
         rule = _git(path)
-        if why or rule == "derived":
-            plan.skipped.append((path, why or "derived (git makes it again)"))
+        if why:
+            plan.skipped.append((path, why))
             continue
+        if rule == "derived":
+            continue                        # (git makes it again, there)
         new, old = changed.entry(views.new, path), changed.entry(views.old, path)
         now = changed.entry(shown, path)
         if _same_entry(now, new):
