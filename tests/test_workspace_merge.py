@@ -298,3 +298,17 @@ def test_a_worker_merged_twice_is_no_conflict_with_its_own_first_merge(world, tm
     turn(tmp_path, "lead", "echo latest >> shared.txt")
     (world / "shared.txt").write_text("the operator's\n")
     assert agent("merge", "lead").code == 3
+
+
+def test_a_branch_both_workers_moved_is_a_conflict(world, tmp_path):
+    lead(world, "--rw", ".git")
+    fork("-p", "lead", "-n", "w1", "--allow", "run")
+    fork("-p", "lead", "-n", "w2", "--allow", "run")
+    git = "git -c user.name=w -c user.email=w@example.com"
+    for name in ("w1", "w2"):
+        turn(tmp_path, name, f"echo {name} > {name}.txt && {git} add {name}.txt && "
+                             f"{git} commit -qm {name}")
+    assert agent("merge", "w1").code == 0
+    said = agent("merge", "w2")
+    assert said.code == 3 and said.out.splitlines() in (
+        [".git/refs/heads/master"], [".git/refs/heads/main"]), said
