@@ -111,7 +111,7 @@ def apply(token, steps, top):
             if os.path.lexists(place) and not _is_dir(place):
                 os.unlink(place)
             if not os.path.lexists(place):
-                os.mkdir(place)
+                os.makedirs(place)      # (its parent too, where the target removed it)
             _own(place, meta)
         else:
             os.makedirs(os.path.dirname(place), exist_ok=True)
