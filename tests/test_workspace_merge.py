@@ -312,3 +312,30 @@ def test_a_branch_both_workers_moved_is_a_conflict(world, tmp_path):
     said = agent("merge", "w2")
     assert said.code == 3 and said.out.splitlines() in (
         [".git/refs/heads/master"], [".git/refs/heads/main"]), said
+
+
+def test_a_link_put_in_the_way_after_the_plan_is_never_followed(tmp_path, monkeypatch):
+    """A tool of an agent that shares the target swaps a directory the merge writes
+    into for a link to elsewhere, between the plan and its steps (as root, the merge
+    would write there): each step's way is opened without following a link, and the
+    link is replaced by the directory the merge says is there."""
+    import stat as stat_
+    from agentctl.workspace import journal
+    monkeypatch.setattr(journal, "root", lambda: str(tmp_path / "m"))
+    top, outside = tmp_path / "top", tmp_path / "outside"
+    (top / "d").mkdir(parents=True)
+    outside.mkdir()
+    (tmp_path / "m" / "t").mkdir(parents=True)
+    (tmp_path / "m" / "t" / "0").write_text("merged\n")
+    meta = {"mode": 0o644, "uid": os.getuid(), "gid": os.getgid(), "mtime_ns": 10 ** 18,
+            "size": 7}
+    (top / "d").rmdir()
+    (top / "d").symlink_to(outside)                 # (the swap, after the plan)
+    (top / "e").symlink_to(outside)
+    journal.apply("t", [["d/x", "put", meta], ["e", "delete", None]], str(top))
+    assert list(outside.iterdir()) == []
+    assert stat_.S_ISDIR(os.lstat(top / "d").st_mode)
+    assert (top / "d" / "x").read_text() == "merged\n"
+    assert not os.path.lexists(top / "e")           # (the link itself removed)
+    with pytest.raises(ValueError):
+        journal.apply("t", [["../x", "put", meta]], str(top))

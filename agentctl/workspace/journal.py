@@ -100,31 +100,78 @@ def decided():
 
 def apply(token, steps, top):
     """Each step of merge `token` applied under directory `top` (again, harmlessly,
-    after a crash)."""
+    after a crash). Every step works from a descriptor of its parent, each component
+    of the way opened without following a link (O_NOFOLLOW): a link put in the way
+    since the plan (a tool of an agent that shares the directory) is replaced by the
+    directory the merge says is there, and nothing is ever written outside `top`."""
     where = os.path.join(root(), token)
     spare = f".agentctl-merge-{token}"
-    for n, (path, what, meta) in enumerate(steps):
-        place = os.path.join(top, path)
-        if what == "delete":
-            _remove(place)
-        elif what == "dir":
-            if os.path.lexists(place) and not _is_dir(place):
-                os.unlink(place)
-            if not os.path.lexists(place):
-                os.makedirs(place)      # (its parent too, where the target removed it)
-            _own(place, meta)
-        else:
-            os.makedirs(os.path.dirname(place), exist_ok=True)
-            temp = os.path.join(os.path.dirname(place), spare)
-            _remove(temp)
-            if "link" in meta:
-                os.symlink(meta["link"], temp)
-            else:
-                shutil.copyfile(os.path.join(where, str(n)), temp)
-            _own(temp, meta)
-            if _is_dir(place):
-                shutil.rmtree(place)
-            os.replace(temp, place)
+    root_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for n, (path, what, meta) in enumerate(steps):
+            parent, name = _parent(root_fd, path)
+            try:
+                _step(parent, name, what, meta, os.path.join(where, str(n)), spare)
+            finally:
+                if parent != root_fd:
+                    os.close(parent)
+    finally:
+        os.close(root_fd)
+
+
+def _step(parent, name, what, meta, staged, spare):
+    if what == "delete":
+        _remove(parent, name)
+        return
+    if what == "dir":
+        if _kind(parent, name) not in (None, stat.S_IFDIR):
+            os.unlink(name, dir_fd=parent)
+        if _kind(parent, name) is None:
+            os.mkdir(name, 0o700, dir_fd=parent)
+        _own(parent, name, meta)
+        return
+    _remove(parent, spare)
+    if "link" in meta:
+        os.symlink(meta["link"], spare, dir_fd=parent)
+    else:
+        out = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                      os.O_CLOEXEC, 0o600, dir_fd=parent)
+        with open(out, "wb") as target, open(staged, "rb") as source:
+            shutil.copyfileobj(source, target)
+    _own(parent, spare, meta)
+    if _kind(parent, name) == stat.S_IFDIR:
+        shutil.rmtree(name, dir_fd=parent)
+    os.replace(spare, name, src_dir_fd=parent, dst_dir_fd=parent)
+
+
+def _parent(root_fd, path):
+    """(a descriptor of the directory that holds `path`, its last component): each
+    component on the way opened with O_NOFOLLOW, made where it is missing (the
+    target removed it), and one that is not a directory (a file, a link) replaced
+    by one."""
+    *dirs, name = [part for part in path.split("/") if part not in ("", ".")]
+    if name == ".." or ".." in dirs:
+        raise ValueError(f"{path}: not a path under the merge's target")
+    fd = root_fd
+    for part in dirs:
+        if _kind(fd, part) not in (None, stat.S_IFDIR):
+            os.unlink(part, dir_fd=fd)
+        if _kind(fd, part) is None:
+            os.mkdir(part, 0o755, dir_fd=fd)
+        step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=fd)
+        if fd != root_fd:
+            os.close(fd)
+        fd = step
+    return fd, name
+
+
+def _kind(parent, name):
+    """The file type of `name` in directory `parent` (not followed), or None."""
+    try:
+        return stat.S_IFMT(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def done(token):
@@ -137,29 +184,26 @@ def done(token):
         pass
 
 
-def _is_dir(path):
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
+def _remove(parent, name):
+    if _kind(parent, name) == stat.S_IFDIR:
+        shutil.rmtree(name, dir_fd=parent)
+    elif _kind(parent, name) is not None:
+        os.unlink(name, dir_fd=parent)
 
 
-def _remove(path):
-    if _is_dir(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
-
-
-def _own(path, meta):
+def _own(parent, name, meta):
     """The entry's owner (as root: unprivileged, it is the operator's), mode and
-    modification time, as the agent left them."""
-    link = "link" in meta
+    modification time, as the agent left them (a link's own, never its target's)."""
     if os.geteuid() == 0:
-        os.lchown(path, meta["uid"], meta["gid"])
-    if not link:
-        os.chmod(path, meta["mode"])
-    os.utime(path, ns=(meta["mtime_ns"], meta["mtime_ns"]), follow_symlinks=False)
+        os.chown(name, meta["uid"], meta["gid"], dir_fd=parent, follow_symlinks=False)
+    if "link" not in meta:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            os.fchmod(fd, meta["mode"])
+        finally:
+            os.close(fd)
+    os.utime(name, ns=(meta["mtime_ns"], meta["mtime_ns"]), dir_fd=parent,
+             follow_symlinks=False)
 
 
 def _given_path(agent_id):
