@@ -40,7 +40,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	rm -rf .demo && mkdir .demo
 	@echo "make demo: on the database $(CURDIR)/.demo/agents.db"
-	AGENTCTL_DB="$(CURDIR)/.demo/agents.db" PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
+	AGENTCTL_DB="$(CURDIR)/.demo/agents.db" XDG_DATA_HOME="$(CURDIR)/.demo/data" \
+	XDG_CACHE_HOME="$(CURDIR)/.demo/cache" PATH="$(CURDIR)/bin:$$PATH" sh examples/demo.sh
 
 # README.md's picture of agent-top and docs/tree.svg (agent-ps --format dot, drawn by
 # Graphviz's dot), made again by the real programs on a small tree (docs/pictures.py).

@@ -179,6 +179,11 @@ def _batch(d, actor, names):
     return f"batch{where} answered {d.get('request')}{': ' if said else ''}{said}{_turn(d)}"
 
 
+def _merge(d, actor, names):
+    where = f"{names(d['into'])}'s layer" if d.get("into") else "the real directory"
+    return f"merged into {where} by {_by(actor, names)}: {_plural(d.get('paths', 0), 'path')}"
+
+
 KINDS = {
     "fork": Kind("parent at role model?", _fork),
     "turn-start": Kind("turn model?", lambda d, actor, names: f"turn {d.get('turn')} started"
@@ -239,6 +244,8 @@ KINDS = {
     "batch": Kind("turn request batch? state outcome? error?", _batch),
     "recover": Kind("endpoint seconds", lambda d, actor, names:
                     f"endpoint {d.get('endpoint')} recovered after {d.get('seconds', 0):.1f}s"),
+    # agent-merge: the agent's changes since its fork applied (token: its journal's)
+    "merge": Kind("paths token into?", _merge),
 }
 
 

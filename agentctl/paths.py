@@ -59,6 +59,12 @@ def data_home():
     return _xdg("XDG_DATA_HOME", (".local", "share"))
 
 
+def merges():
+    """Where agent-merge keeps the journal of a merge under way (workspace/journal.py):
+    a program that finds it finishes that merge first (cli/program.py)."""
+    return os.path.join(data_home(), "agentctl", "m")
+
+
 def config_home():
     return _xdg("XDG_CONFIG_HOME", (".config",))
 

@@ -30,6 +30,8 @@ TABLE = (
     ("set", OFFER),
     ("why", OFFER),
     ("top", REFUSE),        # the operator's full screen
+    ("diff", OFFER),
+    ("merge", OFFER),
 )
 
 NAMES = tuple(name for name, _ in TABLE)

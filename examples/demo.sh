@@ -3,7 +3,8 @@
 # .demo/agents.db in the checkout): a lead agent forks two workers through
 # its tools, cron-style runs execute them, the lead collects their results
 # and files them as a shared document, within a token budget; then replay
-# across a clear, deferred mail, and a cascade kill. The model is the
+# across a clear, deferred mail, a cascade kill, and copy-on-write workspaces
+# (examples/workspaces.sh: two workers, a diff, a merge). The model is the
 # scripted one (examples/models/fanout.jsonl): no key, no network.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,3 +34,4 @@ run 'agent-mail -a demo-lead             # the deferred mail is not there yet'
 run 'agent-fork -p demo-lead -n demo-idle; agent-kill --cascade demo-lead'
 run 'agent-ps -a -f -o id,name,parent,stat,exit_code | grep -e demo- -e w-'
 run 'agent-wait demo-lead || echo "(agent-wait exited $?)"   # collect it (exit 3: it was killed)'
+run 'if command -v bwrap >/dev/null; then sh "$here/workspaces.sh"; else echo "(the workspaces need bubblewrap)"; fi   # two workers, a diff, a merge'

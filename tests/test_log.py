@@ -352,7 +352,8 @@ SAMPLES = {"parent": INIT_ID, "at": 1_790_000_000, "role": "agent", "model": "ec
            "until": 1_790_000_060, "reason": "HTTP 429", "retry": 1_790_000_030,
            "peer": INIT_ID, "same": 3, "host": "pypi.org", "port": 443,
            "address": "151.101.0.223", "sent": 517, "received": 1_234_567,
-           "batch": "batch_6a1f", "state": "ended", "tier": "batch"}
+           "batch": "batch_6a1f", "state": "ended", "tier": "batch", "paths": 3,
+           "token": "0H5JpONDTGSLCv8DXTenlw", "into": INIT_ID}
 
 
 def field_names(shape):

@@ -47,9 +47,9 @@ def test_a_question_pauses_the_turn_and_the_operators_answer_resumes_it(tmp_path
 
 def test_an_approval_runs_the_call_after_approve_and_not_after_deny(files, conn):
     work, model = files
-    fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+    fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work), "--shared",
          "-m", model, "write")
-    fork("-n", "b", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+    fork("-n", "b", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work), "--shared",
          "-m", model, "write")
     assert agent("run", "a").code == 0 and agent("run", "b").code == 0
     listed = [json.loads(line) for line in agent("answer", "--format", "jsonl").lines]
@@ -74,7 +74,7 @@ def test_a_call_that_does_not_fit_its_tool_is_put_to_no_one(tmp_path, conn):
     model = script(tmp_path, {"match": "^write", "steps": [
         {"content": "", "tool_calls": [{"name": "write_file", "arguments": {"path": 5}}]},
         {"content": "gave up"}]})
-    fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+    fork("-n", "a", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work), "--shared",
          "-m", model, "write")
     assert agent("run", "a").out == "gave up\n"
     assert tool_results(conn, "a") == ["error: content is missing"]
@@ -106,7 +106,7 @@ def test_the_parent_is_told_by_mail_and_answers_with_the_answer_tool(tmp_path, c
 
 def test_a_request_expires_at_its_deadline(files, conn, tmp_path, monkeypatch):
     work, model = files
-    fork("-n", "g", "--allow", "write_file", "--ask", "write_*:1s", "--cwd", str(work),
+    fork("-n", "g", "--allow", "write_file", "--ask", "write_*:1s", "--cwd", str(work), "--shared",
          "-m", model, "write")
     fork("-n", "q", "-m", script(tmp_path, ASKING), "go")
     monkeypatch.setenv("AGENTCTL_ASK_TIMEOUT", "1")
@@ -203,7 +203,7 @@ def test_kill_9_at_every_boundary_of_asking_answering_and_resuming(files, tmp_pa
         monkeypatch.setenv("AGENTCTL_DB", path)
         for f in work.iterdir():
             f.unlink()
-        fork("-n", "w", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work),
+        fork("-n", "w", "--allow", "write_file", "--ask", "write_*", "--cwd", str(work), "--shared",
              "-m", model, "write")
         wrapped(point, n, "w")                              # asking (and maybe more)
         answers = 0
@@ -241,10 +241,10 @@ def test_only_an_ancestor_that_could_make_the_call_without_asking_may_approve(fi
         {"content": "", "tool_calls": [{"name": "answer", "arguments": {"request": "REQ",
                                                                         "approve": True}}]},
         {"content": "approved"}]}, name="approver.jsonl")
-    fork("-n", "boss", "--allow", "write_file", "--cwd", str(work), "-m", approving)
+    fork("-n", "boss", "--allow", "write_file", "--cwd", str(work), "--shared", "-m", approving)
     fork("-p", "boss", "-n", "lead", "--allow", "write_file", "--ask", "write_file",
          "-m", approving)
-    fork("-p", "lead", "-n", "w", "--allow", "write_file", "--cwd", str(work), "-m", model,
+    fork("-p", "lead", "-n", "w", "--allow", "write_file", "--cwd", str(work), "--shared", "-m", model,
          "write")
     assert agent("run", "w").code == 0 and status(conn, "w") == "P"
     req = pending_ids()[0]

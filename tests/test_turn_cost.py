@@ -20,6 +20,7 @@ PLAIN_TURN = {
     "agentctl.eventkinds", "agentctl.ids", "agentctl.jsonin", "agentctl.keys",
     "agentctl.limits", "agentctl.mailloop", "agentctl.modelspec", "agentctl.money",
     "agentctl.paths", "agentctl.shape", "agentctl.text", "agentctl.voice",
+    "agentctl.voice.tools",
     "agentctl.settings", "agentctl.settings.kinds",
     "agentctl.cli", "agentctl.cli.options", "agentctl.cli.output", "agentctl.cli.program",
     "agentctl.cli.run", "agentctl.cli.stdio",
@@ -41,6 +42,8 @@ PLAIN_TURN = {
     "agentctl.turn", "agentctl.turn.builtin", "agentctl.turn.compaction",
     "agentctl.turn.context", "agentctl.turn.runner", "agentctl.turn.toolset",
     "agentctl.turn.watch",
+    # (whether the agent works in a layer, and its stack: workspace.layers, 99 lines)
+    "agentctl.workspace", "agentctl.workspace.layers", "agentctl.store.layers",
 }
 # On PostgreSQL, its connection and schema too (psycopg, an optional extra)
 POSTGRESQL = {"agentctl.store.pg", "agentctl.store.libpq", "agentctl.store.pgschema"}
@@ -76,7 +79,8 @@ def test_a_plain_turn_loads_the_modules_it_needs_and_no_more(fakeapi):  # noqa: 
     assert modules & NOT_ON_A_CALLS_PATH == set()
     ours = {m for m in modules if m == "agentctl" or m.startswith("agentctl.")}
     expected = PLAIN_TURN | (POSTGRESQL if BACKEND["name"] == "postgresql" else set())
-    assert sorted(ours - expected) == [], "new on a plain turn's path: add it, on purpose"
+    assert sorted(ours - expected) == [], \
+        f"new on a plain turn's path: add it, on purpose: {sorted(ours - expected)}"
     assert sorted(expected - ours) == [], "no longer loaded: take it off the list"
     if BACKEND["name"] == "sqlite":
         assert modules & NOT_LOADED == set()

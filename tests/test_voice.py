@@ -1,4 +1,4 @@
-"""agentctl's voice to the model has one home, agentctl/voice.py: no module outside
+"""agentctl's voice to the model has one home, agentctl/voice: no module outside
 it writes one of the forms the model reads (a notice, a heading, a marker, a tool's
 error), and what it writes does not depend on when it is written, so that a stored
 message, replayed, is the same prefix at every request."""
@@ -60,7 +60,7 @@ def voice_elsewhere(modules):
     """Voice.py's forms written by another module but the operator's (OPERATORS)."""
     found = []
     for module, source in sorted(modules.items()):
-        if module == "agentctl.voice" or module.startswith(OPERATORS):
+        if module.split(".")[:2] == ["agentctl", "voice"] or module.startswith(OPERATORS):
             continue
         for line, text in literals(source):
             marker = form(text)
@@ -75,8 +75,9 @@ def test_only_voice_py_writes_what_the_model_reads():
 
 def test_every_form_looked_for_is_one_voice_py_writes():
     """The lists above name texts that exist: a form renamed in voice.py is renamed here."""
-    rendered = [text for _, text in literals(inspect.getsource(voice))]
-    rendered += [render(name) for name in SAMPLES]
+    rendered = [text for module in (voice, voice.tools)
+                for _, text in literals(inspect.getsource(module))]
+    rendered += [text for text in map(render, SAMPLES) if isinstance(text, str)]
     rendered += [value for name, value in vars(voice).items()
                  if isinstance(value, str) and not name.startswith("_")]
     missing = [m for m in STARTS + WITHIN if not any(m in t for t in rendered)]
@@ -148,6 +149,9 @@ SAMPLES = {
     "document": ("notes", 2, "the operator", "global", "# Notes"),
     "doc_line": ("notes", 2, "global", "a (AAAA)", 7),
     "doc_removed": ("notes", 2),
+    "cut_diff": ("diff --git a/x b/x", 250000),
+    "merged": (["a.txt", "b/c"], [".git/config"]),
+    "conflicts": ("w2: 1 path changed on both sides since the fork", ["a.txt"]),
     "unknown_tool": ("frobnicate", ["fork", "send"]),
     "not_json": ("Expecting value",),
     "not_a_descendant": ("zed",),
@@ -179,7 +183,7 @@ def at(monkeypatch, when, name, *args):
 
 def test_every_function_of_voice_py_has_a_sample():
     functions = {name for name, value in vars(voice).items()
-                 if inspect.isfunction(value) and value.__module__ == "agentctl.voice"
+                 if inspect.isfunction(value) and value.__module__.startswith("agentctl.voice")
                  and not name.startswith("_")}
     assert functions == set(SAMPLES)
 

@@ -121,7 +121,20 @@ def connect(db_path, create=True):
     if db_path is not None and os.environ.get("AGENTCTL_PROXIED"):
         raise UsageError("--db: a sandboxed tool's programs use its agent's database")
     _opened.append(db.resolve_path(db_path))
-    return db.connect(db_path, create)
+    conn = db.connect(db_path, create)
+    if os.path.isdir(paths.merges()):
+        _merges_finished(conn)
+    return conn
+
+
+def _merges_finished(conn):
+    """A merge a crash left (agent-merge(1), Atomicity) finished, or thrown away, before
+    anything else; what fails is said and left for the next program."""
+    from agentctl.workspace import merge  # (start-up: 14 ms, only after a crashed merge)
+    try:
+        merge.recover(conn)
+    except AgentctlError as e:
+        warn(os.path.basename(sys.argv[0]) or "agentctl", str(e))
 
 
 def actor(conn):

@@ -51,7 +51,8 @@ def cli(db_path, everything, forest, parent, status, role, fmt, columns, quiet, 
     parent_id = registry.resolve(conn, parent)["id"] if parent else None
     now = clock.now()
     made = {"age": each(lambda created: int(now - created), "created_at"),
-            "wake": each(proctable.wake, "wake_at", "mail_at")}
+            "wake": each(proctable.wake, "wake_at", "mail_at"),
+            "changes": each(lambda agent_id: _changes(conn, agent_id), "id")}
     # a table shows spent/budget as one column; a machine, two values
     default = LONG + (["spent"] if fmt != "table" else []) if forest else DEFAULT
     chosen = [] if fmt == "dot" else pick(COLUMNS, columns, default)
@@ -94,6 +95,12 @@ def _reading(chosen, made):
             return proctable.FIELDS
         read |= keys
     return read
+
+
+def _changes(conn, agent_id):
+    """How many paths it changed in its layer since its fork (None: it has none)."""
+    from agentctl.workspace import changed  # (start-up: 2 ms, only for -o changes)
+    return changed.count(conn, agent_id)
 
 
 def _label(name, agent_id, depth):
@@ -212,6 +219,7 @@ COLUMNS = [     # each reads the whole table (output.Whole): a listing may be 10
     Whole("failure", "FAILURE", machine=each(None, "last_failure"),
           human=each(lambda failure: first_line(failure) or "-", "last_failure")),
     *(_setting(s.name) for s in settings.SETTINGS if s.header and s.name not in _PLACED),
+    Whole("changes", "CHANGES", human=each(lambda n: "-" if n is None else str(n), "changes")),
     Whole("endpoint", "ENDPOINT"),
     Whole("provider", "PROVIDER", human=each(_provider, "provider"),
           machine=each(lambda wait: wait and wait.why, "provider")),

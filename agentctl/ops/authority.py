@@ -4,7 +4,9 @@ and its descendants, as its built-in tools do: it forks, signals, waits for, rea
 the mail and the context of those alone, and sends mail only as itself. So a tool
 that calls agent-fork can't make a child of init, or of another agent, with more
 than its own agent has. Listing the process table and the event log, sending mail
-to anyone, and documents (by their visibility) are open to all."""
+to anyone, and documents (by their visibility) are open to all. A child's work is
+merged (agent-merge) by the operator or its parent alone: it goes into the parent's
+workspace."""
 
 from agentctl.errors import Refused
 from agentctl.store import registry
@@ -21,3 +23,13 @@ def check(conn, actor, target, doing):
         return
     raise Refused(f"{registry.label(actor)} can't {doing} {registry.label(target)}: an "
                   "agent acts only on itself and its descendants")
+
+
+def check_merge(actor, child):
+    """Refused unless `actor` (a row; None for the operator) may merge `child`'s work
+    (agent-merge(1)): the operator, or the agent that forked it, into whose workspace
+    it goes; not the child itself, nor another ancestor."""
+    if actor is None or actor["id"] == child["forked_from"]:
+        return
+    raise Refused(f"{registry.label(actor)} can't merge {registry.label(child)}: only the "
+                  "operator or its parent (the agent that forked it) merges its work")

@@ -22,8 +22,9 @@ from agentctl.store import registry
 PATTERN = r"[A-Za-z0-9_*?\[\]!-]{1,128}"     # (compiled at its first use)
 # The built-in tools (turn/builtin.py, which a test holds to this): every agent has
 # them, whatever its grants; only --ask reaches them.
-BUILT_IN = frozenset({"answer", "ask", "check_mail", "doc_get", "doc_ls", "doc_put", "doc_rm",
-                      "exit", "fork", "kill", "ps", "read_mail", "send", "sleep", "wait"})
+BUILT_IN = frozenset({"answer", "ask", "check_mail", "diff", "doc_get", "doc_ls", "doc_put",
+                      "doc_rm", "exit", "fork", "kill", "merge", "ps", "read_mail", "send",
+                      "sleep", "wait"})
 
 
 def check(patterns, named, deadlines=False):

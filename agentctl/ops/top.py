@@ -214,7 +214,11 @@ def doing(conn, row, now):
                     + (f": {wait.text}" if wait is not None else ""))
         return f"model call ({since})"
     lines = why.reasons(conn, row, now)
-    return lines[0] if lines else why.pending(conn, row, now)
+    line = lines[0] if lines else why.pending(conn, row, now)
+    found = why.unmerged(conn, row) if row["cwd"] else None
+    if found:                   # (its workspace's work, not merged yet: agent-why says more)
+        line += f"; {found[0]} path{'s' if found[0] != 1 else ''} to merge"
+    return line
 
 
 def step_began(row):

@@ -7,6 +7,7 @@ exactly when no reason holds, which tests/test_pending.py holds over random data
 
 from agentctl import eventkinds, mailloop
 from agentctl.clock import age, iso, until
+from agentctl.errors import NotFound, Refused
 from agentctl.ids import INIT_ID
 from agentctl.ops import budget, endpoints, lifecycle, proctable, supervise, turns
 from agentctl.ops.lease import effective_status, held
@@ -190,7 +191,35 @@ def verdict(conn, row, now):
                          "since (a key, a URL, a model), so the next agent-run --all run so "
                          "tries it again")
     refused = refused_connection(conn, row)
-    return lines + ([refused] if refused else []), would
+    merge = pending_merge(conn, row)
+    return lines + [x for x in (refused, merge) if x], would
+
+
+def unmerged(conn, agent):
+    """What agent-merge would still take of its workspace (agentctl(7), WORKSPACES):
+    (paths, of them in conflict, its plan), or None when nothing (or it has no layer)."""
+    from agentctl.workspace import changed, plan  # (start-up: 3 ms, only for a layer's)
+    try:
+        views = changed.views(conn, agent, "fork")
+    except (NotFound, Refused):
+        return None
+    made = plan.make(conn, agent, views)
+    count = len(made.steps) + len(made.conflicts)
+    return (count, len(made.conflicts), made) if count else None
+
+
+def pending_merge(conn, agent):
+    """unmerged() as agent-why's line; None when nothing."""
+    found = unmerged(conn, agent)
+    if found is None:
+        return None
+    count, conflicts, made = found
+    name = registry.label(agent)
+    into = "the real directory" if made.target == "base" else \
+        f"{registry.label(registry.get(conn, made.parent))}'s layer"
+    return (f"its workspace holds {count} path{'s' if count != 1 else ''} not merged into "
+            f"{into}" + (f", {conflicts} in conflict" if conflicts else "")
+            + f" (agent-diff {name}; agent-merge {name}, or agent-diff --discard {name})")
 
 
 def refused_connection(conn, agent):

@@ -26,6 +26,12 @@ def open_turn(conn, agent_id):
                         "ORDER BY id DESC LIMIT 1", (agent_id,)).fetchone()
 
 
+def latest(conn, agent_id):
+    """The agent's last turn (running or ended), or None."""
+    return conn.execute("SELECT * FROM turns WHERE agent_id = ? ORDER BY id DESC LIMIT 1",
+                        (agent_id,)).fetchone()
+
+
 def insert(conn, agent_id, model, started_at):
     turn_id = conn.execute("INSERT INTO turns (agent_id, model, started_at) VALUES (?, ?, ?)",
                            (agent_id, model, started_at)).lastrowid

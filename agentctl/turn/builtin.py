@@ -81,6 +81,17 @@ SPECS = {
                _schema({"pattern": {"type": "string"}})),
     "doc_rm": ("Remove a shared document you own (its versions are kept).",
                _schema({"name": {"type": "string"}}, ["name"])),
+    "diff": ("What an agent (yourself, or a descendant) changed in its workspace since its "
+             "fork, as a unified diff; `stat`: a line a file; `base`: against the real "
+             "directory.", _schema({"agent": {"type": "string"}, "stat": {"type": "boolean"},
+                                    "base": {"type": "boolean"}}, ["agent"])),
+    "merge": ("Take a child's work (its workspace's changes since its fork) into your own "
+              "workspace. A path you both changed is a conflict: nothing is merged, the "
+              "paths are listed; then `theirs` takes the child's, `ours` keeps yours, "
+              "`only` merges those paths alone.",
+              _schema({"agent": {"type": "string"}, "theirs": {"type": "boolean"},
+                       "ours": {"type": "boolean"},
+                       "only": {"type": "array", "items": {"type": "string"}}}, ["agent"])),
 }
 
 def specs():
@@ -144,11 +155,13 @@ def execute(conn, agent_id, turn_id, call):
     except ToolError as e:
         return record_error(conn, agent_id, turn_id, call, voice.tool_error(e), started)
     handler = HANDLERS[call["tool_name"]]
-    if call["tool_name"] == "wait":
+    before = BEFORE.get(call["tool_name"])
+    if before:
         # Waiting blocks, so it happens outside any transaction; collecting
         # what exited is then part of the call's transaction, like any effect.
+        # A diff reads files and a merge makes its own (workspaces.py).
         try:
-            args = dict(args, exited=_wait(conn, agent_id, args))
+            args = dict(args, done=before(conn, agent_id, args))
         except (ToolError, AgentctlError) as e:
             return record_error(conn, agent_id, turn_id, call, voice.tool_error(e), started)
     try:
@@ -276,7 +289,7 @@ def _kill_pending(conn, agent_id):
 
 
 def _collect(conn, agent_id, args, call):
-    exited, pending = args["exited"]
+    exited, pending = args["done"]
     if not exited and not pending:
         return voice.NO_CHILDREN
     for row in exited:
@@ -353,7 +366,20 @@ def _doc_rm(conn, agent_id, args, call):
 HANDLERS = {"fork": _fork, "send": _send, "check_mail": _check_mail, "read_mail": _read_mail,
             "kill": _kill, "wait": _collect, "ps": _ps, "sleep": _sleep, "exit": _exit,
             "doc_put": _doc_put, "doc_get": _doc_get, "doc_ls": _doc_ls, "doc_rm": _doc_rm,
-            "ask": lambda *a: _asked(), "answer": _answer}
+            "ask": lambda *a: _asked(), "answer": _answer,
+            "diff": lambda conn, agent_id, args, call: args["done"],
+            "merge": lambda conn, agent_id, args, call: args["done"]}
+# What runs before the call's transaction, its result the handler's args["done"].
+BEFORE = {"wait": lambda conn, agent_id, args: _wait(conn, agent_id, args),
+          "diff": lambda conn, agent_id, args: _workspaces().diff(conn, agent_id, args,
+                                                                  _descendant),
+          "merge": lambda conn, agent_id, args: _workspaces().merge(conn, agent_id, args,
+                                                                    _descendant)}
+
+
+def _workspaces():
+    from agentctl.turn import workspaces  # (start-up: 18 ms, only for diff and merge)
+    return workspaces
 
 
 def _asked():

@@ -67,7 +67,8 @@ class Mount:
                               "layers is too deep to mount (merge or discard its "
                               "descendants' work)")
         try:
-            self.space = space.held(options.encode(), self.target, self.root)
+            self.space = space.held(options.encode(), self.target, self.root,
+                                    os.path.join(self.root, str(own['id']), "w"))
         except OSError as e:
             self.close()
             raise Unavailable(f"workspace: can't mount its layer on {self.target}: "

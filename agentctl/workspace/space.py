@@ -7,9 +7,16 @@ each keep what it had seen, and miss what the other wrote.
 
 Unprivileged, the namespace is owned by a user namespace that maps the operator's
 user alone, as itself, which a call enters first. The standard library only: the MCP
-launcher enters one."""
+launcher enters one.
+
+A process that holds a Space holds a shared lock on its own layer's work directory
+(`guard`) while it does (taken before the overlay is mounted): a merge into the layer
+(inside.Held) takes it exclusively, so that no overlay of another process's holds the
+layer while the merge writes it through its own (an overlay whose upper directory is
+written from elsewhere may keep what it saw)."""
 
 import ctypes
+import fcntl
 import os
 
 CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
@@ -23,8 +30,8 @@ class Space:
     that owns it), kept by descriptors `mnt` and `user` (or None), or named by the
     paths that open them (`coded`, a launcher's)."""
 
-    def __init__(self, mnt, user):
-        self.mnt, self.user = mnt, user
+    def __init__(self, mnt, user, guard=None):
+        self.mnt, self.user, self.guard = mnt, user, guard
 
     def coded(self):
         """Where another process of the operator's opens them: /proc/PID/fd/N."""
@@ -46,24 +53,42 @@ class Space:
                               + os.strerror(ctypes.get_errno()))
 
     def close(self):
-        for fd in (self.mnt, self.user):
+        for fd in (self.mnt, self.user, self.guard):
             if fd is not None:
                 os.close(fd)
-        self.mnt = self.user = None
+        self.mnt = self.user = self.guard = None
 
 
-def held(options, target, root):
+def held(options, target, root, guard):
     """The Space where `options` (the layers named from `root`) are mounted on
-    `target`: this process's, made now unless it was already. OSError (the kernel's
-    errno) where it can't be. A Space of another stack is let go (a server that
-    entered it keeps it while it lives)."""
+    `target`: this process's, made now unless it was already, holding `guard` (its own
+    layer's work directory: a shared lock, waited for while a merge holds it). OSError
+    (the kernel's errno) where it can't be. A Space of another stack is let go (a
+    server that entered it keeps it while it lives)."""
     key = (options, target)
     if key not in _held:
-        for space in _held.values():
-            space.close()
-        _held.clear()
-        _held[key] = made(options, target, root)
+        release()
+        fd = os.open(guard, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            _held[key] = made(options, target, root)
+        except BaseException:
+            os.close(fd)
+            raise
+        _held[key].guard = fd
     return _held[key]
+
+
+def holding():
+    """The Spaces this process holds."""
+    return list(_held.values())
+
+
+def release():
+    """Every Space this process holds let go."""
+    for space in _held.values():
+        space.close()
+    _held.clear()
 
 
 def made(options, target, root):
