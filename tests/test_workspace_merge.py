@@ -17,7 +17,7 @@ import pytest
 
 from agentctl.workspace import layers, view
 
-from .conftest import ROOT, agent, fork, needs, row, shell, tool_results
+from .conftest import ROOT, agent, fork, needs, row, shell, tool_results, wait_until
 from .test_workspace import lead, turn, world  # noqa: F401 (world: a fixture)
 from .test_workspace_diff import tree
 
@@ -363,3 +363,65 @@ def test_a_link_put_in_the_way_after_the_plan_is_never_followed(tmp_path, monkey
     assert not os.path.lexists(top / "e")           # (the link itself removed)
     with pytest.raises(ValueError):
         journal.apply("t", [["../x", "put", meta]], str(top))
+
+
+def test_two_workers_in_parallel_turns_on_a_git_repository(world, tmp_path, conn):
+    """The issue's story, with both workers' turns running at once: each edits the same
+    file of a committed repository and runs git status while the other's call is in
+    flight (each waits, in its call, until both are); neither sees the other's work,
+    each one's diff is its own, the first merges into the lead, the second conflicts
+    and changes nothing, and the real directory waits for the lead's merge."""
+    git = "git -c safe.directory=* -c user.name=op -c user.email=op@example.com"
+    assert shell(f"cd {world} && {git} add -A && {git} commit -qm base"
+          + (" && chown -R 65534:65534 ." if os.geteuid() == 0 else "")).code == 0
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    lead(world, "--ro", str(gate))
+    fork("-p", "lead", "-n", "w1", "--allow", "run")
+    fork("-p", "lead", "-n", "w2", "--allow", "run")
+    before = tree(world)
+    for name in ("w1", "w2"):
+        turn_of(tmp_path, name, f"echo {name} >> shared.txt && echo {name} > {name}.txt && "
+                f"git status --short > /dev/null && echo > .started-{name} && "
+                f"for i in $(seq 6000); do [ -e {gate}/go ] && break; sleep 0.05; done && "
+                "cat shared.txt && ls && git status --short")
+    runs = [subprocess.Popen([os.path.join(ROOT, "bin", "agent-run"), name],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("w1", "w2")]
+    uppers = {name: layers.upper(layers.stack(conn, row(conn, name))[0]["id"])
+              for name in ("w1", "w2")}
+    try:
+        wait_until(lambda: all(os.path.exists(os.path.join(uppers[n], f".started-{n}"))
+                               for n in uppers), "both workers' calls in flight")
+    finally:
+        (gate / "go").write_text("")
+        said = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], said
+    one, two = (tool_results(conn, name)[-1] for name in ("w1", "w2"))
+    assert one.startswith("base\nw1\n") and "w2" not in one, one
+    assert two.startswith("base\nw2\n") and "w1" not in two, two
+    assert " M shared.txt" in one, one
+    assert "?? w1.txt" in one and "w2.txt" not in one
+    for name in ("w1", "w2"):
+        shown_diff = agent("diff", "--name-only", name).out.split()
+        assert [p for p in shown_diff if not p.startswith(".git/")] == \
+            [f".started-{name}", "shared.txt", f"{name}.txt"], shown_diff
+    assert agent("merge", "w1").code == 0
+    held = tree(world)
+    two = agent("merge", "w2")
+    assert two.code == 3 and two.out == "shared.txt\n", two
+    assert shown(conn, "lead", "w2.txt") is None and shown(conn, "lead", "w1.txt") == b"w1\n"
+    assert tree(world) == held == before            # (the real directory: untouched)
+    assert agent("merge", "lead").code == 0
+    assert (world / "shared.txt").read_text() == "base\nw1\n"
+    assert (world / "w1.txt").exists() and not (world / "w2.txt").exists()
+
+
+def turn_of(tmp_path, name, command):
+    """Agent `name` given one turn's input: a call of `run` with `command`."""
+    steps = [{"content": "", "tool_calls": [{"name": "run", "arguments": {"command": command}}]},
+             {"content": "done"}]
+    model = tmp_path / f"{name}.jsonl"
+    model.write_text(json.dumps({"steps": steps}) + "\n")
+    assert agent("set", name, f"model=scripted:{model}").code == 0
+    assert agent("send", name, "go").code == 0
