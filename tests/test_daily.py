@@ -147,7 +147,8 @@ def test_a_mistyped_db_is_a_usage_error_and_readers_make_no_database(tmp_path, m
     missing = tmp_path / "agents-typo.db"
     for program, args in [("ps", ()), ("log", ()), ("mail", ("a",)), ("replay", ("a",)),
                           ("why", ("a",)), ("wait", ("a",)), ("answer", ()), ("set", ("a", "model=echo")),
-                          ("run", ("a",)), ("kill", ("a",)), ("send", ("a", "hi"))]:
+                          ("run", ("a",)), ("kill", ("a",)), ("send", ("a", "hi")),
+                          ("diff", ("a",)), ("merge", ("a",))]:
         result = agent(program, "--db", missing, *args)
         assert result.code == 2, (program, result.err)
         assert result.err == f"agent-{program}: {missing}: no database (nothing was forked " \

@@ -52,7 +52,7 @@ def runs(ids):
             ("wait", "--timeout", "0", ids[3]), ("kill", ids[4]), ("doc", "get", "notes/a"),
             ("log",), ("log", "--tree", ids[0], "--format", "jsonl"), ("answer",),
             ("answer", "-c"), ("why", ids[1]), ("set", ids[2], "max_children=3"),
-            ("top",), ("top", "-a")]
+            ("top",), ("top", "-a"), ("diff", ids[1]), ("merge", ids[1])]
 
 
 def test_every_program_is_covered():

@@ -39,6 +39,9 @@ OPTIONS = {
             "max_children=2", "options=max_tokens=5", "schema={}", "temperature=0.2", "a"],
     "why": ["a", "b", "c", "init"],
     "top": ["-a", "--all"],
+    "diff": ["--base", "--turn", "--stat", "--name-only", "--format", "json", "patch",
+             "--binary", "--discard", "a", "init"],
+    "merge": ["--theirs", "--ours", "--only", "-n", "--dry-run", "a", "init", "x.txt"],
 }
 LISTING = ["--format", "-o", "-q", "--quiet", "-0", "--null", "--no-headers"]
 COMMON = ["--db", "-h", "--help", "--version", "--", "-"]
@@ -190,7 +193,8 @@ def test_a_database_path_with_a_nul_byte_is_a_usage_error(program, home):
     """Found by the fuzzer (make soak): a NUL in --db was an internal error."""
     args = {"wait": ["--timeout=0", "init"], "doc": ["ls"], "replay": ["init"],
             "run": ["init"], "kill": ["init"], "send": ["init", "hi"],
-            "db": ["check"], "set": ["init", "model=echo"], "why": ["init"]}.get(program, [])
+            "db": ["check"], "set": ["init", "model=echo"], "why": ["init"],
+            "diff": ["init"], "merge": ["init"]}.get(program, [])
     if program in ("doc", "db"):
         result = agent(program, "--db", "a\x00b", *args)
     else:

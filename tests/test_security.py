@@ -91,7 +91,8 @@ def digest(path):
 ARGS = {"fork": ["-n", "x"], "kill": ["init"], "ps": [], "send": ["init", "hi"],
         "mail": ["-c", "init"], "replay": ["init"], "run": ["init"], "wait": ["--timeout", "0", "init"],
         "doc": ["put", "notes", "hi"], "db": ["check"], "log": ["-n", "1"],
-        "answer": [], "set": ["init", "model=echo"], "why": ["init"], "top": []}
+        "answer": [], "set": ["init", "model=echo"], "why": ["init"], "top": [],
+        "diff": ["init"], "merge": ["init"]}
 MAKERS = ("fork", "doc")        # the programs that make a database (agentctl(7), EXIT STATUS)
 
 
@@ -133,7 +134,7 @@ def files(directory):
 READ_ONLY_ARGS = {"fork": "-n x", "kill": "a", "ps": "", "send": "a hi", "mail": "-c a",
                   "replay": "a", "run": "a", "wait": "--timeout 0 a", "doc": "put notes hi",
                   "db": "check", "log": "-n 1", "answer": "", "set": "a model=echo",
-                  "why": "a", "top": ""}
+                  "why": "a", "top": "", "diff": "a", "merge": "a"}
 WRITERS = ("fork", "kill", "send", "run", "doc", "set")
 
 
@@ -182,9 +183,12 @@ def test_every_program_meets_a_read_only_database_with_one_line_and_74(home, tmp
         assert codes == {"fork": "74", "kill": "74", "ps": "0", "send": "74", "mail": "1",
                          "replay": "0", "run": "74", "wait": "1", "doc": "74", "db": "0",
                          "log": "0", "answer": "0", "set": "74", "why": "0",
-                         "top": "0"}, result
-        assert sorted(errors) == sorted(f"agent-{p}" for p in WRITERS), result.err
-        assert all(line.endswith("database is read-only") for line in errors.values())
+                         "top": "0", "diff": "1", "merge": "1"}, result
+        layerless = {"agent-diff", "agent-merge"}   # (a has no workspace: said, exit 1)
+        assert sorted(errors) == sorted({f"agent-{p}" for p in WRITERS} | layerless), result.err
+        assert all(line.endswith("database is read-only") for p, line in errors.items()
+                   if p not in layerless)
+        assert all(errors[p].endswith("its tools write the directory itself") for p in layerless)
     assert len(result.err.splitlines()) == len(errors)
     assert after == before
 

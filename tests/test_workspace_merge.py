@@ -132,12 +132,17 @@ def test_git_s_rule(world, tmp_path, conn):
     fork("-p", "lead", "-n", "w2", "--allow", "run")
     git = "git -c user.name=w -c user.email=w@example.com"
     turn(tmp_path, "w1", f"echo one > one.txt && {git} add one.txt && {git} commit -qm one "
-                         "&& echo '[x]' >> .git/config && echo hook > .git/hooks/post-checkout")
+                         "&& echo '[x]' >> .git/config && echo hook > .git/hooks/post-checkout "
+                         "&& git init -q sub && echo hook > sub/.git/hooks/pre-commit "
+                         "&& mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/x")
     turn(tmp_path, "w2", "echo two > two.txt && git status --short")
     assert agent("merge", "w2").code == 0
     said = agent("merge", "w1")
     assert said.code == 0, said.err
     assert ".git/config: not merged" in said.err and ".git/hooks/post-checkout" in said.err
+    for path in ("sub/.git/config", "sub/.git/hooks/pre-commit", ".git/modules/m/hooks/x"):
+        assert f"{path}: not merged" in said.err and path not in said.out, path
+    assert "sub/.git/HEAD" in said.out.splitlines()
     assert ".git/index" not in said.out + said.err and any(
         p.startswith(".git/objects/") for p in said.out.splitlines())
     log, = turn(tmp_path, "lead", "git log --format=%s; cat .git/config")

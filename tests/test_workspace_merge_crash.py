@@ -28,8 +28,7 @@ def crashed(n, name):
 
 def viewed(dirs, top=""):
     """What a stack shows, as tree() lists a directory (a layer never written has no
-    directory yet: view.listing wants those that are)."""
-    dirs = [d for d in dirs if os.path.isdir(d)]
+    directory yet: view reads it as empty)."""
     found = {}
     for name in view.listing(dirs, top):
         path = f"{top}/{name}" if top else name

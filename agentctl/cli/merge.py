@@ -32,7 +32,7 @@ def cli(db_path, theirs, ours, only, dry_run, agent):
     """
     if theirs and ours:
         raise UsageError("--theirs and --ours go one at a time")
-    conn = connect(db_path)
+    conn = connect(db_path, create=False)
     child = registry.resolve(conn, agent)
     try:
         made = merging.merge(conn, actor(conn), child, only=only, dry_run=dry_run,

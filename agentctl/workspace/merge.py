@@ -31,7 +31,11 @@ def merge(conn, actor, child, *, only=(), side=None, dry_run=False):
     when a path changed on both sides and `side` is None."""
     authority.check_merge(actor, child)
     only = plan.paths_given(only)
-    fd = journal.lock()
+    changed.views(conn, child, "fork")      # (no layer: said before anything is written)
+    try:
+        fd = journal.lock()
+    except OSError as e:
+        raise _failed(e) from None
     try:
         _recover(conn)
         views = changed.views(conn, child, "fork")

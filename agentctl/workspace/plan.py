@@ -7,8 +7,10 @@ The .git rule (agent-merge(1), The .git directory): the derived files (the index
 locks, the reflogs, FETCH_HEAD ...) are never merged and never conflict; objects are
 named by their content, so they are only ever added (a union: never a conflict,
 never deleted); refs, HEAD and packed-refs are paths like any other (a branch both
-sides moved is a conflict); .git/config and .git/hooks are never written, nor any
-name of the read-only set the child was not granted, nor agentctl's own files."""
+sides moved is a conflict); a git directory's configuration and hooks are never
+written, at any depth (.git/config, .git/hooks, sub/.git/hooks, .git/modules/M/config),
+nor any name of the read-only set the child was not granted, nor agentctl's own
+files."""
 
 import os
 import stat
@@ -20,7 +22,21 @@ from agentctl.workspace import changed, journal, layers, view
 
 DERIVED = ("index", "FETCH_HEAD", "ORIG_HEAD", "COMMIT_EDITMSG", "logs", "gc.log",
            "AUTO_MERGE", "MERGE_MSG")
-NEVER = (".git/config", ".git/hooks")
+
+
+def _runs(path):
+    """Whether `path` is in a git directory's hooks or is its configuration, at any
+    depth: the working directory's .git, a nested repository's (sub/.git), a
+    submodule's or a worktree's (.git/modules/M/hooks, .git/worktrees/W/config)."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if part == ".git":
+            rest = parts[i + 1:]
+            if rest[:1] in (["objects"], ["refs"], ["logs"]):
+                return False
+            return any(p == "hooks" for p in rest) or rest[-1:] in (["config"],
+                                                                     ["config.worktree"])
+    return False
 
 
 class Plan:
@@ -56,10 +72,10 @@ def target(conn, child, views):
 def _git(path):
     """How the .git rule takes `path`: "derived", "object", "never" or None (a path
     like any other)."""
+    if _runs(path):
+        return "never"
     if path != ".git" and not path.startswith(".git/"):
         return None
-    if any(path == p or path.startswith(p + "/") for p in NEVER):
-        return "never"
     rest = path[len(".git/"):]
     first = rest.split("/")[0]
     if first in DERIVED or path.endswith(".lock"):

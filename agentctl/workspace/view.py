@@ -113,8 +113,10 @@ def listing(dirs, path=""):
             raise FileNotFoundError(path)
     names = set()
     for d in where:
-        if d is not None:
-            names.update(os.listdir(d))
+        try:
+            names.update(os.listdir(d) if d is not None else ())
+        except FileNotFoundError:
+            pass            # (a layer never written has no directory yet)
     return sorted(n for n in names if _merged(dirs, where, n)[0] is not None)
 
 
