@@ -45,12 +45,7 @@ def world(tmp_path, monkeypatch):
 def turn(tmp_path, name, *commands):
     """A turn of agent `name` that runs each shell command with the shipped `run` tool,
     one call after another: their results."""
-    steps = [{"content": "", "tool_calls": [{"name": "run", "arguments": {"command": c}}]}
-             for c in commands] + [{"content": "done"}]
-    model = tmp_path / f"{name}.jsonl"
-    model.write_text(json.dumps({"steps": steps}) + "\n")
-    assert agent("set", name, f"model=scripted:{model}").code == 0
-    assert agent("send", name, "go").code == 0
+    given(tmp_path, name, *commands)
     before = len(results(name))
     ran = shell(f"agent-run {name}")
     assert ran.code == 0, ran.err
@@ -69,6 +64,16 @@ def waiting(pid):
     """Whether process `pid` waits for a lock (flock(2), as /proc/locks lists it)."""
     with open("/proc/locks") as locks:
         return any("->" in line and line.split()[5] == str(pid) for line in locks)
+
+
+def given(tmp_path, name, *commands):
+    """Agent `name` given its next turn's input: a call of `run` for each command."""
+    steps = [{"content": "", "tool_calls": [{"name": "run", "arguments": {"command": c}}]}
+             for c in commands] + [{"content": "done"}]
+    model = tmp_path / f"{name}.jsonl"
+    model.write_text(json.dumps({"steps": steps}) + "\n")
+    assert agent("set", name, f"model=scripted:{model}").code == 0
+    assert agent("send", name, "go").code == 0
 
 
 def lead(world, *more):

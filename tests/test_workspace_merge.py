@@ -18,7 +18,7 @@ import pytest
 from agentctl.workspace import layers, view
 
 from .conftest import ROOT, agent, fork, needs, row, shell, tool_results, wait_until
-from .test_workspace import lead, turn, world  # noqa: F401 (world: a fixture)
+from .test_workspace import given, lead, turn, world  # noqa: F401 (world: a fixture)
 from .test_workspace_diff import tree
 
 
@@ -386,7 +386,7 @@ def test_two_workers_in_parallel_turns_on_a_git_repository(world, tmp_path, conn
     fork("-p", "lead", "-n", "w2", "--allow", "run")
     before = tree(world)
     for name in ("w1", "w2"):
-        turn_of(tmp_path, name, f"echo {name} >> shared.txt && echo {name} > {name}.txt && "
+        given(tmp_path, name, f"echo {name} >> shared.txt && echo {name} > {name}.txt && "
                 f"git status --short > /dev/null && echo > .started-{name} && "
                 f"for i in $(seq 6000); do [ -e {gate}/go ] && break; sleep 0.05; done && "
                 "cat shared.txt && ls && git status --short")
@@ -421,12 +421,3 @@ def test_two_workers_in_parallel_turns_on_a_git_repository(world, tmp_path, conn
     assert (world / "shared.txt").read_text() == "base\nw1\n"
     assert (world / "w1.txt").exists() and not (world / "w2.txt").exists()
 
-
-def turn_of(tmp_path, name, command):
-    """Agent `name` given one turn's input: a call of `run` with `command`."""
-    steps = [{"content": "", "tool_calls": [{"name": "run", "arguments": {"command": command}}]},
-             {"content": "done"}]
-    model = tmp_path / f"{name}.jsonl"
-    model.write_text(json.dumps({"steps": steps}) + "\n")
-    assert agent("set", name, f"model=scripted:{model}").code == 0
-    assert agent("send", name, "go").code == 0
