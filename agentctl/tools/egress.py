@@ -218,18 +218,18 @@ class Server:
                 line = (f"agentctl: net: refused {host_port(host, port)}: {refusal}; "
                         f"{self.grant(stored, wanted, who)}\n")
                 say(line)
-                conn.sendall(_response(403, line))
                 self._note(dict(record, outcome="refused", reason=refusal, sent=0,
                                 received=0, seconds=round(time.monotonic() - started, 3)))
+                conn.sendall(_response(403, line))      # (noted first: the call's own)
                 return
             record["address"] = str(address)
             try:
                 upstream = socket.create_connection((str(address), port), CONNECT_SECONDS)
             except OSError as e:
                 why = f"can't connect to {address}: {e.strerror or e}"
-                conn.sendall(_response(502, f"agentctl: net: {host_port(host, port)}: {why}\n"))
                 self._note(dict(record, outcome="failed", reason=why, sent=0, received=0,
                                 seconds=round(time.monotonic() - started, 3)))
+                conn.sendall(_response(502, f"agentctl: net: {host_port(host, port)}: {why}\n"))
                 return
             with upstream:
                 conn.settimeout(None)

@@ -198,7 +198,7 @@ class Toolset:
         if self.servers is not None:
             self.servers.close()
             self.servers = None
-            self._servers_connections()
+        self._servers_connections()     # (and a call's that ended after its drain)
         if self.proxy is not None:
             self.proxy.close()
             self.proxy = None
@@ -337,8 +337,8 @@ class Toolset:
 
     def _servers_connections(self):
         """The connections its MCP servers made that ended with them (a launcher's to
-        its registry, kept open while the server lived), in the event log with the
-        turn's last call's. (A record of what happened: written after the turn's end,
+        its registry, kept open while the server lived), and a call's that ended after
+        the call's own were written, in the event log with the turn's last call's. (A record of what happened: written after the turn's end,
         which released the agent, so not under its lease.)"""
         if self._sandbox is None or self.turn_id is None:
             return
