@@ -215,7 +215,7 @@ def test_a_listed_host_that_does_not_answer_is_a_failed_connection(world, tmp_pa
                      "--net", f"127.0.0.1:{port}")
     assert "error: exit status 22" in result, result
     event, = net_events("a")
-    assert event["data"]["outcome"] == "failed", event
+    assert event["data"]["outcome"] == "failed" and event["data"]["tool"] == "attempt", event
     assert "can't connect to 127.0.0.1" in event["data"]["reason"], event
 
 

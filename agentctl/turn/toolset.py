@@ -55,7 +55,7 @@ class Toolset:
 
     def __init__(self, conn, agent, warn=None, prompt=None):
         self.conn, self.agent, self.prompt, self.warn = conn, agent, prompt, warn
-        self.turn_id = None         # the turn of its last call
+        self.turn_id = self.tool = None     # the turn of its last call, and its tool
         self.warnings = []
         self.allowance = grants.Allowance(conn, agent["id"])
         self.builtin = {s["function"]["name"]: s for s in tools.specs()
@@ -211,7 +211,7 @@ class Toolset:
         request is decided; then the answer is its result, or it runs, or it is an
         error the model sees."""
         name = call["tool_name"]
-        self.turn_id = turn_id
+        self.turn_id, self.tool = turn_id, name
         if name == "ask" or self.allowance.needs_approval(name):
             row = asks_store.of_call(conn, turn_id, call["tool_call_id"])   # (an ask's)
             if row is None:
@@ -348,7 +348,7 @@ class Toolset:
                 for made in left:
                     by = made.pop("by", None)
                     events.record(self.conn, self.agent["id"], "net", turn=self.turn_id,
-                                  tool=by, **made)
+                                  tool=by or self.tool, **made)
 
     def _connections(self, conn, agent_id, turn_id, tool):
         """The connections its tools made through the egress proxy since the last call
