@@ -40,7 +40,8 @@ PLAIN_TURN = {
     "agentctl.store.pending", "agentctl.store.registry", "agentctl.store.toolruns",
     "agentctl.store.turnlog", "agentctl.store.waits",
     "agentctl.turn", "agentctl.turn.builtin", "agentctl.turn.compaction",
-    "agentctl.turn.context", "agentctl.turn.runner", "agentctl.turn.toolset",
+    "agentctl.turn.context", "agentctl.turn.requests", "agentctl.turn.runner",
+    "agentctl.turn.toolset",
     "agentctl.turn.watch",
     # (whether the agent works in a layer, and its stack: workspace.layers, 99 lines)
     "agentctl.workspace", "agentctl.workspace.layers", "agentctl.store.layers",

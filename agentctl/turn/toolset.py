@@ -13,11 +13,10 @@ import os
 import time
 
 from agentctl import voice
-from agentctl.errors import Refused, UsageError
-from agentctl.ids import INIT_ID
 from agentctl.ops import asks, elicitation, grants, lease
-from agentctl.store import asks as asks_store, db, events, registry, toolruns
-from agentctl.turn import builtin as tools
+from agentctl.store import asks as asks_store, db, events, toolruns
+from agentctl.turn import builtin as tools, requests
+from agentctl.turn.requests import Paused  # noqa: F401 (the runner's: a call's request waits)
 from agentctl.workspace import layers
 
 SETTLE_SECONDS = 5      # for the connections its MCP servers leave, at the turn's end
@@ -35,10 +34,6 @@ def _peers():
         return {runas.user()[0]}
     except runas.Unavailable:
         return {os.getuid()}        # (the call says why it can't be made)
-
-
-class Paused(Exception):
-    """The turn waits for the decision of a request (its id)."""
 
 
 class TaskWaits(Exception):
@@ -256,34 +251,10 @@ class Toolset:
             tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
                                time.monotonic())
             return None
-        question = arguments["question"] if name == "ask" else None
-        with lease.holding(conn, agent_id):
-            lease.check_not_killed(conn, agent_id)
-            agent = registry.get(conn, agent_id)
-            row = asks.open_request(conn, agent, turn_id, call,
-                                        "question" if name == "ask" else "approval",
-                                        question=question,
-                                        seconds=self.allowance.ask_seconds(name))
-        return self._asked_here(conn, agent, row)
-
-    def _asked_here(self, conn, agent, row):
-        """The request, asked at the terminal when agent-run may (an agent of the
-        operator's), decided there unless the operator leaves it (asked again after an
-        answer that doesn't fit); read again."""
-        while self.prompt is not None and agent["parent_id"] == INIT_ID:
-            decided = self.prompt(row)
-            if decided is None:
-                break
-            with lease.holding(conn, agent["id"]):
-                try:
-                    asks.decide(conn, row["id"], None, *decided)
-                except Refused:
-                    pass        # decided meanwhile, from another shell: that one wins
-                except UsageError as e:
-                    self.warn(str(e))
-                    continue
-            break
-        return asks_store.get(conn, row["id"])
+        return requests.opened(conn, agent_id, turn_id, call,
+                               "question" if name == "ask" else "approval", self.prompt,
+                               self.warn, question=arguments.get("question") if name == "ask"
+                               else None, seconds=self.allowance.ask_seconds(name))
 
     def _external(self, conn, agent_id, turn_id, call):
         from agentctl.tools import calls  # (start-up: 3 ms, only for an external tool's call)
@@ -303,8 +274,8 @@ class Toolset:
         except tools.ToolError as e:
             return tools.record_error(conn, agent_id, turn_id, call, voice.tool_error(e),
                                       started)
-        answers = self._answers(conn, turn_id, call) if call["tool_name"] in self.mcp_tools \
-            else ()
+        answers = requests.answers(conn, turn_id, call) if call["tool_name"] in \
+            self.mcp_tools else ()
         with lease.holding(conn, agent_id):
             lease.check_not_killed(conn, agent_id)
             run_id = left["id"] if task is not None else toolruns.start(
@@ -318,11 +289,10 @@ class Toolset:
         except Asked as e:          # (an MCP server's question: the turn pauses)
             with lease.holding(conn, agent_id):
                 toolruns.end(conn, run_id, "asked")
-                question, form = elicitation.question(e.args[0])
-                agent = registry.get(conn, agent_id)
-                row = asks.open_request(conn, agent, turn_id, call, elicitation.KIND,
-                                        question=question, form=form)
-            if self._asked_here(conn, agent, row)["decision"] is not None:
+            question, form = elicitation.question(e.args[0])
+            row = requests.opened(conn, agent_id, turn_id, call, elicitation.KIND,
+                                  self.prompt, self.warn, question=question, form=form)
+            if row["decision"] is not None:
                 return self._external(conn, agent_id, turn_id, call)    # (answered here)
             raise Paused(row["id"]) from None
         except TaskWaits as e:      # (its next run polls it)
@@ -338,8 +308,9 @@ class Toolset:
     def _servers_connections(self):
         """The connections its MCP servers made that ended with them (a launcher's to
         its registry, kept open while the server lived), and a call's that ended after
-        the call's own were written, in the event log with the turn's last call's. (A record of what happened: written after the turn's end,
-        which released the agent, so not under its lease.)"""
+        the call's own were written, in the event log with the turn's last call's. (A
+        record of what happened: written after the turn's end, which released the
+        agent, so not under its lease.)"""
         if self._sandbox is None or self.turn_id is None:
             return
         left = self._sandbox.connections(settle=SETTLE_SECONDS)
@@ -358,14 +329,6 @@ class Toolset:
         for made in self._sandbox.connections():
             by = made.pop("by", None)
             events.record(conn, agent_id, "net", turn=turn_id, tool=by or tool, **made)
-
-    def _answers(self, conn, turn_id, call):
-        """What the MCP server is told when the call asks its questions again: the
-        decisions of the requests it made (Paused while one waits)."""
-        rows = asks_store.all_of_call(conn, turn_id, call["tool_call_id"], elicitation.KIND)
-        if rows and rows[-1]["decision"] is None:
-            raise Paused(rows[-1]["id"])
-        return elicitation.answers(rows)
 
     def _run(self, conn, agent_id, call, arguments, run_id, answers=(), task=None):
         from agentctl.tools import calls, sandbox  # (start-up: 3 ms, only for an external call)
