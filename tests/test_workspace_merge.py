@@ -256,6 +256,21 @@ def test_a_layer_a_turn_holds_is_not_merged_into_nor_from(world, tmp_path, conn)
     assert shown(conn, "lead", "w1.txt") == b"one\n"
 
 
+def test_a_merges_lock_that_cant_be_made_is_one_line_and_74(world, tmp_path, monkeypatch):
+    """The merges' lock beside their directory, where a file stands in the way (as a
+    read-only or broken data directory does): one line, 74, nothing merged."""
+    lead(world)
+    turn(tmp_path, "lead", "echo x > new.txt")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    from agentctl.workspace import journal
+    monkeypatch.setattr(journal, "root", lambda: str(blocker / "m"))
+    said = agent("merge", "lead")
+    assert said.code == 74 and said.err.count("\n") == 1, said
+    assert said.err.startswith("agent-merge: a merge failed: ") and "blocker" in said.err
+    assert not (world / "new.txt").exists()
+
+
 def test_a_step_that_fails_is_one_line_and_the_next_program_finishes(world, tmp_path,
                                                                      monkeypatch):
     lead(world)
