@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from agentctl import paths
 from agentctl.workspace import layers, view
 
 from .conftest import ROOT, agent, fork, needs, row, shell, tool_results, wait_until
@@ -221,6 +222,7 @@ from agentctl.workspace import layers, mount
 conn = db.connect()
 agent = conn.execute("SELECT * FROM agents WHERE name = ?", (sys.argv[1],)).fetchone()
 held = mount.Mount(layers.stack(conn, agent), agent["id"])
+held.close()        # (its call ended: the turn keeps the overlay, between its calls)
 print("ready", flush=True)
 sys.stdin.read()
 """
@@ -254,6 +256,22 @@ def test_a_layer_a_turn_holds_is_not_merged_into_nor_from(world, tmp_path, conn)
     assert shown(conn, "lead", "w1.txt") is None
     assert agent("merge", "w1").code == 0
     assert shown(conn, "lead", "w1.txt") == b"one\n"
+
+
+def test_a_layer_a_turn_holds_is_not_discarded(world, tmp_path, conn):
+    """agent-diff --discard removes a layer's directories: not while another process
+    holds an overlay of it (a turn between its calls), whose upper directory it is."""
+    workers(world, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, "w1"], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        said = agent("diff", "--discard", "w1")
+        assert said.code == 75 and "a turn of its agent's is running" in said.err, said
+    finally:
+        holder.communicate("")
+    assert shown(conn, "w1", "w1.txt") == b"one\n"
+    assert agent("diff", "--discard", "w1").code == 0 and shown(conn, "w1", "w1.txt") is None
 
 
 def test_a_merges_lock_that_cant_be_made_is_one_line_and_74(world, tmp_path, monkeypatch):
@@ -342,6 +360,22 @@ def test_a_worker_merged_twice_is_no_conflict_with_its_own_first_merge(world, tm
     turn(tmp_path, "lead", "echo latest >> shared.txt")
     (world / "shared.txt").write_text("the operator's\n")
     assert agent("merge", "lead").code == 3
+
+
+def test_a_worker_discarded_after_its_merge_takes_nothing_back(world, tmp_path, conn):
+    """Its work thrown away after a merge (agent-diff --discard, or reaped once merged)
+    is no change to undo: merged again, it changes nothing of what it gave."""
+    workers(world, tmp_path)
+    assert agent("merge", "w1").code == 0
+    assert agent("diff", "--discard", "w1").code == 0
+    again = agent("merge", "w1")
+    assert again.code == 0 and again.out == "", again
+    assert shown(conn, "lead", "w1.txt") == b"one\n" and shown(conn, "lead", "gone.txt") is None
+    assert shown(conn, "lead", "shared.txt") == b"base\nlead\none\n"
+    assert agent("kill", "-s", "KILL", "w2").code == 0
+    assert agent("wait", "w2").code != 2                # (reaped: its work kept)
+    assert agent("merge", "--theirs", "w2").code == 0   # (all of it taken: discarded)
+    assert agent("merge", "w2").out == "" and shown(conn, "lead", "w2.txt") == b"two\n"
 
 
 def test_a_branch_both_workers_moved_is_a_conflict(world, tmp_path):

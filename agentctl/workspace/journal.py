@@ -222,6 +222,14 @@ def given(agent_id):
         return {}
 
 
+def forget(agent_id):
+    """What the agent's merges gave, forgotten (its work thrown away: lifetime.discard)."""
+    try:
+        os.unlink(_given_path(agent_id))
+    except FileNotFoundError:
+        pass
+
+
 def remember(agent_id, steps):
     """What a merge's `steps` gave, added to given() (written whole, in one rename)."""
     known = given(agent_id)

@@ -11,7 +11,7 @@ import shutil
 
 from agentctl.errors import TempFail
 from agentctl.store import layers as rows
-from agentctl.workspace import layers
+from agentctl.workspace import journal, layers
 
 
 def discard(conn, agent_id):
@@ -27,32 +27,38 @@ def discard(conn, agent_id):
         top = os.path.join(layers.root(), str(layer["id"]))
         if not os.path.isdir(top):
             continue
-        with alone(layer):
+        with alone(layer, turns=True):
             for name in os.listdir(top):
                 shutil.rmtree(os.path.join(top, name))
         emptied += 1
+    journal.forget(agent_id)    # (what its merges gave is the target's now)
     return emptied
 
 
 @contextlib.contextmanager
-def alone(layer):
+def alone(layer, turns=False):
     """Layer `layer` (a row) held alone the while: no call of its agent's writes it
-    (TempFail while one does; one that starts meanwhile waits). A layer never
-    written (no directory yet) needs no holding."""
+    (TempFail while one does; one that starts meanwhile waits); with `turns`, no
+    process holds an overlay of it either (its guard, space.py: a turn between its
+    calls), for what removes its directories. A layer never written (no directory
+    yet) needs no holding."""
     top = os.path.join(layers.root(), str(layer["id"]))
+    held = []
     try:
-        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise busy(layer) from None
+        for where, what in [(top, "a call")] + ([(os.path.join(top, "w"), "a turn")]
+                                                if turns else []):
+            try:
+                held.append(os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise busy(layer, what) from None
         yield
     finally:
-        os.close(fd)
+        for fd in held:
+            os.close(fd)
 
 
 def busy(layer, what="a call"):
