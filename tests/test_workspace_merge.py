@@ -378,6 +378,20 @@ def test_a_worker_discarded_after_its_merge_takes_nothing_back(world, tmp_path, 
     assert agent("merge", "w2").out == "" and shown(conn, "lead", "w2.txt") == b"two\n"
 
 
+def test_a_program_never_waits_for_a_merge_in_progress(world, tmp_path):
+    """While a merge holds the merges' lock (its directory there), another program's
+    start leaves it to that merge, and goes on."""
+    from agentctl.workspace import journal
+    fork("-n", "a", "hi")
+    os.makedirs(paths.merges())
+    fd = journal.lock()
+    try:
+        assert shell("agent-ps", timeout=60).code == 0
+    finally:
+        os.close(fd)
+    assert agent("ps").code == 0 and not os.path.exists(paths.merges())
+
+
 def test_a_branch_both_workers_moved_is_a_conflict(world, tmp_path):
     lead(world, "--rw", ".git")
     fork("-p", "lead", "-n", "w1", "--allow", "run")

@@ -30,12 +30,17 @@ def pending():
     return os.path.isdir(root())
 
 
-def lock():
+def lock(wait=True):
     """The merges' lock (a file beside their directory, which goes when it is empty),
-    held exclusively: one merge, or one recovery, at a time. Its descriptor."""
+    held exclusively: one merge, or one recovery, at a time. Its descriptor; without
+    `wait`, None while another holds it."""
     os.makedirs(os.path.dirname(root()), mode=0o700, exist_ok=True)
     fd = os.open(root() + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
     return fd
 
 

@@ -31,14 +31,13 @@ def merge(conn, actor, child, *, only=(), side=None, dry_run=False):
     when a path changed on both sides and `side` is None."""
     authority.check_merge(actor, child)
     only = plan.paths_given(only)
-    changed.views(conn, child, "fork")      # (no layer: said before anything is written)
+    views = changed.views(conn, child, "fork")  # (no layer: said before anything is written)
     try:
         fd = journal.lock()
     except OSError as e:
         raise _failed(e) from None
     try:
         _recover(conn)
-        views = changed.views(conn, child, "fork")
         with lifetime.alone(views.stack[0]):        # (no call of the child's writes it)
             made = plan.make(conn, child, views, only=only, side=side)
             if made.conflicts:
@@ -101,9 +100,15 @@ def _recover(conn):
 
 def recover(conn):
     """Every merge a crash left: a decided one finished, an undecided one thrown away
-    (under the merges' lock). What fails is said in one line and left for the next
+    (under the merges' lock: while a merge holds it, its directory is its own, and
+    nothing waits for it). What fails is said in one line and left for the next
     program (AgentctlError)."""
-    fd = journal.lock()
+    try:
+        fd = journal.lock(wait=False)
+    except OSError as e:
+        raise _failed(e) from None
+    if fd is None:
+        return
     try:
         _recover(conn)
     except OSError as e:
