@@ -179,6 +179,9 @@ def test_changes_column_discard_and_a_reaped_agents_work(world, tmp_path, conn):
     assert agent("diff", "--name-only", "w2").out == ""
     assert agent("merge", "w2").out == "" and shown(conn, "lead", "w2.txt") is None
     assert agent("diff", "--discard", "--stat", "w2").code == 2
+    assert agent("set", "lead", "shared=1").code == 0    # (its layer stays; unused)
+    said = agent("ps", "-o", "name,changes", "--format", "tsv", "--no-headers").out
+    assert "lead\t\n" in said, said                    # (as agent-diff: no layer)
 
 
 def test_the_diff_and_merge_tools_of_a_lead(world, tmp_path, conn):

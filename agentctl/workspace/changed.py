@@ -11,7 +11,7 @@ import stat
 
 from agentctl import env
 from agentctl.errors import NotFound, Refused
-from agentctl.store import layers as rows
+from agentctl.store import registry
 from agentctl.workspace import layers, view
 
 REGULAR, EXECUTABLE, LINK = 0o100644, 0o100755, 0o120000
@@ -53,12 +53,11 @@ def views(conn, agent, against="fork"):
 
 def count(conn, agent_id):
     """How many paths the agent changed since its fork (agent-ps -o changes), or None
-    when it has no layer."""
-    own = rows.own(conn, agent_id)
-    if own is None:
+    where agent-diff would say why it can't tell (no layer, a layer on another host)."""
+    try:
+        return len(files(views(conn, registry.get(conn, agent_id))))
+    except (NotFound, Refused):
         return None
-    views_ = Views(rows.stack(conn, own["id"]), len(layers.since_fork(conn, agent_id)))
-    return len(files(views_))
 
 
 def entry(dirs, path):
