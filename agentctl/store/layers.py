@@ -44,12 +44,6 @@ def freeze(conn, layer_id):
                         (clock.now(), layer_id)).rowcount == 1
 
 
-def of_agent(conn, agent_id):
-    """Every layer of the agent's, oldest first: its frozen ones and its own."""
-    return conn.execute(f"SELECT {_COLUMNS} FROM layers WHERE agent_id = ? ORDER BY id",
-                        (agent_id,)).fetchall()
-
-
 def on(conn, layer_id):
     """The layers stacked directly on layer `layer_id` (whose `below` it is)."""
     return conn.execute(f"SELECT {_COLUMNS} FROM layers WHERE below = ? ORDER BY id",

@@ -39,12 +39,12 @@ def views(conn, agent, against="fork"):
     the real directory ("base"). NotFound when it has no layer."""
     stack = layers.stack(conn, agent)
     if stack is None:
-        raise NotFound(f"{agent['name'] or agent['id']}: it has no layer (it was given no "
+        raise NotFound(f"{registry.label(agent)}: it has no layer (it was given no "
                        "working directory, or --shared): its tools write the directory "
                        "itself")
     for layer in stack:
         if layer["host"] != env.host() and not os.path.isdir(layers.upper(layer["id"])):
-            raise Refused(f"{agent['name'] or agent['id']}: its layer {layer['id']} is on "
+            raise Refused(f"{registry.label(agent)}: its layer {layer['id']} is on "
                           f"{layer['host']}, whose data directory is not this host's (run "
                           "this there, or share the data directory)")
     count = len(layers.since_fork(conn, agent["id"])) if against == "fork" else len(stack)

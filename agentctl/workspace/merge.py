@@ -9,7 +9,7 @@ import os
 
 from agentctl.errors import DATABASE, AgentctlError, Refused
 from agentctl.ops import authority
-from agentctl.store import events
+from agentctl.store import events, registry
 from agentctl.store.db import transaction
 from agentctl.workspace import changed, inside, journal, lifetime, plan
 
@@ -20,7 +20,7 @@ class Conflict(Refused):
     def __init__(self, child, paths):
         self.paths = paths
         n = len(paths)
-        super().__init__(f"{child['name'] or child['id']}: {n} path{'s' if n != 1 else ''} "
+        super().__init__(f"{registry.label(child)}: {n} path{'s' if n != 1 else ''} "
                          "changed on both sides since the fork: nothing merged (choose with "
                          "--theirs, --ours or --only)")
 

@@ -18,7 +18,7 @@ import stat
 from agentctl import paths, settings
 from agentctl.errors import UsageError
 from agentctl.store import layers as rows
-from agentctl.workspace import changed, journal, layers, view
+from agentctl.workspace import changed, journal, view
 
 DERIVED = ("index", "FETCH_HEAD", "ORIG_HEAD", "COMMIT_EDITMSG", "logs", "gc.log",
            "AUTO_MERGE", "MERGE_MSG")
@@ -55,18 +55,19 @@ def _fork_point(views):
 def target(conn, child, views):
     """Where the child's changes go: (its parent's row, the parent's own layer row)
     when its parent has a layer it was forked on (the layer at the child's fork is in
-    the parent's stack); else (None, None): the real directory."""
+    the parent's stack), and that stack; else (None, None, None): the real
+    directory."""
     parent_id = child["forked_from"]
     if parent_id is None:
-        return None, None
+        return None, None, None
     own = rows.own(conn, parent_id)
     if own is None or own["base"] != views.base:
-        return None, None
+        return None, None, None
     point = _fork_point(views)
     stack = rows.stack(conn, own["id"])
     if point is not None and point not in [r["id"] for r in stack]:
-        return None, None
-    return parent_id, own
+        return None, None, None
+    return parent_id, own, stack
 
 
 def _git(path):
@@ -98,7 +99,7 @@ def _refused(path, granted, base, hidden):
 
 
 def _wanted(path, only):
-    return not only or any(path == p or path.startswith(p.rstrip("/") + "/") for p in only)
+    return not only or paths.inside(path, only)
 
 
 def make(conn, child, views, *, only=(), side=None):
@@ -107,9 +108,8 @@ def make(conn, child, views, *, only=(), side=None):
     `side`: "theirs" (the child's entry wins a conflict), "ours" (the target's
     does), or None (a conflict stops the merge: Plan.conflicts lists them)."""
     plan = Plan()
-    plan.parent, plan.layer = target(conn, child, views)
+    plan.parent, plan.layer, plan.stack = target(conn, child, views)
     plan.target = "layer" if plan.layer is not None else "base"
-    plan.stack = rows.stack(conn, plan.layer["id"]) if plan.layer is not None else None
     granted = set(settings.listed(child["rw"])) if child["rw"] else set()
     hidden = [p for p, how in paths.protected() if how == paths.HIDE]
     given = journal.given(child["id"])      # (what its earlier merges gave: candidates too,
@@ -173,12 +173,7 @@ def _theirs(plan, views):
             if r["id"] == point:
                 break
             above.append(r)
-        below = plan.stack[len(above):]
-        mine = changed.Views.__new__(changed.Views)
-        mine.own = [layers.upper(r["id"]) for r in above]
-        mine.old = view.directories(below) if below else [views.base]
-        mine.new = mine.own + mine.old
-        touched = set(changed.paths(mine))
+        touched = set(changed.paths(changed.Views(plan.stack, len(above))))
         return lambda path, now: {path} & touched
     since = views.since
 
