@@ -19,8 +19,13 @@ def root():
     return os.path.join(paths.data_home(), "agentctl", "l")
 
 
+def top(layer_id):
+    """A layer's directory: `u`, its upper directory, and `w`, its work directory."""
+    return os.path.join(root(), str(layer_id))
+
+
 def upper(layer_id):
-    return os.path.join(root(), str(layer_id), "u")
+    return os.path.join(top(layer_id), "u")
 
 
 def layered(agent):

@@ -24,7 +24,7 @@ def discard(conn, agent_id):
         r["agent_id"] != agent_id for r in rows.on(conn, layer["id"]))), len(mine))
     emptied = 0
     for layer in mine[:kept]:
-        top = os.path.join(layers.root(), str(layer["id"]))
+        top = layers.top(layer["id"])
         if not os.path.isdir(top):
             continue
         with alone(layer, turns=True):
@@ -42,7 +42,7 @@ def alone(layer, turns=False):
     process holds an overlay of it either (its guard, space.py: a turn between its
     calls), for what removes its directories. A layer never written (no directory
     yet) needs no holding."""
-    top = os.path.join(layers.root(), str(layer["id"]))
+    top = layers.top(layer["id"])
     held = []
     try:
         for where, what in [(top, "a call")] + ([(os.path.join(top, "w"), "a turn")]

@@ -68,7 +68,7 @@ class Mount:
                               "descendants' work)")
         try:
             self.space = space.held(options.encode(), self.target, self.root,
-                                    os.path.join(self.root, str(own['id']), "w"))
+                                    os.path.join(layers.top(own["id"]), "w"))
         except OSError as e:
             self.close()
             raise Unavailable(f"workspace: can't mount its layer on {self.target}: "
@@ -130,7 +130,7 @@ def _own(layer, base):
     """The agent's own layer's directories made (its upper directory is the merged
     root: it takes the real directory's owner and mode), and a shared lock on it
     taken: its descriptor."""
-    top = os.path.join(layers.root(), str(layer["id"]))
+    top = layers.top(layer["id"])
     if not os.path.isdir(top):
         if layer["host"] != env.host():
             raise Unavailable(f"working directory {base}: its layer {layer['id']} is on "
@@ -156,7 +156,7 @@ def _settled(layer, agent_id):
     data directory), and written by no call of another agent's any more (waited
     for, WAIT seconds at most). Its own agent's calls in flight are not waited for:
     they are its own work, which it sees either way."""
-    top = os.path.join(layers.root(), str(layer["id"]))
+    top = layers.top(layer["id"])
     try:
         fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
