@@ -204,13 +204,24 @@ def test_what_no_tool_may_touch_stays_protected_in_a_layer(world, tmp_path, home
 def test_a_layer_that_cant_be_mounted_fails_the_call_in_one_line(world, tmp_path, conn):
     lead(world)
     own = rows.own(conn, row(conn, "lead")["id"])
-    top = os.path.join(layers.root(), str(own["id"]))
+    top = layers.top(own["id"])
     os.makedirs(os.path.join(top, "u"))
     os.symlink("u", os.path.join(top, "w"))     # (its work directory inside its upper one)
     said, = turn(tmp_path, "lead", "echo ran > ran.txt")
     assert said.startswith("error:") and "workspace" in said and "ran" not in said.split(
         "workspace")[0], said
     assert not (world / "ran.txt").exists()
+
+
+def test_a_directory_whose_name_the_overlay_cant_hold_is_said_not_written(world, tmp_path):
+    """A comma in the working directory's path (the overlay's options can't name it):
+    the call fails with one line that names --shared, and writes nothing."""
+    odd = world.parent / "re,po"
+    world.rename(odd)
+    fork("-n", "odd", "--allow", "run", "--cwd", str(odd))
+    said, = turn(tmp_path, "odd", "echo ran > ran.txt")
+    assert said.startswith("error:") and "comma" in said and "--shared" in said, said
+    assert not (odd / "ran.txt").exists()
 
 
 def test_a_fork_walks_no_file(world, tmp_path, conn, monkeypatch):

@@ -248,7 +248,7 @@ def test_a_layer_a_turn_holds_is_not_merged_into_nor_from(world, tmp_path, conn)
         holder.communicate("")
     assert shown(conn, "lead", "w1.txt") is None
     own = layers.stack(conn, row(conn, "w1"))[0]
-    fd = os.open(os.path.join(layers.root(), str(own["id"])), os.O_RDONLY)
+    fd = os.open(layers.top(own["id"]), os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)              # (as a call of its holds it)
         said = agent("merge", "w1")
