@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 
-from .conftest import agent, fork
+from .conftest import agent, fork, row
 from .test_workspace import lead, turn, world  # noqa: F401 (world: a fixture)
 
 
@@ -130,3 +130,12 @@ def test_a_layer_on_another_host_is_named_not_read_as_empty(world, tmp_path, con
         said = agent(program, "lead")
         assert said.code == 3 and said.err.count("\n") == 1, said
         assert "is on elsewhere" in said.err
+    said, = turn(tmp_path, "lead", "echo ran > ran.txt")    # (a call: not run here)
+    assert said.startswith("error:") and "is on elsewhere" in said and "--shared" in said
+    assert not (world / "ran.txt").exists()
+    fork("-p", "lead", "-n", "kid", "--allow", "run")       # (a frozen layer of elsewhere's)
+    conn.execute("UPDATE layers SET host = 'elsewhere' WHERE agent_id = ?",
+                 (row(conn, "lead")["id"],))
+    conn.commit()
+    said, = turn(tmp_path, "kid", "echo ran > ran.txt")
+    assert said.startswith("error:") and "is on elsewhere" in said, said

@@ -9,7 +9,6 @@ directories."""
 import os
 import stat
 
-from agentctl import env
 from agentctl.errors import NotFound, Refused
 from agentctl.store import registry
 from agentctl.workspace import layers, view
@@ -43,9 +42,8 @@ def views(conn, agent, against="fork"):
                        "working directory, or --shared): its tools write the directory "
                        "itself")
     for layer in stack:
-        if layer["host"] != env.host() and not os.path.isdir(layers.upper(layer["id"])):
-            raise Refused(f"{registry.label(agent)}: its layer {layer['id']} is on "
-                          f"{layer['host']}, whose data directory is not this host's (run "
+        if layers.elsewhere(layer):
+            raise Refused(f"{registry.label(agent)}: its {layers.elsewhere(layer)} (run "
                           "this there, or share the data directory)")
     count = len(layers.since_fork(conn, agent["id"])) if against == "fork" else len(stack)
     return Views(stack, count)

@@ -35,6 +35,15 @@ def layered(agent):
     return bool(agent["cwd"]) and not agent["shared"] and not agent["unconfined"]
 
 
+def elsewhere(layer):
+    """Where the layer (a row) is another host's and not here (its directory not found
+    on this host's data directory): the line that says so; else None."""
+    if layer["host"] == env.host() or os.path.isdir(top(layer["id"])):
+        return None
+    return (f"layer {layer['id']} is on {layer['host']}, whose data directory is not "
+            "this host's")
+
+
 def empty(layer):
     """Whether a layer holds nothing yet (at most one entry read). A layer of another
     host's counts as holding something: what it holds can't be seen from here."""

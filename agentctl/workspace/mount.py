@@ -25,7 +25,7 @@ import os
 import tempfile
 import threading
 
-from agentctl import env, paths
+from agentctl import paths
 from agentctl.workspace import layers, space
 
 PAGE = 4096             # the mount's options must fit in it, with their NUL
@@ -132,9 +132,8 @@ def _own(layer, base):
     taken: its descriptor."""
     top = layers.top(layer["id"])
     if not os.path.isdir(top):
-        if layer["host"] != env.host():
-            raise Unavailable(f"working directory {base}: its layer {layer['id']} is on "
-                              f"{layer['host']}, whose data directory is not this host's "
+        if layers.elsewhere(layer):
+            raise Unavailable(f"working directory {base}: its {layers.elsewhere(layer)} "
                               "(share it, or give the agent --shared)")
         os.makedirs(layers.root(), mode=0o700, exist_ok=True)
         os.makedirs(top, mode=0o700, exist_ok=True)
@@ -160,9 +159,8 @@ def _settled(layer, agent_id):
     try:
         fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        if layer["host"] != env.host():
-            raise Unavailable(f"layer {layer['id']} is on {layer['host']}, whose data "
-                              "directory is not this host's (share it, or give the agent "
+        if layers.elsewhere(layer):
+            raise Unavailable(f"{layers.elsewhere(layer)} (share it, or give the agent "
                               "--shared)") from None
         return      # (never written: empty)
     try:
