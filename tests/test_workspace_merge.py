@@ -231,6 +231,30 @@ sys.stdin.read()
 """
 
 
+def test_the_diff_tool_says_no_changes_cuts_a_long_diff_and_reads_the_base(
+        world, tmp_path, conn, monkeypatch):
+    """The model's diff: "no changes" for an agent that made none, a diff past LIMIT cut
+    with what was left out said, and `base` against the real directory."""
+    from agentctl.turn import workspaces
+    workers(world, tmp_path)
+    fork("-p", "lead", "-n", "idle", "--allow", "run")
+    monkeypatch.setattr(workspaces, "LIMIT", 60)
+    calls = [("diff", {"agent": "idle"}), ("diff", {"agent": "w1"}),
+             ("diff", {"agent": "idle", "base": True, "stat": True})]
+    model = tmp_path / "look.jsonl"
+    model.write_text(json.dumps({"steps": [{"content": "", "tool_calls": [
+        {"name": name, "arguments": args}]} for name, args in calls]
+        + [{"content": "done"}]}) + "\n")
+    assert agent("set", "lead", f"model=scripted:{model}").code == 0
+    assert agent("send", "lead", "look").code == 0
+    assert agent("run", "lead").code == 0
+    idle, cut, base = tool_results(conn, "lead")[-3:]
+    assert idle == "no changes"
+    assert cut.startswith("diff --git") and "[... the diff goes on: " in cut and \
+        len(cut.split("\n[...")[0]) == 60, cut
+    assert "shared.txt" in base and "1 file changed" in base, base  # (the lead's, below it)
+
+
 def test_a_layer_a_turn_holds_is_not_merged_into_nor_from(world, tmp_path, conn):
     """Another process's overlay of the lead's layer (a turn of the lead's: its Space,
     space.py) makes a merge into it fail at once (75, try again); a call of the
